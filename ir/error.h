@@ -1,0 +1,38 @@
+// Errors that point at a place: file, line/column (text IR) or JSON pointer, node name, rule.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+namespace jfx {
+
+struct SourceLocation {
+  std::string file;          // path, or "<string>"
+  int line = 0;              // 1-based; 0 when unknown
+  int column = 0;            // 1-based; 0 when unknown
+  std::string json_pointer;  // e.g. "/nodes/12/args/0"; empty when not JSON
+  std::string node;          // node name, when the error concerns one
+
+  // "file:3:14", "file (/nodes/12/args/0)", "node 'mm_1'", combined as available.
+  std::string str() const;
+  static SourceLocation atNode(std::string name) {
+    SourceLocation l;
+    l.node = std::move(name);
+    return l;
+  }
+};
+
+// Thrown by readers and by API misuse that a caller can recover from. what() is the full message
+// "<location>: error: <message>".
+class JfxError : public std::runtime_error {
+ public:
+  JfxError(SourceLocation loc, const std::string& message);
+  const SourceLocation& location() const { return loc_; }
+  const std::string& message() const { return message_; }
+
+ private:
+  SourceLocation loc_;
+  std::string message_;
+};
+
+}  // namespace jfx

@@ -1,0 +1,374 @@
+#include "ir/graph.h"
+
+#include <algorithm>
+#include <cctype>
+#include <limits>
+
+#include "ir/error.h"
+
+namespace jfx {
+namespace {
+
+constexpr uint64_t kMaxGap = uint64_t{1} << 32;
+
+const OpInfo kPlaceholderInfo{"placeholder", OpCategory::Placeholder, AliasKind::None,
+                              CollectiveKind::None, false, false, true, FlopFormula::Zero,
+                              0, -1, -1, -1, -1};
+const OpInfo kOutputInfo{"output", OpCategory::Output, AliasKind::None, CollectiveKind::None,
+                         false, false, true, FlopFormula::Zero, 1, 1, -1, -1, -1};
+const OpInfo kGetAttrInfo{"get_attr", OpCategory::GetAttr, AliasKind::None,
+                          CollectiveKind::None, false, false, false, FlopFormula::Zero,
+                          0, -1, -1, -1, -1};
+
+const OpInfo* infoFor(OpKind op, Symbol target) {
+  switch (op) {
+    case OpKind::Placeholder: return &kPlaceholderInfo;
+    case OpKind::Output: return &kOutputInfo;
+    case OpKind::GetAttr: return &kGetAttrInfo;
+    case OpKind::CallFunction: return &opInfo(target);
+  }
+  return &opInfo(target);
+}
+
+// "aten.mm.default" -> "mm"; "operator.getitem" -> "getitem"; "_c10d_functional.wait_tensor.default"
+// -> "wait_tensor". FX names nodes the same way.
+std::string nameFromTarget(std::string_view target) {
+  std::vector<std::string_view> parts;
+  size_t start = 0;
+  for (size_t i = 0; i <= target.size(); ++i) {
+    if (i == target.size() || target[i] == '.') {
+      parts.push_back(target.substr(start, i - start));
+      start = i + 1;
+    }
+  }
+  std::string_view base = target;
+  if (parts.size() >= 3) base = parts[1];
+  else if (parts.size() == 2) base = parts[1];
+  std::string s(base);
+  if (s.empty()) s = "node";
+  for (char& c : s)
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_')) c = '_';
+  return s;
+}
+
+// Sets the k-th node reference (depth-first over args then kwargs) to `value`.
+bool setOperand(std::vector<Arg>& args, Kwargs& kwargs, uint32_t k, Node* value) {
+  uint32_t seen = 0;
+  bool done = false;
+  auto visit = [&](Node*& ref) {
+    if (!done && seen++ == k) {
+      ref = value;
+      done = true;
+    }
+  };
+  for (auto& a : args) a.forEachNode(visit);
+  for (auto& kv : kwargs) kv.second.forEachNode(visit);
+  return done;
+}
+
+}  // namespace
+
+std::string_view opKindName(OpKind k) {
+  switch (k) {
+    case OpKind::Placeholder: return "placeholder";
+    case OpKind::CallFunction: return "call_function";
+    case OpKind::GetAttr: return "get_attr";
+    case OpKind::Output: return "output";
+  }
+  return "call_function";
+}
+std::optional<OpKind> opKindFromName(std::string_view s) {
+  if (s == "placeholder") return OpKind::Placeholder;
+  if (s == "call_function") return OpKind::CallFunction;
+  if (s == "get_attr") return OpKind::GetAttr;
+  if (s == "output") return OpKind::Output;
+  return std::nullopt;
+}
+std::string_view phaseName(Phase p) {
+  switch (p) {
+    case Phase::Unknown: return "unknown";
+    case Phase::Forward: return "forward";
+    case Phase::Loss: return "loss";
+    case Phase::Backward: return "backward";
+  }
+  return "unknown";
+}
+std::optional<Phase> phaseFromName(std::string_view s) {
+  if (s == "forward") return Phase::Forward;
+  if (s == "loss") return Phase::Loss;
+  if (s == "backward") return Phase::Backward;
+  if (s == "unknown") return Phase::Unknown;
+  return std::nullopt;
+}
+std::string_view recomputeName(Recompute r) {
+  switch (r) {
+    case Recompute::Unset: return "";
+    case Recompute::MustSave: return "MUST_SAVE";
+    case Recompute::PreferSave: return "PREFER_SAVE";
+    case Recompute::MustRecompute: return "MUST_RECOMPUTE";
+    case Recompute::PreferRecompute: return "PREFER_RECOMPUTE";
+  }
+  return "";
+}
+std::optional<Recompute> recomputeFromName(std::string_view s) {
+  if (s == "MUST_SAVE") return Recompute::MustSave;
+  if (s == "PREFER_SAVE") return Recompute::PreferSave;
+  if (s == "MUST_RECOMPUTE") return Recompute::MustRecompute;
+  if (s == "PREFER_RECOMPUTE") return Recompute::PreferRecompute;
+  return std::nullopt;
+}
+std::string_view inputKindName(InputKind k) {
+  switch (k) {
+    case InputKind::None: return "none";
+    case InputKind::Parameter: return "parameter";
+    case InputKind::Buffer: return "buffer";
+    case InputKind::UserInput: return "user_input";
+  }
+  return "none";
+}
+std::optional<InputKind> inputKindFromName(std::string_view s) {
+  if (s == "parameter") return InputKind::Parameter;
+  if (s == "buffer") return InputKind::Buffer;
+  if (s == "user_input") return InputKind::UserInput;
+  if (s == "none") return InputKind::None;
+  return std::nullopt;
+}
+std::string_view outputKindName(OutputKind k) {
+  switch (k) {
+    case OutputKind::Other: return "other";
+    case OutputKind::Loss: return "loss";
+    case OutputKind::Gradient: return "gradient";
+  }
+  return "other";
+}
+std::optional<OutputKind> outputKindFromName(std::string_view s) {
+  if (s == "other") return OutputKind::Other;
+  if (s == "loss") return OutputKind::Loss;
+  if (s == "gradient") return OutputKind::Gradient;
+  return std::nullopt;
+}
+
+const Arg* Node::kwarg(std::string_view key) const {
+  for (const auto& kv : kwargs_)
+    if (kv.first.str() == key) return &kv.second;
+  return nullptr;
+}
+
+std::vector<Node*> Node::users() const {
+  std::vector<Node*> out;
+  for (const Use& u : uses_)
+    if (std::find(out.begin(), out.end(), u.user) == out.end()) out.push_back(u.user);
+  return out;
+}
+
+const ProcessGroupInfo* Graph::findProcessGroup(std::string_view name) const {
+  for (const auto& pg : process_groups_)
+    if (pg.name == name) return &pg;
+  return nullptr;
+}
+
+std::string Graph::uniqueName(std::string_view hint) const {
+  std::string base(hint);
+  if (!by_name_.count(base)) return base;
+  uint64_t& k = next_suffix_[base];
+  for (;;) {
+    std::string candidate = base + "_" + std::to_string(++k);
+    if (!by_name_.count(candidate)) return candidate;
+  }
+}
+
+Node* Graph::create(OpKind op, Symbol target, std::vector<Arg> args, Kwargs kwargs,
+                    std::string_view name, Node* before) {
+  Node& n = nodes_.emplace_back(Node::Token{});
+  n.graph_ = this;
+  n.id_ = static_cast<uint32_t>(nodes_.size() - 1);
+  n.op_ = op;
+  n.target_ = target;
+  n.info_ = infoFor(op, target);
+  n.name_ = uniqueName(name.empty() ? nameFromTarget(target.str()) : name);
+  n.args_ = std::move(args);
+  n.kwargs_ = std::move(kwargs);
+  by_name_.emplace(std::string_view(n.name_), &n);
+  rebuildInputs(&n);
+  addUses(&n);
+  link(&n, before);
+  ++live_;
+  return &n;
+}
+
+Node* Graph::cloneBefore(const Node* src, Node* before, const std::function<Node*(Node*)>& remap,
+                         std::string_view name) {
+  std::vector<Arg> args = src->args_;
+  Kwargs kwargs = src->kwargs_;
+  auto map = [&](Node*& ref) {
+    if (Node* m = remap(ref)) ref = m;
+  };
+  for (auto& a : args) a.forEachNode(map);
+  for (auto& kv : kwargs) kv.second.forEachNode(map);
+  Node* n = create(src->op_, src->target_, std::move(args), std::move(kwargs),
+                   name.empty() ? std::string_view(src->name_) : name, before);
+  n->val_ = src->val_;
+  n->meta_ = src->meta_;
+  n->input_kind_ = src->input_kind_;
+  n->input_fqn_ = src->input_fqn_;
+  return n;
+}
+
+void Graph::rebuildInputs(Node* n) {
+  n->inputs_.clear();
+  auto collect = [&](Node* ref) { n->inputs_.push_back(ref); };
+  for (const auto& a : n->args_) a.forEachNode(collect);
+  for (const auto& kv : n->kwargs_) kv.second.forEachNode(collect);
+}
+
+void Graph::addUses(Node* n) {
+  for (uint32_t k = 0; k < n->inputs_.size(); ++k) {
+    Node* p = n->inputs_[k];
+    if (p == nullptr || p->graph_ != this)
+      throw JfxError(SourceLocation::atNode(n->name_), "operand " + std::to_string(k) + " is not a node of this graph");
+    p->uses_.push_back({n, k});
+  }
+}
+
+void Graph::dropUses(Node* n) {
+  for (uint32_t k = 0; k < n->inputs_.size(); ++k) {
+    auto& uses = n->inputs_[k]->uses_;
+    auto it = std::find(uses.begin(), uses.end(), Use{n, k});
+    if (it != uses.end()) uses.erase(it);
+  }
+}
+
+void Graph::setArgs(Node* n, std::vector<Arg> args, Kwargs kwargs) {
+  dropUses(n);
+  n->args_ = std::move(args);
+  n->kwargs_ = std::move(kwargs);
+  rebuildInputs(n);
+  addUses(n);
+}
+
+void Graph::replaceInput(Node* user, uint32_t operand, Node* value) {
+  Node* old = user->inputs_.at(operand);
+  if (old == value) return;
+  auto& uses = old->uses_;
+  auto it = std::find(uses.begin(), uses.end(), Use{user, operand});
+  if (it != uses.end()) uses.erase(it);
+  setOperand(user->args_, user->kwargs_, operand, value);
+  user->inputs_[operand] = value;
+  value->uses_.push_back({user, operand});
+}
+
+void Graph::replaceAllUsesWith(Node* from, Node* to) {
+  replaceUsesWith(from, to, [](const Use&) { return true; });
+}
+
+void Graph::replaceUsesWith(Node* from, Node* to, const std::function<bool(const Use&)>& accept) {
+  if (from == to) return;
+  std::vector<Use> keep;
+  std::vector<Use> uses = std::move(from->uses_);
+  from->uses_.clear();
+  for (const Use& u : uses) {
+    if (!accept(u)) {
+      keep.push_back(u);
+      continue;
+    }
+    setOperand(u.user->args_, u.user->kwargs_, u.index, to);
+    u.user->inputs_[u.index] = to;
+    to->uses_.push_back(u);
+  }
+  from->uses_ = std::move(keep);
+}
+
+void Graph::link(Node* n, Node* before) {
+  Node* prev = before ? before->prev_ : tail_;
+  uint64_t lo = prev ? prev->pos_ : 0;
+  if (before == nullptr) {
+    if (lo > std::numeric_limits<uint64_t>::max() - kMaxGap) {
+      renumber();
+      lo = prev ? prev->pos_ : 0;
+    }
+    n->pos_ = lo + kMaxGap;
+  } else {
+    if (before->pos_ - lo < 2) {
+      renumber();
+      lo = prev ? prev->pos_ : 0;
+    }
+    n->pos_ = lo + (before->pos_ - lo) / 2;
+  }
+  n->prev_ = prev;
+  n->next_ = before;
+  if (prev) prev->next_ = n;
+  else head_ = n;
+  if (before) before->prev_ = n;
+  else tail_ = n;
+}
+
+void Graph::unlink(Node* n) {
+  if (n->prev_) n->prev_->next_ = n->next_;
+  else head_ = n->next_;
+  if (n->next_) n->next_->prev_ = n->prev_;
+  else tail_ = n->prev_;
+  n->prev_ = n->next_ = nullptr;
+}
+
+void Graph::renumber() {
+  // Spread live nodes evenly over the position space; leaves room at both ends.
+  uint64_t gap = std::min<uint64_t>(kMaxGap, (uint64_t{1} << 62) / (live_ + 2));
+  uint64_t pos = gap;
+  for (Node* n = head_; n; n = n->next_, pos += gap) n->pos_ = pos;
+}
+
+void Graph::moveBefore(Node* n, Node* before) {
+  if (n == before) return;
+  unlink(n);
+  link(n, before);
+}
+
+void Graph::moveAfter(Node* n, Node* after) {
+  if (n == after) return;
+  moveBefore(n, after->next_ == n ? n->next_ : after->next_);
+}
+
+void Graph::erase(Node* n) {
+  if (n->dead_) return;
+  if (!n->uses_.empty())
+    throw JfxError(SourceLocation::atNode(n->name_), "cannot erase a node that still has " +
+                                           std::to_string(n->uses_.size()) + " use(s)");
+  dropUses(n);
+  unlink(n);
+  by_name_.erase(std::string_view(n->name_));
+  n->dead_ = true;
+  n->args_.clear();
+  n->kwargs_.clear();
+  n->inputs_.clear();
+  --live_;
+}
+
+void Graph::rename(Node* n, std::string_view name) {
+  if (n->name_ == name) return;
+  if (by_name_.count(std::string(name)))
+    throw JfxError(SourceLocation::atNode(std::string(name)), "a node with this name already exists");
+  by_name_.erase(std::string_view(n->name_));
+  n->name_ = std::string(name);
+  by_name_.emplace(std::string_view(n->name_), n);
+}
+
+Node* Graph::findNode(std::string_view name) const {
+  auto it = by_name_.find(name);
+  return it == by_name_.end() ? nullptr : it->second;
+}
+
+std::vector<Node*> Graph::nodes() const {
+  std::vector<Node*> out;
+  out.reserve(live_);
+  for (Node* n = head_; n; n = n->next_) out.push_back(n);
+  return out;
+}
+
+std::vector<Node*> Graph::placeholders() const {
+  std::vector<Node*> out;
+  for (Node* n = head_; n; n = n->next_)
+    if (n->op_ == OpKind::Placeholder) out.push_back(n);
+  return out;
+}
+
+}  // namespace jfx

@@ -1,0 +1,252 @@
+// The jointfx IR: a Graph owns Nodes in program order.
+//
+// Note [Topological invariant]
+// Node order is program order and is the schedule. Every operand of a node is defined earlier in
+// the order; the verifier checks it, and passes that move nodes must keep it. isBefore() is O(1):
+// each node carries a gapped 64-bit position, renumbered only when a gap runs out.
+//
+// Note [Use lists]
+// Every node reference inside a node's args/kwargs is an operand. Operands are numbered in
+// depth-first order over args then kwargs; node->inputs()[k] is operand k, and the operand's
+// producer lists Use{user, k}. Every Graph edit keeps both sides in step; never change an Arg
+// tree behind the Graph's back (use setArgs / replaceInput).
+//
+// Note [Ids and deletion]
+// Node ids are dense, stable and never reused, so side tables can be vectors indexed by id
+// (maxId() bounds them). erase() unlinks a node and marks it dead; its storage stays until the
+// Graph is destroyed, so pointers held across an erase never dangle.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "ir/arg.h"
+#include "ir/op_info.h"
+#include "ir/symbol.h"
+#include "ir/types.h"
+
+namespace jfx {
+
+enum class OpKind : uint8_t { Placeholder, CallFunction, GetAttr, Output };
+enum class Phase : uint8_t { Unknown, Forward, Loss, Backward };
+// torch.utils.checkpoint.CheckpointPolicy values; Unset when the node carries no tag.
+enum class Recompute : int8_t {
+  Unset = -1,
+  MustSave = 0,
+  PreferSave = 1,
+  MustRecompute = 2,
+  PreferRecompute = 3
+};
+enum class InputKind : uint8_t { None, Parameter, Buffer, UserInput };
+enum class OutputKind : uint8_t { Other, Loss, Gradient };
+
+std::string_view opKindName(OpKind k);  // "placeholder", "call_function", ...
+std::optional<OpKind> opKindFromName(std::string_view s);
+std::string_view phaseName(Phase p);  // "forward", "loss", "backward", "unknown"
+std::optional<Phase> phaseFromName(std::string_view s);
+std::string_view recomputeName(Recompute r);  // "MUST_SAVE", ...; "" for Unset
+std::optional<Recompute> recomputeFromName(std::string_view s);
+std::string_view inputKindName(InputKind k);  // "parameter", "buffer", "user_input", "none"
+std::optional<InputKind> inputKindFromName(std::string_view s);
+std::string_view outputKindName(OutputKind k);  // "loss", "gradient", "other"
+std::optional<OutputKind> outputKindFromName(std::string_view s);
+
+// Node meta that passes read is typed; every other key rides along in extra_json.
+struct NodeMeta {
+  Phase phase = Phase::Unknown;
+  Recompute recompute = Recompute::Unset;
+  std::optional<int64_t> ac_graph_id;
+  std::optional<int64_t> seq_nr;
+  Symbol module_fqn;        // FX meta["custom"]["module_fqn"]; empty when absent
+  std::string stack_trace;  // empty when absent
+  // Every other meta key as a canonical compact JSON object (sorted keys), or empty. "custom"
+  // appears here without its "module_fqn" key, which lives in module_fqn above.
+  std::string extra_json;
+  friend bool operator==(const NodeMeta&, const NodeMeta&) = default;
+};
+
+class Graph;
+class Node;
+
+struct Use {
+  Node* user;
+  uint32_t index;  // operand number within user->inputs()
+  friend bool operator==(const Use&, const Use&) = default;
+};
+
+class Node {
+  // Only a Graph makes nodes; the token keeps the constructor usable by std::deque.
+  struct Token {
+   private:
+    friend class Graph;
+    Token() = default;
+  };
+
+ public:
+  explicit Node(Token) {}
+  uint32_t id() const { return id_; }
+  OpKind op() const { return op_; }
+  Symbol target() const { return target_; }
+  const std::string& name() const { return name_; }
+  const OpInfo& info() const { return *info_; }
+  Graph* graph() const { return graph_; }
+
+  const std::vector<Arg>& args() const { return args_; }
+  const Kwargs& kwargs() const { return kwargs_; }
+  const Arg* kwarg(std::string_view key) const;
+  const Arg& arg(size_t i) const { return args_[i]; }
+  size_t numArgs() const { return args_.size(); }
+  // Node operand k (args then kwargs, depth first). input(0) is usually the data input.
+  const std::vector<Node*>& inputs() const { return inputs_; }
+  Node* input(size_t k) const { return k < inputs_.size() ? inputs_[k] : nullptr; }
+  const std::vector<Use>& uses() const { return uses_; }
+  bool hasUses() const { return !uses_.empty(); }
+  // Distinct users in use-list order.
+  std::vector<Node*> users() const;
+
+  ValueMeta& val() { return val_; }
+  const ValueMeta& val() const { return val_; }
+  NodeMeta& meta() { return meta_; }
+  const NodeMeta& meta() const { return meta_; }
+
+  // Placeholders only: what the graph input is (parameter, buffer, user input) and its FQN.
+  InputKind inputKind() const { return input_kind_; }
+  const std::string& inputFqn() const { return input_fqn_; }
+  void setInputInfo(InputKind k, std::string fqn) {
+    input_kind_ = k;
+    input_fqn_ = std::move(fqn);
+  }
+
+  Node* next() const { return next_; }
+  Node* prev() const { return prev_; }
+  bool isDead() const { return dead_; }
+  bool isBefore(const Node* other) const { return pos_ < other->pos_; }
+  bool isAfter(const Node* other) const { return pos_ > other->pos_; }
+
+  bool isCollective() const { return info_->category == OpCategory::Collective; }
+  bool isWait() const { return info_->category == OpCategory::Wait; }
+  bool is(std::string_view target) const { return target_.str() == target; }
+
+ private:
+  friend class Graph;
+
+  Graph* graph_ = nullptr;
+  uint32_t id_ = 0;
+  OpKind op_ = OpKind::CallFunction;
+  bool dead_ = false;
+  InputKind input_kind_ = InputKind::None;
+  Symbol target_;
+  const OpInfo* info_ = nullptr;
+  std::string name_;
+  std::vector<Arg> args_;
+  Kwargs kwargs_;
+  std::vector<Node*> inputs_;
+  std::vector<Use> uses_;
+  ValueMeta val_;
+  NodeMeta meta_;
+  std::string input_fqn_;
+  Node* prev_ = nullptr;
+  Node* next_ = nullptr;
+  uint64_t pos_ = 0;
+};
+
+struct ProcessGroupInfo {
+  std::string name;  // the group_name string the collectives carry, e.g. "0"
+  int64_t size = 0;
+  std::vector<int64_t> ranks;
+  friend bool operator==(const ProcessGroupInfo&, const ProcessGroupInfo&) = default;
+};
+
+struct OutputSpec {
+  OutputKind kind = OutputKind::Other;
+  std::string fqn;  // gradients: the parameter's FQN
+  friend bool operator==(const OutputSpec&, const OutputSpec&) = default;
+};
+
+class Graph {
+ public:
+  Graph() = default;
+  Graph(const Graph&) = delete;
+  Graph& operator=(const Graph&) = delete;
+
+  // ---- header
+  std::vector<ProcessGroupInfo>& processGroups() { return process_groups_; }
+  const std::vector<ProcessGroupInfo>& processGroups() const { return process_groups_; }
+  const ProcessGroupInfo* findProcessGroup(std::string_view name) const;
+  std::vector<OutputSpec>& outputSpecs() { return output_specs_; }
+  const std::vector<OutputSpec>& outputSpecs() const { return output_specs_; }
+  // Graph-level meta other than the above, as canonical compact JSON (or empty).
+  std::string& extraJson() { return extra_json_; }
+  const std::string& extraJson() const { return extra_json_; }
+
+  // ---- creating nodes. `before` == nullptr appends at the end. An empty or taken name is made
+  // unique from `name` (or from the target's op name). Operands must already be in this graph.
+  Node* create(OpKind op, Symbol target, std::vector<Arg> args, Kwargs kwargs = {},
+               std::string_view name = "", Node* before = nullptr);
+  Node* createCall(std::string_view target, std::vector<Arg> args, Kwargs kwargs = {},
+                   Node* before = nullptr, std::string_view name = "") {
+    return create(OpKind::CallFunction, Symbol::intern(target), std::move(args),
+                  std::move(kwargs), name, before);
+  }
+  // Copies `src` (op, target, args with node references mapped through `remap`, kwargs, val and
+  // meta) before `before`. The name is derived from `name` (default: src's name).
+  Node* cloneBefore(const Node* src, Node* before, const std::function<Node*(Node*)>& remap,
+                    std::string_view name = "");
+
+  // ---- editing
+  void setArgs(Node* n, std::vector<Arg> args, Kwargs kwargs);
+  void setArgs(Node* n, std::vector<Arg> args) { setArgs(n, std::move(args), Kwargs(n->kwargs_)); }
+  void replaceInput(Node* user, uint32_t operand, Node* value);
+  // Points every use of `from` at `to`; with a filter, only the uses it accepts.
+  void replaceAllUsesWith(Node* from, Node* to);
+  void replaceUsesWith(Node* from, Node* to, const std::function<bool(const Use&)>& accept);
+  void moveBefore(Node* n, Node* before);  // before == nullptr moves to the end
+  void moveAfter(Node* n, Node* after);
+  void erase(Node* n);  // n must have no uses; its own operands lose a use
+  void rename(Node* n, std::string_view name);  // throws if taken
+
+  // ---- queries
+  Node* first() const { return head_; }
+  Node* last() const { return tail_; }
+  Node* outputNode() const { return tail_ && tail_->op_ == OpKind::Output ? tail_ : nullptr; }
+  Node* findNode(std::string_view name) const;
+  Node* nodeById(uint32_t id) const { return id < nodes_.size() ? &nodes_[id] : nullptr; }
+  size_t size() const { return live_; }
+  uint32_t maxId() const { return static_cast<uint32_t>(nodes_.size()); }
+  // The live nodes in program order (a snapshot: safe to edit the graph while walking it).
+  std::vector<Node*> nodes() const;
+  std::vector<Node*> placeholders() const;
+  std::string uniqueName(std::string_view hint) const;
+
+  // Iteration without a snapshot: for (Node* n = g.first(); n; n = n->next()).
+  template <typename F>
+  void forEach(F&& f) const {
+    for (Node* n = head_; n; n = n->next_) f(n);
+  }
+
+ private:
+  void link(Node* n, Node* before);
+  void unlink(Node* n);
+  void renumber();
+  void rebuildInputs(Node* n);
+  void dropUses(Node* n);
+  void addUses(Node* n);
+
+  mutable std::deque<Node> nodes_;  // indexed by id; std::deque keeps addresses stable
+  std::unordered_map<std::string_view, Node*> by_name_;
+  mutable std::unordered_map<std::string, uint64_t> next_suffix_;
+  Node* head_ = nullptr;
+  Node* tail_ = nullptr;
+  size_t live_ = 0;
+  std::vector<ProcessGroupInfo> process_groups_;
+  std::vector<OutputSpec> output_specs_;
+  std::string extra_json_;
+};
+
+}  // namespace jfx

@@ -1,0 +1,97 @@
+#include "ir/types.h"
+
+#include <array>
+
+namespace jfx {
+namespace {
+
+struct DtypeRow {
+  ScalarType type;
+  std::string_view name;
+  std::string_view short_name;
+  int64_t item_size;
+  bool floating;
+};
+
+constexpr std::array<DtypeRow, 18> kDtypes{{
+    {ScalarType::Bool, "bool", "b8", 1, false},
+    {ScalarType::UInt8, "uint8", "u8", 1, false},
+    {ScalarType::Int8, "int8", "i8", 1, false},
+    {ScalarType::Int16, "int16", "i16", 2, false},
+    {ScalarType::Int32, "int32", "i32", 4, false},
+    {ScalarType::Int64, "int64", "i64", 8, false},
+    {ScalarType::Float16, "float16", "f16", 2, true},
+    {ScalarType::BFloat16, "bfloat16", "bf16", 2, true},
+    {ScalarType::Float32, "float32", "f32", 4, true},
+    {ScalarType::Float64, "float64", "f64", 8, true},
+    {ScalarType::Complex64, "complex64", "c64", 8, false},
+    {ScalarType::Complex128, "complex128", "c128", 16, false},
+    {ScalarType::Float8_e4m3fn, "float8_e4m3fn", "f8e4m3fn", 1, true},
+    {ScalarType::Float8_e5m2, "float8_e5m2", "f8e5m2", 1, true},
+    {ScalarType::UInt16, "uint16", "u16", 2, false},
+    {ScalarType::UInt32, "uint32", "u32", 4, false},
+    {ScalarType::UInt64, "uint64", "u64", 8, false},
+    {ScalarType::Undefined, "undefined", "undef", 0, false},
+}};
+
+const DtypeRow& row(ScalarType t) { return kDtypes[static_cast<size_t>(t)]; }
+
+}  // namespace
+
+std::string_view dtypeName(ScalarType t) { return row(t).name; }
+std::string_view dtypeShortName(ScalarType t) { return row(t).short_name; }
+int64_t dtypeItemSize(ScalarType t) { return row(t).item_size; }
+bool dtypeIsFloatingPoint(ScalarType t) { return row(t).floating; }
+
+std::optional<ScalarType> dtypeFromName(std::string_view name) {
+  if (name.starts_with("torch.")) name.remove_prefix(6);
+  for (const auto& r : kDtypes)
+    if (r.name == name) return r.type;
+  // torch's aliases
+  if (name == "float" ) return ScalarType::Float32;
+  if (name == "double") return ScalarType::Float64;
+  if (name == "half") return ScalarType::Float16;
+  if (name == "long") return ScalarType::Int64;
+  if (name == "int") return ScalarType::Int32;
+  return std::nullopt;
+}
+
+std::optional<ScalarType> dtypeFromShortName(std::string_view name) {
+  for (const auto& r : kDtypes)
+    if (r.short_name == name) return r.type;
+  return std::nullopt;
+}
+
+int64_t TensorMeta::numel() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+std::vector<int64_t> TensorMeta::contiguousStride(const std::vector<int64_t>& shape) {
+  std::vector<int64_t> stride(shape.size());
+  int64_t s = 1;
+  for (size_t i = shape.size(); i-- > 0;) {
+    stride[i] = s;
+    s *= shape[i] > 1 ? shape[i] : 1;
+  }
+  return stride;
+}
+
+bool TensorMeta::isContiguous() const { return stride == contiguousStride(shape); }
+
+int64_t ValueMeta::bytes() const {
+  switch (kind) {
+    case Kind::Tensor:
+      return tensor.bytes();
+    case Kind::List: {
+      int64_t b = 0;
+      for (const auto& v : items) b += v.bytes();
+      return b;
+    }
+    default:
+      return 0;
+  }
+}
+
+}  // namespace jfx

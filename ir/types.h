@@ -1,0 +1,85 @@
+// Tensor and value types carried on nodes: dtype, tensor meta (shape, stride, device) and the
+// value meta of a node's output (a tensor, a tuple of values, a scalar, or nothing).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ir/symbol.h"
+
+namespace jfx {
+
+// Mirrors torch.dtype. Names follow torch ("float32"); short names are the text-IR spellings.
+enum class ScalarType : uint8_t {
+  Bool,
+  UInt8,
+  Int8,
+  Int16,
+  Int32,
+  Int64,
+  Float16,
+  BFloat16,
+  Float32,
+  Float64,
+  Complex64,
+  Complex128,
+  Float8_e4m3fn,
+  Float8_e5m2,
+  UInt16,
+  UInt32,
+  UInt64,
+  Undefined,
+};
+
+std::string_view dtypeName(ScalarType t);       // "float32"
+std::string_view dtypeShortName(ScalarType t);  // "f32"
+std::optional<ScalarType> dtypeFromName(std::string_view name);       // accepts "torch.float32" too
+std::optional<ScalarType> dtypeFromShortName(std::string_view name);  // "f32"
+int64_t dtypeItemSize(ScalarType t);
+bool dtypeIsFloatingPoint(ScalarType t);
+
+struct TensorMeta {
+  ScalarType dtype = ScalarType::Undefined;
+  std::vector<int64_t> shape;
+  std::vector<int64_t> stride;
+  Symbol device;  // "cpu", "cuda:0"; empty when unknown
+
+  int64_t numel() const;
+  int64_t bytes() const { return numel() * dtypeItemSize(dtype); }
+  bool isContiguous() const;
+  static std::vector<int64_t> contiguousStride(const std::vector<int64_t>& shape);
+  friend bool operator==(const TensorMeta&, const TensorMeta&) = default;
+};
+
+// What FX keeps in meta["val"]: a tensor, a list/tuple of values (multi-output ops), a Python
+// scalar (SymInt made concrete), None, or absent (no meta at all).
+struct ValueMeta {
+  enum class Kind : uint8_t { Absent, None, Tensor, List, Int, Float, Bool };
+  Kind kind = Kind::Absent;
+  TensorMeta tensor;            // kind == Tensor
+  std::vector<ValueMeta> items;  // kind == List
+  int64_t i = 0;                // kind == Int or Bool
+  double f = 0;                 // kind == Float
+
+  static ValueMeta ofTensor(TensorMeta t) {
+    ValueMeta v;
+    v.kind = Kind::Tensor;
+    v.tensor = std::move(t);
+    return v;
+  }
+  static ValueMeta ofList(std::vector<ValueMeta> items) {
+    ValueMeta v;
+    v.kind = Kind::List;
+    v.items = std::move(items);
+    return v;
+  }
+  bool isTensor() const { return kind == Kind::Tensor; }
+  // Total bytes of every tensor in this value (a tuple sums its members).
+  int64_t bytes() const;
+  friend bool operator==(const ValueMeta&, const ValueMeta&) = default;
+};
+
+}  // namespace jfx

@@ -1,0 +1,32 @@
+// Structural verifier. Each failure names the node and the rule it breaks.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "ir/graph.h"
+
+namespace jfx {
+
+struct VerifyIssue {
+  std::string node;  // node name ("" for graph-level problems)
+  std::string rule;  // e.g. "topological-order", "collective-wait-pairing"
+  std::string message;
+  std::string str() const;  // "node 'x': [rule] message"
+};
+
+struct VerifyOptions {
+  // At most one all-gather per parameter per phase (holds after remat / dedup-fsdp-unshard).
+  bool one_gather_per_param_per_phase = false;
+  size_t max_issues = 100;
+};
+
+// Rules: topological-order (operands defined earlier), use-list (both directions consistent),
+// unique-name, single-output / output-last, arity (against the op-info table where the op is
+// known), collective-wait-pairing (each collective has exactly one wait user, each wait reads a
+// collective), collective-shape (all-gather out dim0 = in dim0 x group_size; reduce-scatter in
+// dim0 = out dim0 x group_size), group-size (equals the header's size for the group),
+// unknown-group, input-info (header inputs vs placeholders).
+std::vector<VerifyIssue> verifyGraph(const Graph& g, const VerifyOptions& opts = {});
+
+}  // namespace jfx

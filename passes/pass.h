@@ -1,0 +1,70 @@
+// The pass interface. A pass has a kebab-case name, typed options read in configure(), and
+// run(Graph&, PassContext&) returning whether it changed the graph. Statistics are named counters.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <ostream>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ir/graph.h"
+
+namespace jfx {
+
+// Options from a pipeline spec: `bucket{plan=blocks, cap-mb=64, kinds=ag,rs}`. Typed getters
+// mark a key as read; the pass manager rejects keys no getter read (a typo is an error, not a
+// silent default). Bad values throw JfxError naming the pass and the key.
+class PassOptions {
+ public:
+  PassOptions() = default;
+  PassOptions(std::string pass, std::map<std::string, std::string> values)
+      : pass_(std::move(pass)), values_(std::move(values)) {}
+
+  bool has(const std::string& key) const { return values_.count(key) > 0; }
+  int64_t getInt(const std::string& key, int64_t dflt);
+  double getFloat(const std::string& key, double dflt);
+  bool getBool(const std::string& key, bool dflt);
+  std::string getString(const std::string& key, const std::string& dflt);
+  // One of `choices`; anything else is an error listing them.
+  std::string getEnum(const std::string& key, const std::vector<std::string>& choices,
+                      const std::string& dflt);
+  // Comma-separated list (`kinds=ag,rs`).
+  std::vector<std::string> getList(const std::string& key, const std::vector<std::string>& dflt);
+
+  const std::map<std::string, std::string>& values() const { return values_; }
+  std::vector<std::string> unreadKeys() const;
+  // `{k=v, ...}` in key order, or "" when empty: how the pipeline prints this pass.
+  std::string str() const;
+
+ private:
+  std::string pass_;
+  std::map<std::string, std::string> values_;
+  std::set<std::string> read_;
+};
+
+// Named counters, kept sorted so printing is deterministic.
+using Statistics = std::map<std::string, int64_t>;
+
+struct PassContext {
+  Statistics stats;             // this pass's counters
+  std::ostream* log = nullptr;  // remarks (e.g. "prefetch lowered at bucket 3"); may be null
+  void stat(const std::string& name, int64_t delta = 1) { stats[name] += delta; }
+  void remark(const std::string& text) {
+    if (log) *log << text << "\n";
+  }
+};
+
+class Pass {
+ public:
+  virtual ~Pass() = default;
+  virtual std::string_view name() const = 0;
+  // Reads typed options; called once before run(). Default: no options.
+  virtual void configure(PassOptions& options) {}
+  virtual bool run(Graph& g, PassContext& ctx) = 0;
+};
+
+}  // namespace jfx

@@ -1,0 +1,16 @@
+# lit configuration for the golden tests: text IR in, text IR out, checked by FileCheck.
+import os
+
+import lit.formats
+
+config.name = "jointfx-golden"
+config.test_format = lit.formats.ShTest(execute_external=True)
+config.suffixes = [".jfx", ".test"]
+config.excludes = ["Inputs", "lit.cfg.py", "lit.site.cfg.py.in"]
+config.test_source_root = os.path.dirname(__file__)
+config.test_exec_root = os.path.join(config.jfx_binary_dir, "tests", "golden")
+
+config.environment["PATH"] = os.pathsep.join(
+    [os.path.join(config.jfx_binary_dir, "tools"), config.llvm_bin, config.environment.get("PATH", os.environ["PATH"])]
+)
+config.substitutions.append(("%data", os.path.join(config.jfx_source_dir, "tests", "data")))
