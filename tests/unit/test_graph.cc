@@ -1,0 +1,101 @@
+#include <catch2/catch.hpp>
+
+#include "ir/graph.h"
+
+using namespace jfx;
+
+namespace {
+
+Node* placeholder(Graph& g, const char* name) {
+  return g.create(OpKind::Placeholder, Symbol::intern(name), {}, {}, name);
+}
+
+}  // namespace
+
+TEST_CASE("graph: create keeps use-lists and names", "[ir]") {
+  Graph g;
+  Node* x = placeholder(g, "x");
+  Node* w = placeholder(g, "w");
+  Node* mm = g.createCall("aten.mm.default", {Arg::ofNode(x), Arg::ofNode(w)});
+  Node* mm2 = g.createCall("aten.mm.default", {Arg::ofNode(mm), Arg::ofNode(w)});
+  CHECK(mm->name() == "mm");
+  CHECK(mm2->name() == "mm_1");
+  CHECK(mm->info().category == OpCategory::Matmul);
+  REQUIRE(w->uses().size() == 2);
+  CHECK(w->uses()[0] == Use{mm, 1});
+  CHECK(w->uses()[1] == Use{mm2, 1});
+  CHECK(x->isBefore(mm));
+  CHECK(mm->isBefore(mm2));
+  CHECK(g.size() == 4);
+}
+
+TEST_CASE("graph: replaceAllUsesWith and erase", "[ir]") {
+  Graph g;
+  Node* x = placeholder(g, "x");
+  Node* y = placeholder(g, "y");
+  Node* a = g.createCall("aten.neg.default", {Arg::ofNode(x)});
+  Node* b = g.createCall("aten.add.Tensor", {Arg::ofNode(a), Arg::ofNode(a)});
+  g.replaceAllUsesWith(a, y);
+  CHECK(!a->hasUses());
+  CHECK(b->input(0) == y);
+  CHECK(b->input(1) == y);
+  CHECK(b->arg(1).node() == y);
+  CHECK(y->uses().size() == 2);
+  g.erase(a);
+  CHECK(a->isDead());
+  CHECK(x->uses().empty());
+  CHECK(g.findNode("neg") == nullptr);
+  CHECK(g.size() == 3);
+  CHECK_THROWS(g.erase(y));  // still used by b
+}
+
+TEST_CASE("graph: nested operands and kwargs are numbered depth first", "[ir]") {
+  Graph g;
+  Node* a = placeholder(g, "a");
+  Node* b = placeholder(g, "b");
+  Node* c = placeholder(g, "c");
+  Node* cat = g.createCall("aten.cat.default", {Arg::ofList({Arg::ofNode(a), Arg::ofNode(b)})},
+                           {{Symbol::intern("out"), Arg::ofNode(c)}});
+  REQUIRE(cat->inputs().size() == 3);
+  CHECK(cat->input(2) == c);
+  g.replaceInput(cat, 1, c);
+  CHECK(cat->arg(0).items()[1].node() == c);
+  CHECK(b->uses().empty());
+  CHECK(c->uses().size() == 2);
+}
+
+TEST_CASE("graph: insert before keeps O(1) order under many inserts at one spot", "[ir]") {
+  Graph g;
+  Node* x = placeholder(g, "x");
+  Node* end = g.createCall("aten.neg.default", {Arg::ofNode(x)});
+  Node* prev = x;
+  for (int i = 0; i < 200; ++i) {
+    Node* n = g.createCall("aten.neg.default", {Arg::ofNode(prev)}, {}, end);
+    CHECK(prev->isBefore(n));
+    CHECK(n->isBefore(end));
+    prev = n;
+  }
+  // order is still the list order after renumbering
+  Node* p = nullptr;
+  for (Node* n = g.first(); n; n = n->next()) {
+    if (p) CHECK(p->isBefore(n));
+    p = n;
+  }
+  g.moveBefore(end, x);
+  CHECK(end->isBefore(x));
+  CHECK(g.first() == end);
+}
+
+TEST_CASE("graph: cloneBefore remaps operands and copies meta", "[ir]") {
+  Graph g;
+  Node* x = placeholder(g, "x");
+  Node* y = placeholder(g, "y");
+  Node* a = g.createCall("aten.neg.default", {Arg::ofNode(x)});
+  a->meta().phase = Phase::Forward;
+  a->meta().recompute = Recompute::MustRecompute;
+  Node* c = g.cloneBefore(a, nullptr, [&](Node* n) { return n == x ? y : nullptr; }, "neg_re");
+  CHECK(c->name() == "neg_re");
+  CHECK(c->input(0) == y);
+  CHECK(c->meta().recompute == Recompute::MustRecompute);
+  CHECK(a->input(0) == x);
+}
