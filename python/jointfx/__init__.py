@@ -1,0 +1,38 @@
+"""jointfx: compiler passes over PyTorch joint forward+loss+backward FSDP graphs.
+
+The pure-Python part bridges torch.fx and the C++ library's JSON interchange format
+(jointfx.export) and traces test models (jointfx.model, jointfx.trace). Tracing imports
+torch.distributed lazily, so `import jointfx` stays cheap.
+"""
+
+from jointfx.export import (
+    ExportError,
+    InputSpec,
+    Opaque,
+    OutputSpec,
+    ProcessGroupSpec,
+    dumps_graph,
+    export_graph,
+    import_graph,
+    load_graph,
+    write_graph,
+)
+from jointfx.passes import PipelineError, graph_pass, pass_names, run_pipeline, run_pipeline_doc
+
+__all__ = [
+    "ExportError",
+    "InputSpec",
+    "Opaque",
+    "OutputSpec",
+    "ProcessGroupSpec",
+    "dumps_graph",
+    "export_graph",
+    "import_graph",
+    "load_graph",
+    "write_graph",
+    "PipelineError",
+    "graph_pass",
+    "pass_names",
+    "run_pipeline",
+    "run_pipeline_doc",
+]

@@ -1,0 +1,614 @@
+"""Traces joint forward+loss+backward FSDP graphs of the tiny Llama model, without a GPU.
+
+SimpleFSDP in miniature (docs/pytorch-bridge.md has the details and what the traces contain):
+
+* Every parameter is held as a local shard on dim 0 (after TP sharding, if any). Shards are
+  padded to ceil(dim0 / N) rows, so the graph is the same on every rank even when dim 0 does not
+  divide by N; the padding rows are zero.
+* When a module runs, a forward pre-hook all-gathers the shards of the parameters it owns through
+  `_FsdpUnshard`, an autograd.Function whose forward is [cast] -> all_gather_into_tensor -> wait
+  -> [slice off the padding] and whose backward is [pad] -> [cast] -> reduce_scatter_tensor ->
+  wait. The collectives are the `_c10d_functional` ops, called by group name.
+* `make_fx(tracing_mode="fake")` traces `step(*shards, *buffers, tokens, labels) -> [loss,
+  *grads]` inside `preserve_node_meta()`, with our own autograd hooks so backward nodes carry
+  `autograd_backward` and the `seq_nr` of their forward op (FX sets neither by itself outside
+  torch.compile).
+
+Process groups come from whatever `torch.distributed` is initialized with: the fake backend for
+fixtures at any world size, or a real gloo group (world 1 in-process) for numerics.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
+from functools import partial
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.fx.traceback as fx_traceback
+from torch import fx, nn
+from torch.fx.experimental.proxy_tensor import make_fx
+from torch.utils.checkpoint import (
+    CheckpointPolicy,
+    checkpoint,
+    create_selective_checkpoint_contexts,
+)
+
+from jointfx.export import InputSpec, OutputSpec, ProcessGroupSpec
+from jointfx.model import ModelArgs, Transformer, cross_entropy_loss, init_weights
+
+_c10d = torch.ops._c10d_functional
+
+VARIANTS = ("fsdp", "fsdp_tp", "sac", "bf16", "padding")
+
+
+# ----------------------------------------------------------------------------- configuration
+
+
+@dataclass(frozen=True)
+class TraceConfig:
+    """What to trace. `variant_config` builds the standard ones."""
+
+    model: ModelArgs = field(default_factory=ModelArgs)
+    batch_size: int = 2
+    seq_len: int = 8
+    # 0: 1-D FSDP over the whole world. n >= 1: FSDP x TP on a (world // n, n) mesh named
+    # ("fsdp", "tp"); n == 1 keeps the TP collectives (on 1-rank groups) for world-1 numerics.
+    tp_size: int = 0
+    # Mixed precision: parameters all-gathered in param_dtype, gradients reduced in reduce_dtype.
+    param_dtype: torch.dtype | None = None
+    reduce_dtype: torch.dtype | None = None
+    # Selective activation checkpointing of every transformer block.
+    sac: bool = False
+    # Record Python stack traces on nodes (absolute paths: keep off for fixtures).
+    record_stack_traces: bool = False
+
+
+def variant_config(variant: str, world_size: int, **model_overrides: Any) -> TraceConfig:
+    """The fixture variants: fsdp, fsdp_tp, sac, bf16, padding (docs/pytorch-bridge.md).
+
+    fsdp_tp uses TP degree 2 when the world has at least 4 ranks (a 2 x 2 mesh at world 4), else
+    a (world, 1) mesh: a 2-D graph whose TP groups have one rank.
+    """
+    if variant not in VARIANTS:
+        raise ValueError(f"unknown variant {variant!r}; expected one of {VARIANTS}")
+    model_kw: dict[str, Any] = dict(model_overrides)
+    cfg: dict[str, Any] = {}
+    if variant == "fsdp_tp":
+        cfg["tp_size"] = 2 if world_size >= 4 and world_size % 2 == 0 else 1
+    elif variant == "sac":
+        cfg["sac"] = True
+    elif variant == "bf16":
+        cfg["param_dtype"] = torch.bfloat16
+        cfg["reduce_dtype"] = torch.float32
+    elif variant == "padding":
+        # 33 rows divide by neither 2 nor 4: tok_embeddings.weight and output.weight get padded.
+        model_kw.setdefault("vocab_size", 33)
+    model = ModelArgs(**{**model_kw, "tp_size": max(cfg.get("tp_size", 0), 1)})
+    return TraceConfig(model=model, **cfg)
+
+
+# ----------------------------------------------------------------------------- process groups
+
+
+@dataclass(frozen=True)
+class MeshGroups:
+    """The groups a trace uses: `fsdp` always, `tp` for a 2-D mesh."""
+
+    fsdp: ProcessGroupSpec
+    tp: ProcessGroupSpec | None
+    mesh_shape: tuple[int, ...]
+    mesh_dim_names: tuple[str, ...]
+
+
+def init_fake_world(world_size: int, rank: int = 0) -> None:
+    """(Re)initializes torch.distributed with the fake backend: collectives are shape-only."""
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=world_size)
+
+
+def _group_spec(name: str, group: dist.ProcessGroup) -> ProcessGroupSpec:
+    return ProcessGroupSpec(name=name, ranks=tuple(dist.get_process_group_ranks(group)))
+
+
+def _register_alias(name: str, group: dist.ProcessGroup) -> None:
+    # Collectives find groups by name in c10d's registry; re-registering a name throws.
+    from torch._C._distributed_c10d import (
+        _is_process_group_registered,
+        _register_process_group,
+        _unregister_process_group,
+    )
+
+    if _is_process_group_registered(name):
+        _unregister_process_group(name)
+    _register_process_group(name, group)
+
+
+def setup_groups(tp_size: int) -> MeshGroups:
+    """Groups for the initialized world.
+
+    1-D: FSDP over the default group, under its own name ("0"). 2-D: a (world // tp, tp) device
+    mesh; the tracing rank's two sub-groups are registered as "fsdp" and "tp" and the graph names
+    those, because c10d's own sub-group names differ from rank to rank and a graph must be the
+    same on every rank (the executor registers each rank's groups under these names).
+    """
+    world = dist.get_world_size()
+    if tp_size == 0:
+        world_group = dist.group.WORLD
+        assert world_group is not None
+        return MeshGroups(_group_spec(world_group.group_name, world_group), None, (world,), ("fsdp",))
+    if world % tp_size:
+        raise ValueError(f"world size {world} does not divide by tp {tp_size}")
+    from torch.distributed.device_mesh import init_device_mesh
+
+    shape = (world // tp_size, tp_size)
+    mesh = init_device_mesh("cpu", shape, mesh_dim_names=("fsdp", "tp"))
+    specs = []
+    for dim in ("fsdp", "tp"):
+        group = mesh.get_group(dim)
+        _register_alias(dim, group)
+        specs.append(_group_spec(dim, group))
+    return MeshGroups(specs[0], specs[1], shape, ("fsdp", "tp"))
+
+
+# ----------------------------------------------------------------------------- FSDP unshard
+
+
+@dataclass(frozen=True)
+class _UnshardSpec:
+    group_name: str
+    group_size: int
+    dim0: int  # rows of the unsharded (TP-local) parameter
+    param_dtype: torch.dtype | None
+    reduce_dtype: torch.dtype | None
+
+    @property
+    def padded_dim0(self) -> int:
+        return math.ceil(self.dim0 / self.group_size) * self.group_size
+
+
+class _FsdpUnshard(torch.autograd.Function):
+    """shard -> full parameter; the backward reduce-scatters the full gradient into a shard."""
+
+    @staticmethod
+    def forward(ctx: Any, shard: torch.Tensor, spec: _UnshardSpec) -> torch.Tensor:
+        ctx.spec = spec
+        ctx.shard_dtype = shard.dtype
+        x = shard if spec.param_dtype is None else shard.to(spec.param_dtype)
+        full = _c10d.wait_tensor(_c10d.all_gather_into_tensor(x, spec.group_size, spec.group_name))
+        if spec.padded_dim0 != spec.dim0:
+            full = full[: spec.dim0]
+        return full
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        spec: _UnshardSpec = ctx.spec
+        if spec.padded_dim0 != spec.dim0:
+            pad = [0, 0] * (grad.dim() - 1) + [0, spec.padded_dim0 - spec.dim0]
+            grad = torch.nn.functional.pad(grad, pad)
+        if spec.reduce_dtype is not None and grad.dtype != spec.reduce_dtype:
+            grad = grad.to(spec.reduce_dtype)
+        shard_grad = _c10d.wait_tensor(
+            _c10d.reduce_scatter_tensor(grad.contiguous(), "sum", spec.group_size, spec.group_name))
+        if shard_grad.dtype != ctx.shard_dtype:
+            shard_grad = shard_grad.to(ctx.shard_dtype)
+        return shard_grad, None
+
+
+# ----------------------------------------------------------------------------- TP activations
+
+
+class _TpCopy(torch.autograd.Function):
+    """Column-parallel input: identity forward, all-reduce of the input gradient backward."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, group_name: str) -> torch.Tensor:
+        ctx.group_name = group_name
+        return x
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        return _c10d.wait_tensor(_c10d.all_reduce(grad.contiguous(), "sum", ctx.group_name)), None
+
+
+class _TpReduce(torch.autograd.Function):
+    """Row-parallel output: all-reduce of the partial sums forward, identity backward."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, group_name: str) -> torch.Tensor:
+        return _c10d.wait_tensor(_c10d.all_reduce(x.contiguous(), "sum", group_name))
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        return grad, None
+
+
+def _install_tp_hooks(model: Transformer, group_name: str) -> None:
+    for block in model.layers.values():
+        for sub in (block.attention, block.feed_forward):
+            sub.tp_enter = partial(_TpCopy.apply, group_name=group_name)
+            sub.tp_exit = partial(_TpReduce.apply, group_name=group_name)
+
+
+# ----------------------------------------------------------------------------- sharding layout
+
+
+# TP placement of each Linear weight [out, in]: column-parallel shards out (dim 0), row-parallel
+# shards in (dim 1). Everything else is replicated across TP.
+_TP_COLWISE = ("attention.wq", "attention.wk", "attention.wv", "feed_forward.w1", "feed_forward.w3")
+_TP_ROWWISE = ("attention.wo", "feed_forward.w2")
+
+
+def tp_dim(fqn: str) -> int | None:
+    """The dim a parameter is TP-sharded on, or None when replicated across TP."""
+    module = fqn.rsplit(".", 1)[0]
+    if module.endswith(_TP_COLWISE):
+        return 0
+    if module.endswith(_TP_ROWWISE):
+        return 1
+    return None
+
+
+@dataclass(frozen=True)
+class ParamLayout:
+    fqn: str
+    full_shape: tuple[int, ...]   # the model's parameter (all TP ranks together)
+    local_shape: tuple[int, ...]  # this rank's TP-local parameter, the FSDP all-gather result
+    shard_shape: tuple[int, ...]  # the padded FSDP shard: a graph input
+
+
+def param_layouts(model: Transformer, fsdp_size: int, tp_size: int) -> list[ParamLayout]:
+    """Layouts in named_parameters() order, the order of graph inputs and gradient outputs.
+
+    The model is built with tp_size already applied, so its parameters have TP-local shapes.
+    """
+    layouts = []
+    for fqn, p in model.named_parameters():
+        local = tuple(p.shape)
+        full = list(local)
+        dim = tp_dim(fqn) if tp_size > 1 else None
+        if dim is not None:
+            full[dim] *= tp_size
+        rows = math.ceil(local[0] / fsdp_size)
+        layouts.append(ParamLayout(fqn, tuple(full), local, (rows, *local[1:])))
+    return layouts
+
+
+def shard_param(full: torch.Tensor, layout: ParamLayout, *, fsdp_rank: int, fsdp_size: int,
+                tp_rank: int, tp_size: int) -> torch.Tensor:
+    """This rank's padded FSDP shard of a full parameter (for real runs)."""
+    local = full
+    dim = tp_dim(layout.fqn) if tp_size > 1 else None
+    if dim is not None:
+        local = full.chunk(tp_size, dim)[tp_rank]
+    rows = layout.shard_shape[0]
+    padded = torch.zeros((rows * fsdp_size, *local.shape[1:]), dtype=local.dtype)
+    padded[: local.shape[0]] = local
+    return padded[fsdp_rank * rows:(fsdp_rank + 1) * rows].clone()
+
+
+# ----------------------------------------------------------------------------- tracing
+
+
+@dataclass
+class TracedGraph:
+    """A traced joint graph plus what the exporter's header needs."""
+
+    gm: fx.GraphModule
+    inputs: list[InputSpec]
+    outputs: list[OutputSpec]
+    process_groups: list[ProcessGroupSpec]
+    graph_meta: dict[str, Any]
+    layouts: list[ParamLayout]
+    config: TraceConfig
+
+    def export(self, *, include_stack_trace: bool = False) -> dict[str, Any]:
+        from jointfx.export import export_graph
+
+        return export_graph(self.gm, process_groups=self.process_groups, inputs=self.inputs,
+                            outputs=self.outputs, graph_meta=self.graph_meta,
+                            include_stack_trace=include_stack_trace)
+
+
+def _sac_policy(ctx: Any, func: Any, *args: Any, **kwargs: Any) -> CheckpointPolicy:
+    # torchtitan-style op-level SAC: keep matmuls and attention, recompute the cheap rest.
+    if func in _SAC_SAVE_OPS:
+        return CheckpointPolicy.MUST_SAVE
+    return CheckpointPolicy.PREFER_RECOMPUTE
+
+
+_SAC_SAVE_OPS = {
+    torch.ops.aten.mm.default,
+    torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default,
+    torch.ops.aten._scaled_dot_product_efficient_attention.default,
+    torch.ops.aten._scaled_dot_product_flash_attention.default,
+}
+
+
+def _sac_context(ac_graph_id: int) -> tuple[Any, Any]:
+    fwd, recompute = create_selective_checkpoint_contexts(_sac_policy)
+    # checkpoint() only numbers regions when Dynamo drives it; number them ourselves (1-based
+    # block index) so every tagged node says which region it belongs to.
+    fwd.ac_graph_id = ac_graph_id
+    return fwd, recompute
+
+
+_SAC_META_KEYS = ("recompute", "ac_graph_id")
+
+
+@contextlib.contextmanager
+def _scoped_sac_meta() -> Iterator[None]:
+    """Confines SAC's node tags to its region.
+
+    SAC's dispatch mode writes recompute/ac_graph_id into FX's global tracing meta and never
+    takes them out (under Dynamo the checkpoint HOP scopes them), so without this every node
+    after the last region (final norm, output, loss, all of backward) would carry that region's
+    tags.
+    """
+    meta = fx_traceback.current_meta
+    saved = {k: meta[k] for k in _SAC_META_KEYS if k in meta}
+    try:
+        yield
+    finally:
+        meta = fx_traceback.current_meta
+        for k in _SAC_META_KEYS:
+            meta.pop(k, None)
+        meta.update(saved)
+
+
+def _apply_sac(model: Transformer) -> None:
+    for index, block in enumerate(model.layers.values()):
+        inner = block.forward
+
+        def checkpointed(*args: Any, _inner: Callable[..., Any] = inner,
+                         _id: int = index + 1) -> torch.Tensor:
+            with _scoped_sac_meta():
+                return checkpoint(_inner, *args, use_reentrant=False,
+                                  context_fn=partial(_sac_context, _id))
+
+        # An instance attribute: Module.__call__ still runs the block's hooks around it, so the
+        # block's own module_fqn annotation wraps the checkpointed region.
+        block.forward = checkpointed  # type: ignore[method-assign]
+
+
+class _ModuleHooks:
+    """Per-module forward hooks: annotate module_fqn and swap in all-gathered parameters."""
+
+    def __init__(self, model: nn.Module, unshard: Callable[[str], torch.Tensor]) -> None:
+        self._unshard = unshard
+        self._saved: list[tuple[nn.Module, str, Any]] = []
+        canonical = {id(p): fqn for fqn, p in model.named_parameters()}
+        self._owned: dict[nn.Module, list[tuple[str, str]]] = {}
+        self._handles = []
+        for name, module in model.named_modules():
+            own = [(pname, canonical[id(p)]) for pname, p in module._parameters.items()
+                   if p is not None]
+            self._owned[module] = own
+            if not name:
+                continue  # the root: nodes outside every submodule carry no module_fqn
+            self._handles.append(module.register_forward_pre_hook(partial(self._pre, name)))
+            self._handles.append(module.register_forward_hook(self._post, always_call=True))
+
+    def _pre(self, fqn: str, module: nn.Module, args: Any) -> None:
+        ctx = fx_traceback.annotate({"module_fqn": fqn})
+        ctx.__enter__()
+        self._saved.append((module, "", ctx))
+        for pname, param_fqn in self._owned[module]:
+            # Swapping a plain tensor into _parameters (as torch.func.functional_call does)
+            # lets the unmodified module code read the gathered parameter.
+            self._saved.append((module, pname, module._parameters[pname]))
+            module._parameters[pname] = self._unshard(param_fqn)  # type: ignore[assignment]
+
+    def _post(self, module: nn.Module, args: Any, output: Any) -> None:
+        # Undo in reverse up to and including this module's annotation.
+        while self._saved:
+            owner, pname, saved = self._saved.pop()
+            if pname:
+                owner._parameters[pname] = saved
+            else:
+                saved.__exit__(None, None, None)
+                break
+
+    def remove(self) -> None:
+        for handle in self._handles:
+            handle.remove()
+
+
+def _install_backward_meta_hooks(loss: torch.Tensor) -> None:
+    """Makes backward nodes carry the seq_nr of the autograd Node (forward op) they come from.
+
+    AOTAutograd does this for torch.compile; a plain make_fx does not, so without it every
+    backward node would get the seq_nr of the last forward op.
+    """
+    seen: set[Any] = set()
+    stack = [loss.grad_fn]
+    while stack:
+        fn = stack.pop()
+        if fn is None or fn in seen:
+            continue
+        seen.add(fn)
+        seq = fn._sequence_nr()
+        fn.register_prehook(lambda grads, seq=seq: fx_traceback.set_grad_fn_seq_nr(seq))
+        fn.register_hook(lambda grad_in, grad_out: fx_traceback.reset_grad_fn_seq_nr())
+        stack.extend(next_fn for next_fn, _ in fn.next_functions)
+
+
+def build_model(cfg: TraceConfig, *, seed: int = 0) -> Transformer:
+    with torch.device("cpu"):
+        model = Transformer(cfg.model)
+    init_weights(model, seed)
+    return model
+
+
+def trace_joint(cfg: TraceConfig, model: Transformer | None = None) -> TracedGraph:
+    """Traces [loss, *grads] of one training step on the current torch.distributed world."""
+    groups = setup_groups(cfg.tp_size)
+    model = model if model is not None else build_model(cfg)
+    fsdp_size = groups.fsdp.size
+    layouts = param_layouts(model, fsdp_size, max(cfg.tp_size, 1))
+    if groups.tp is not None:
+        _install_tp_hooks(model, groups.tp.name)
+    if cfg.sac:
+        _apply_sac(model)
+    specs = {lay.fqn: _UnshardSpec(groups.fsdp.name, fsdp_size, lay.local_shape[0],
+                                   cfg.param_dtype, cfg.reduce_dtype) for lay in layouts}
+    buffer_names = [name for name, _ in model.named_buffers()]
+    n_params, n_buffers = len(layouts), len(buffer_names)
+    current: dict[str, torch.Tensor] = {}
+    hooks = _ModuleHooks(model, lambda fqn: _FsdpUnshard.apply(current[fqn], specs[fqn]))
+
+    seq_base: list[int] = []
+
+    def step(*flat: torch.Tensor) -> list[torch.Tensor]:
+        # Nodes recorded before this point (the placeholders) belong to no autograd Node of
+        # this trace; their seq_nr is whatever the per-thread counter held.
+        seq_base.append(torch.autograd._get_sequence_nr())
+        shards = flat[:n_params]
+        current.update({lay.fqn: s for lay, s in zip(layouts, shards)})
+        for name, value in zip(buffer_names, flat[n_params:n_params + n_buffers]):
+            model.get_submodule(name.rpartition(".")[0])._buffers[name.rpartition(".")[2]] = value
+        tokens, labels = flat[n_params + n_buffers:]
+        logits = model(tokens)
+        with fx_traceback.annotate({"module_fqn": "loss"}):
+            loss = cross_entropy_loss(logits, labels)
+        _install_backward_meta_hooks(loss)
+        with fx_traceback._set_autograd_backward():
+            grads = torch.autograd.grad(loss, shards)
+        return [loss, *grads]
+
+    example = _example_inputs(cfg, model, layouts, buffer_names)
+    try:
+        with fx_traceback.preserve_node_meta():
+            gm = make_fx(step, tracing_mode="fake",
+                         record_stack_traces=cfg.record_stack_traces)(*example)
+    finally:
+        hooks.remove()
+    placeholder_names = ([_ident(lay.fqn) for lay in layouts] + [_ident(b) for b in buffer_names]
+                         + ["tokens", "labels"])
+    gm = _rename_placeholders(gm, placeholder_names)
+    _normalize_meta(gm.graph, seq_base[0])
+
+    inputs = ([InputSpec("parameter", lay.fqn) for lay in layouts]
+              + [InputSpec("buffer", b) for b in buffer_names]
+              + [InputSpec("user_input"), InputSpec("user_input")])
+    outputs = [OutputSpec("loss")] + [OutputSpec("gradient", lay.fqn) for lay in layouts]
+    pgs = [groups.fsdp] + ([groups.tp] if groups.tp is not None else [])
+    graph_meta: dict[str, Any] = {
+        "world_size": dist.get_world_size(),
+        "mesh": {"dim_names": list(groups.mesh_dim_names), "shape": list(groups.mesh_shape)},
+        "model": _model_meta(cfg),
+        "traced_rank": dist.get_rank(),
+    }
+    return TracedGraph(gm, inputs, outputs, pgs, graph_meta, layouts, cfg)
+
+
+def _ident(fqn: str) -> str:
+    return fqn.replace(".", "_")
+
+
+def _model_meta(cfg: TraceConfig) -> dict[str, Any]:
+    m = cfg.model
+    return {
+        "batch_size": cfg.batch_size, "dim": m.dim, "ffn_hidden_dim": m.ffn_hidden_dim,
+        "n_heads": m.n_heads, "n_kv_heads": m.n_kv_heads, "n_layers": m.n_layers,
+        "param_dtype": str(cfg.param_dtype).removeprefix("torch.") if cfg.param_dtype else None,
+        "reduce_dtype": str(cfg.reduce_dtype).removeprefix("torch.") if cfg.reduce_dtype else None,
+        "sac": cfg.sac, "seq_len": cfg.seq_len, "tie_embeddings": m.tie_embeddings,
+        "tp_size": cfg.tp_size, "vocab_size": m.vocab_size,
+    }
+
+
+def _example_inputs(cfg: TraceConfig, model: Transformer, layouts: Sequence[ParamLayout],
+                    buffer_names: Sequence[str]) -> list[torch.Tensor]:
+    # Values do not matter under tracing_mode="fake"; only shapes and dtypes do.
+    shards = [torch.zeros(lay.shard_shape, requires_grad=True) for lay in layouts]
+    buffers = [model.get_buffer(b) for b in buffer_names]
+    tokens = torch.zeros(cfg.batch_size, cfg.seq_len, dtype=torch.long)
+    return [*shards, *buffers, tokens, tokens.clone()]
+
+
+def real_inputs(traced: TracedGraph, *, seed: int = 0, rank: int = 0) -> list[torch.Tensor]:
+    """Real input tensors for running a traced graph as `rank` (see make_real_inputs)."""
+    return make_real_inputs(traced.config, traced.layouts, fsdp_size=traced.process_groups[0].size,
+                            seed=seed, rank=rank)
+
+
+def make_real_inputs(cfg: TraceConfig, layouts: Sequence[ParamLayout], *, fsdp_size: int,
+                     seed: int = 0, rank: int = 0) -> list[torch.Tensor]:
+    """This rank's shards of the seeded full (unsharded, TP-free) model's weights, the buffers,
+    and seeded tokens/labels (the same on every rank). Ranks are laid out as the device mesh:
+    rank = fsdp_rank * tp + tp_rank."""
+    full_model = build_model(replace(cfg, model=replace(cfg.model, tp_size=1)), seed=seed)
+    tp = max(cfg.tp_size, 1)
+    tp_rank, fsdp_rank = rank % tp, rank // tp
+    full_params = dict(full_model.named_parameters())
+    shards = [shard_param(full_params[lay.fqn].detach(), lay, fsdp_rank=fsdp_rank,
+                          fsdp_size=fsdp_size, tp_rank=tp_rank, tp_size=tp)
+              for lay in layouts]
+    buffers = [b.clone() for _, b in full_model.named_buffers()]
+    gen = torch.Generator().manual_seed(seed + 1)
+    shape = (cfg.batch_size, cfg.seq_len)
+    tokens = torch.randint(0, cfg.model.vocab_size, shape, generator=gen)
+    labels = torch.randint(0, cfg.model.vocab_size, shape, generator=gen)
+    return [*shards, *buffers, tokens, labels]
+
+
+# ----------------------------------------------------------------------------- post-processing
+
+
+def _rename_placeholders(gm: fx.GraphModule, names: Sequence[str]) -> fx.GraphModule:
+    """Copies the graph with placeholders named after what they are (FQN-based)."""
+    old = gm.graph
+    new = fx.Graph()
+    env: dict[fx.Node, fx.Node] = {}
+    placeholders = [n for n in old.nodes if n.op == "placeholder"]
+    if len(placeholders) != len(names):
+        raise AssertionError(f"{len(placeholders)} placeholders, {len(names)} names")
+    for node, name in zip(placeholders, names):
+        env[node] = new.placeholder(name)
+        env[node].meta = dict(node.meta)
+    for node in old.nodes:
+        if node.op != "placeholder":
+            env[node] = new.node_copy(node, lambda n: env[n])
+    return fx.GraphModule(gm, new)
+
+
+def _normalize_meta(graph: fx.Graph, seq_base: int) -> None:
+    """Makes node meta independent of process history and complete for backward nodes.
+
+    * seq_nr comes from a per-thread counter that keeps growing across traces; values below
+      `seq_base` (the counter when the traced function started) become -1, "no autograd node",
+      and the rest are renumbered 0, 1, ... in ascending order, so fixtures are byte-identical
+      however many traces ran before in the process.
+    * Backward nodes inherit meta["custom"] (module_fqn) from the first forward node with the same
+      seq_nr, as torchtitan's _copy_fwd_metadata_to_bw_nodes does, so per-module bucketing works
+      in backward too.
+    """
+    values = sorted({n.meta["seq_nr"] for n in graph.nodes
+                     if isinstance(n.meta.get("seq_nr"), int) and n.meta["seq_nr"] >= seq_base})
+    renumber = {v: i for i, v in enumerate(values)}
+    first_forward: dict[int, fx.Node] = {}
+    for node in graph.nodes:
+        seq = node.meta.get("seq_nr")
+        if isinstance(seq, int):
+            node.meta["seq_nr"] = renumber.get(seq, -1)
+        if not node.meta.get("autograd_backward") and isinstance(node.meta.get("seq_nr"), int):
+            first_forward.setdefault(node.meta["seq_nr"], node)
+    for node in graph.nodes:
+        if node.meta.get("autograd_backward") and "custom" not in node.meta:
+            fwd = first_forward.get(node.meta.get("seq_nr", -1))
+            if fwd is not None and "custom" in fwd.meta:
+                node.meta["custom"] = dict(fwd.meta["custom"])
+
+
+def trace_variant(variant: str, world_size: int, **model_overrides: Any) -> TracedGraph:
+    """Initializes a fake world of `world_size` ranks (rank 0) and traces one variant."""
+    init_fake_world(world_size)
+    return trace_joint(variant_config(variant, world_size, **model_overrides))

@@ -1,0 +1,67 @@
+"""Shared pytest fixtures: paths, the traced fixture files, a gloo world of one, the CLI binary."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+TRACED_DIR = REPO / "tests" / "data" / "traced"
+
+# pyproject.toml sets pythonpath too; this keeps `pytest tests/python/x.py` from elsewhere working.
+if str(REPO / "python") not in sys.path:
+    sys.path.insert(0, str(REPO / "python"))
+
+# Tracing and the tiny graphs gain nothing from intra-op threads on a small shared machine.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
+def traced_fixture_paths() -> list[Path]:
+    return sorted(TRACED_DIR.glob("*.json"))
+
+
+def fixture_variant(path: Path) -> str:
+    """'padding_w4.json' -> 'padding'."""
+    return path.stem.rsplit("_w", 1)[0]
+
+
+@pytest.fixture(scope="session")
+def gloo_world1() -> Iterator[None]:
+    """A real gloo process group of one rank over 127.0.0.1, for running graphs on real tensors.
+
+    Shared by the whole session: torch.distributed has one default group per process. Nothing
+    else in this test process initializes torch.distributed (fixture regeneration runs in a
+    subprocess), so the group is created here once.
+    """
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    store = dist.TCPStore("127.0.0.1", 0, 1, True)  # port 0: any free port
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
+def jfx_bin_path() -> Path:
+    value = os.environ.get("JFX_BIN")
+    path = Path(value) if value else REPO / "build" / "tools" / "jointfx"
+    return path if path.is_absolute() else REPO / path
+
+
+@pytest.fixture(scope="session")
+def jfx_bin() -> Path:
+    """The jointfx CLI (env JFX_BIN, default build/tools/jointfx); skips when it is not built."""
+    path = jfx_bin_path()
+    if not (path.is_file() and os.access(path, os.X_OK)):
+        if os.environ.get("CI") == "true":  # CI builds the binary: its absence is a failure
+            pytest.fail(f"jointfx CLI not found at {path}")
+        pytest.skip(f"jointfx CLI not found at {path}: build it (cmake --build build) or set "
+                    "JFX_BIN to the binary")
+    return path

@@ -1,0 +1,175 @@
+"""The C++ `jointfx` CLI on real traced graphs: verify, convert, opt --pipeline=dce, stats --json.
+
+The binary comes from JFX_BIN (default build/tools/jointfx); every test here skips with that
+reason when it is not built.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+
+from conftest import fixture_variant, traced_fixture_paths
+from jointfx.export import import_graph
+
+PATHS = traced_fixture_paths()
+IDS = [p.stem for p in PATHS]
+COLLECTIVE_KIND = {
+    "_c10d_functional.all_gather_into_tensor.default": "all_gather",
+    "_c10d_functional.reduce_scatter_tensor.default": "reduce_scatter",
+    "_c10d_functional.all_reduce.default": "all_reduce",
+}
+
+
+def run_cli(binary: Path, *args: str | Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(binary), *map(str, args)], capture_output=True, text=True,
+                          timeout=120)
+
+
+def check_ok(proc: subprocess.CompletedProcess[str]) -> str:
+    assert proc.returncode == 0, f"exit {proc.returncode}\nstdout: {proc.stdout[-3000:]}\n" \
+                                 f"stderr: {proc.stderr[-3000:]}"
+    return proc.stdout
+
+
+# SAC caches every op output as an aten.alias, including the un-waited all-gather output: the
+# raw trace has dead `alias(all_gather_into_tensor)` nodes (docs/pytorch-bridge.md, section 5).
+# The verifier's collective-wait-pairing rule counts them as reads without a wait; dce removes
+# them. Until the rule ignores dead aliases, the raw SAC fixtures are an expected failure of
+# exactly that kind and nothing else.
+_DEAD_ALIAS_ISSUE = "[collective-wait-pairing] result is read by 'alias"
+
+
+def _only_dead_alias_issues(path: Path, stdout: str) -> bool:
+    doc = json.loads(path.read_text())
+    used = {ref for n in doc["nodes"] for ref in _refs(n)}
+    issues = [line for line in stdout.splitlines() if "[" in line]
+    for line in issues:
+        if _DEAD_ALIAS_ISSUE not in line:
+            return False
+        alias = line.split("read by '", 1)[1].split("'", 1)[0]
+        if alias in used:
+            return False
+    return bool(issues)
+
+
+@pytest.mark.parametrize("path", PATHS, ids=IDS)
+def test_verify_accepts_traced_fixture(jfx_bin: Path, path: Path) -> None:
+    proc = run_cli(jfx_bin, "verify", path)
+    if proc.returncode != 0 and fixture_variant(path) == "sac" \
+            and _only_dead_alias_issues(path, proc.stdout):
+        pytest.xfail("verifier counts SAC's dead alias of an un-waited all-gather as a read")
+    assert "ok" in check_ok(proc)
+
+
+@pytest.mark.parametrize("path", PATHS, ids=IDS)
+def test_convert_roundtrips_bytes(jfx_bin: Path, path: Path, tmp_path: Path) -> None:
+    """Our canonical JSON is the C++ writer's: JSON -> JSON and JSON -> text -> JSON are exact."""
+    same = tmp_path / "same.json"
+    text = tmp_path / "graph.jfx"
+    back = tmp_path / "back.json"
+    check_ok(run_cli(jfx_bin, "convert", path, "-o", same))
+    assert same.read_bytes() == path.read_bytes()
+    check_ok(run_cli(jfx_bin, "convert", path, "-o", text))
+    check_ok(run_cli(jfx_bin, "convert", text, "-o", back))
+    assert back.read_bytes() == path.read_bytes()
+
+
+def _counts(doc: dict[str, Any]) -> Counter[str]:
+    return Counter(n["target"] for n in doc["nodes"])
+
+
+@pytest.mark.parametrize("path", PATHS, ids=IDS)
+def test_dce_then_convert_roundtrips(jfx_bin: Path, path: Path, tmp_path: Path) -> None:
+    out = tmp_path / "dce.json"
+    # SAC's raw traces fail input verification only for dead aliases (see above), which this
+    # very pass removes: skip the input check there; the output is verified below either way.
+    skip_input_check = ["--no-verify"] if fixture_variant(path) == "sac" else []
+    check_ok(run_cli(jfx_bin, "opt", path, "--pipeline=dce", *skip_input_check, "-o", out))
+    before, after = json.loads(path.read_text()), json.loads(out.read_text())
+    # DCE keeps every collective, every wait and every graph output.
+    for target in (*COLLECTIVE_KIND, "_c10d_functional.wait_tensor.default"):
+        assert _counts(after)[target] == _counts(before)[target], target
+    assert after["nodes"][-1] == before["nodes"][-1]
+    assert after["inputs"] == before["inputs"] and after["outputs"] == before["outputs"]
+    # Whatever DCE removed was dead: every remaining call has a user.
+    used = {ref for n in after["nodes"] for ref in _refs(n)}
+    assert all(n["name"] in used for n in after["nodes"] if n["op"] == "call_function")
+    # The result round-trips through text and still imports and shape-checks in PyTorch.
+    text, back = tmp_path / "dce.jfx", tmp_path / "back.json"
+    check_ok(run_cli(jfx_bin, "convert", out, "-o", text))
+    check_ok(run_cli(jfx_bin, "convert", text, "-o", back))
+    assert back.read_bytes() == out.read_bytes()
+    check_ok(run_cli(jfx_bin, "verify", out))
+    _fake_propagate(after)
+
+
+def _refs(node: dict[str, Any]) -> list[str]:
+    found: list[str] = []
+
+    def walk(v: Any) -> None:
+        if isinstance(v, list):
+            for x in v:
+                walk(x)
+        elif isinstance(v, dict):
+            if set(v) == {"node"}:
+                found.append(v["node"])
+            else:
+                for x in v.values():
+                    walk(x)
+
+    walk(node["args"])
+    walk(node["kwargs"])
+    return found
+
+
+def _fake_propagate(doc: dict[str, Any]) -> None:
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    gm = import_graph(doc)
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    with mode:
+        inputs = [torch.empty_strided(n.meta["val"].shape, n.meta["val"].stride(),
+                                      dtype=n.meta["val"].dtype)
+                  for n in gm.graph.nodes if n.op == "placeholder"]
+    FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*inputs)
+
+
+@pytest.mark.parametrize("path", PATHS, ids=IDS)
+def test_stats_counts_fsdp_collectives(jfx_bin: Path, path: Path) -> None:
+    stats = json.loads(check_ok(run_cli(jfx_bin, "stats", "--json", path)))
+    doc = json.loads(path.read_text())
+    n_params = sum(1 for i in doc["inputs"] if i["kind"] == "parameter")
+    n_grads = sum(1 for o in doc["outputs"] if o["kind"] == "gradient")
+    assert stats["nodes"] == len(doc["nodes"])
+    assert stats["parameters"] == n_params == 21
+    assert stats["inputs"] == {"buffer": 2, "parameter": 21, "user_input": 2}
+    assert stats["phases"] == dict(Counter(n["meta"].get("phase", "unknown") for n in doc["nodes"]))
+    coll = stats["collectives"]
+    n_ar = 8 if fixture_variant(path) == "fsdp_tp" else 0
+    expected_kinds = {"all_gather": n_params, "reduce_scatter": n_grads}
+    if n_ar:
+        expected_kinds["all_reduce"] = n_ar
+    # One all-gather per parameter (all in forward) and one reduce-scatter per gradient (all
+    # in backward); TP adds all-reduces, half in each phase.
+    assert coll["by_kind"] == expected_kinds
+    assert coll["by_phase"] == {"forward": n_params + n_ar // 2, "backward": n_grads + n_ar // 2}
+    fsdp_group = doc["process_groups"][0]["name"]
+    expected_groups = {fsdp_group: n_params + n_grads}
+    if n_ar:
+        expected_groups["tp"] = n_ar
+    assert coll["by_group"] == expected_groups
+
+
+@pytest.mark.parametrize("path", PATHS, ids=IDS)
+def test_stats_knows_every_traced_op(jfx_bin: Path, path: Path) -> None:
+    """Every target a real trace contains has a line in ir/ops.def."""
+    stats = json.loads(check_ok(run_cli(jfx_bin, "stats", "--json", path)))
+    assert stats["unknown_targets"] == {}, "add these to ir/ops.def"
