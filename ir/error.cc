@@ -2,21 +2,31 @@
 
 namespace jfx {
 
+// Built with append() rather than operator+ chains: GCC 12 at -O3 reports a false -Wrestrict
+// on `"literal" + std::string`.
 std::string SourceLocation::str() const {
   std::string s = file;
   if (line > 0) {
-    s += ":" + std::to_string(line);
-    if (column > 0) s += ":" + std::to_string(column);
+    s.append(":").append(std::to_string(line));
+    if (column > 0) s.append(":").append(std::to_string(column));
   }
-  if (!json_pointer.empty()) s += (s.empty() ? "" : " ") + std::string("at ") + json_pointer;
-  if (!node.empty()) s += (s.empty() ? "" : " ") + std::string("(node '") + node + "')";
+  if (!json_pointer.empty()) {
+    if (!s.empty()) s.append(" ");
+    s.append("at ").append(json_pointer);
+  }
+  if (!node.empty()) {
+    if (!s.empty()) s.append(" ");
+    s.append("(node '").append(node).append("')");
+  }
   return s;
 }
 
 namespace {
 std::string format(const SourceLocation& loc, const std::string& message) {
-  std::string where = loc.str();
-  return where.empty() ? "error: " + message : where + ": error: " + message;
+  std::string out = loc.str();
+  if (!out.empty()) out.append(": ");
+  out.append("error: ").append(message);
+  return out;
 }
 }  // namespace
 

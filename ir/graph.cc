@@ -289,7 +289,7 @@ void Graph::link(Node* n, Node* before) {
     n->pos_ = lo + kMaxGap;
   } else {
     if (before->pos_ - lo < 2) {
-      renumber();
+      respace(before);
       lo = prev ? prev->pos_ : 0;
     }
     n->pos_ = lo + (before->pos_ - lo) / 2;
@@ -308,6 +308,46 @@ void Graph::unlink(Node* n) {
   if (n->next_) n->next_->prev_ = n->prev_;
   else tail_ = n->prev_;
   n->prev_ = n->next_ = nullptr;
+}
+
+void Graph::respace(Node* around) {
+  // Order maintenance: widen a window around `around` (doubling its node count) until its
+  // nodes can be spread with gaps of at least kMinGap, then spread them evenly. Repeated inserts
+  // at one spot thus cost O(log N) amortized instead of a whole-graph renumber each time.
+  constexpr uint64_t kMinGap = uint64_t{1} << 20;
+  constexpr uint64_t kTop = std::numeric_limits<uint64_t>::max() - kMaxGap;
+  Node* lo = around;
+  Node* hi = around;
+  uint64_t count = 1;
+  for (uint64_t want = 2;; want *= 2) {
+    while (count < want && (lo->prev_ || hi->next_)) {
+      if (lo->prev_) {
+        lo = lo->prev_;
+        ++count;
+      }
+      if (count < want && hi->next_) {
+        hi = hi->next_;
+        ++count;
+      }
+    }
+    uint64_t lo_pos = lo->prev_ ? lo->prev_->pos_ : 0;
+    uint64_t hi_pos = hi->next_ ? hi->next_->pos_ : kTop;
+    bool whole = !lo->prev_ && !hi->next_;
+    if (whole) {
+      renumber();
+      return;
+    }
+    if (hi_pos > lo_pos && (hi_pos - lo_pos) / (count + 1) >= kMinGap) {
+      uint64_t gap = (hi_pos - lo_pos) / (count + 1);
+      uint64_t pos = lo_pos;
+      for (Node* n = lo;; n = n->next_) {
+        pos += gap;
+        n->pos_ = pos;
+        if (n == hi) break;
+      }
+      return;
+    }
+  }
 }
 
 void Graph::renumber() {
@@ -341,6 +381,40 @@ void Graph::erase(Node* n) {
   n->kwargs_.clear();
   n->inputs_.clear();
   --live_;
+}
+
+void Graph::eraseAll(const std::vector<Node*>& dead) {
+  std::vector<bool> doomed(nodes_.size(), false);
+  for (Node* n : dead)
+    if (!n->dead_) doomed[n->id_] = true;
+  for (Node* n : dead)
+    for (const Use& u : n->uses_)
+      if (!doomed[u.user->id_])
+        throw JfxError(SourceLocation::atNode(n->name_),
+                       "cannot erase a node still used by '" + u.user->name_ + "'");
+  // One filtering pass per surviving producer instead of one search per dropped use.
+  std::vector<bool> filtered(nodes_.size(), false);
+  for (Node* n : dead) {
+    for (Node* p : n->inputs_) {
+      if (doomed[p->id_] || filtered[p->id_]) continue;
+      filtered[p->id_] = true;
+      auto& uses = p->uses_;
+      uses.erase(std::remove_if(uses.begin(), uses.end(),
+                                [&](const Use& u) { return doomed[u.user->id_]; }),
+                 uses.end());
+    }
+  }
+  for (Node* n : dead) {
+    if (n->dead_) continue;
+    n->uses_.clear();  // every one came from a node erased here
+    unlink(n);
+    by_name_.erase(std::string_view(n->name_));
+    n->dead_ = true;
+    n->args_.clear();
+    n->kwargs_.clear();
+    n->inputs_.clear();
+    --live_;
+  }
 }
 
 void Graph::rename(Node* n, std::string_view name) {

@@ -3,7 +3,8 @@
 // Note [Topological invariant]
 // Node order is program order and is the schedule. Every operand of a node is defined earlier in
 // the order; the verifier checks it, and passes that move nodes must keep it. isBefore() is O(1):
-// each node carries a gapped 64-bit position, renumbered only when a gap runs out.
+// each node carries a gapped 64-bit position; when a gap runs out, the smallest window of nodes
+// around it that has room is respaced (amortized O(log N) per insert).
 //
 // Note [Use lists]
 // Every node reference inside a node's args/kwargs is an operand. Operands are numbered in
@@ -209,7 +210,15 @@ class Graph {
   void moveBefore(Node* n, Node* before);  // before == nullptr moves to the end
   void moveAfter(Node* n, Node* after);
   void erase(Node* n);  // n must have no uses; its own operands lose a use
+  // Erases every node of `dead` at once, in O(nodes + their operands' uses): erase() searches a
+  // use list per operand, which is quadratic when one node loses many users. Every use of a node
+  // in `dead` must come from a node in `dead`; otherwise it throws and changes nothing.
+  void eraseAll(const std::vector<Node*>& dead);
   void rename(Node* n, std::string_view name);  // throws if taken
+
+  // A hint that about `n` nodes are coming (readers call it): sizes the name index once instead
+  // of rehashing it as it grows.
+  void reserve(size_t n) { by_name_.reserve(n); }
 
   // ---- queries
   Node* first() const { return head_; }
@@ -234,6 +243,7 @@ class Graph {
   void link(Node* n, Node* before);
   void unlink(Node* n);
   void renumber();
+  void respace(Node* around);
   void rebuildInputs(Node* n);
   void dropUses(Node* n);
   void addUses(Node* n);

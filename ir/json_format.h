@@ -15,4 +15,21 @@ std::unique_ptr<Graph> readJsonGraph(std::string_view text, const std::string& f
 // Canonical JSON: header keys in a fixed order, one node per line, sorted object keys.
 std::string writeJsonGraph(const Graph& g);
 
+// The canonical spellings that both formats share, so JSON <-> text loses nothing. They match
+// Python's json.dumps(v, sort_keys=True, separators=(",", ":"), ensure_ascii=False).
+//
+// A string in JSON quoting: escapes '"', '\\' and control characters only (UTF-8 passes through).
+void appendJsonString(std::string& out, std::string_view s);
+// A float as Python's repr(): shortest round-trip digits, always with '.' or an exponent
+// ("1.0", "1e-06", "1e+16"), or "inf" / "-inf" / "nan" (the JSON writer boxes those itself).
+void appendFloat(std::string& out, double v);
+// The canonical form of `text`, which must hold one JSON object: compact, keys sorted, floats as
+// appendFloat; "" for {}. Throws JfxError; a syntax error's location has its line and column in
+// `text`. A repeated key is an error.
+std::string canonicalJsonObject(std::string_view text);
+// The same for a node's extra meta as the text format spells it (`extra={...}`): it must not
+// hold a key that NodeMeta types (val, phase, recompute, ac_graph_id, seq_nr, stack_trace, or a
+// non-empty custom.module_fqn). `has_module` says whether the node also has module=.
+std::string canonicalExtraMeta(std::string_view text, bool has_module);
+
 }  // namespace jfx

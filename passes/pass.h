@@ -37,6 +37,8 @@ class PassOptions {
 
   const std::map<std::string, std::string>& values() const { return values_; }
   std::vector<std::string> unreadKeys() const;
+  // Keys the pass asked for (present or not): the options it knows, for error messages.
+  const std::set<std::string>& readKeys() const { return read_; }
   // `{k=v, ...}` in key order, or "" when empty: how the pipeline prints this pass.
   std::string str() const;
 

@@ -4,11 +4,13 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <ostream>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "ir/error.h"
 #include "ir/graph.h"
 #include "ir/verifier.h"
 #include "passes/pass.h"
@@ -37,6 +39,7 @@ struct PassManagerOptions {
   bool stats = false;
   int stop_after = -1;  // run only the first N passes (bisecting); -1 = all
   bool check_unchanged_hash = true;
+  bool remarks = false;         // route PassContext::remark() to `out`
   std::ostream* out = nullptr;  // where IR dumps, timing and stats go (stderr when null)
 };
 
@@ -53,9 +56,37 @@ struct PipelineResult {
   double total_seconds = 0;
 };
 
+// Thrown when the graph fails verification (before the first pass, or after a changing pass), so
+// callers can tell "the graph is wrong" (CLI exit 1) from "the input or a pass failed" (exit 2).
+class PipelineVerifyError : public JfxError {
+ public:
+  PipelineVerifyError(std::string pass, std::vector<VerifyIssue> issues, const std::string& msg)
+      : JfxError({}, msg), pass_(std::move(pass)), issues_(std::move(issues)) {}
+  const std::string& pass() const { return pass_; }  // "" when the input failed
+  const std::vector<VerifyIssue>& issues() const { return issues_; }
+
+ private:
+  std::string pass_;
+  std::vector<VerifyIssue> issues_;
+};
+
+// A pass created from the registry and configured from its entry's options.
+struct ConfiguredPass {
+  std::unique_ptr<Pass> pass;
+  std::string options;  // as printed: "{k=v}"
+};
+
+// Creates and configures every pass before any runs, so a typo in the last pass's options fails
+// before the first pass touches the graph. Throws JfxError on an unknown pass (listing the known
+// ones) or an option key the pass did not read.
+std::vector<ConfiguredPass> buildPipeline(const std::vector<PipelineEntry>& pipeline);
+
 // Throws JfxError when a pass fails, when verification fails after a changing pass (the message
 // names the pass and the first issues), or when a pass reports "unchanged" but the hash changed.
 PipelineResult runPipeline(Graph& g, const std::vector<PipelineEntry>& pipeline,
                            const PassManagerOptions& opts);
+// runPipeline over passes built elsewhere (tests run passes that are not in the registry).
+PipelineResult runPasses(Graph& g, std::vector<ConfiguredPass>& passes,
+                         const PassManagerOptions& opts);
 
 }  // namespace jfx

@@ -38,8 +38,7 @@ def test_empty_pipeline_round_trips_exactly(path) -> None:
 def test_dce_keeps_nodes_targets_args_and_meta(path) -> None:
     doc = load_graph(path)
     gm = import_graph(doc)
-    # Raw SAC traces carry dead aliases of un-waited collectives: verify only after dce.
-    out = run_pipeline(gm, "dce", verify=fixture_variant(path) != "sac")
+    out = run_pipeline(gm, "dce")
     after = {n["name"]: n for n in export_graph(out)["nodes"]}
     before = {n["name"]: n for n in doc["nodes"]}
     assert set(after) <= set(before)

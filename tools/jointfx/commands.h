@@ -20,5 +20,7 @@ void addPassesCommand(CLI::App& app, int& exit_code);   // cmd_passes.cc: lists 
 void addAnalyzeCommand(CLI::App& app, int& exit_code);  // cmd_analyze.cc (memory, simulator)
 void addExecCommand(CLI::App& app, int& exit_code);     // cmd_exec.cc (runtime; stub message
                                                         // when built without LibTorch)
+void addParityCommand(CLI::App& app, int& exit_code);   // cmd_parity.cc (registered by
+                                                        // addExecCommand)
 
 }  // namespace jfx::cli

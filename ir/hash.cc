@@ -1,0 +1,180 @@
+#include "ir/hash.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string_view>
+
+namespace jfx {
+namespace {
+
+// FNV-1a over 64-bit words (with a shift to spread high bits down), fed in a fixed order with
+// a tag before each variant: the same graph hashes the same on every machine and every run.
+// Node references hash by name, never by address.
+class Hasher {
+ public:
+  uint64_t value() const { return h_; }
+
+  void word(uint64_t w) {
+    h_ ^= w;
+    h_ *= 0x100000001b3ULL;
+    h_ ^= h_ >> 29;
+  }
+  void tag(uint8_t t) { word(0xA5A5000000000000ULL | t); }
+  void integer(int64_t v) { word(static_cast<uint64_t>(v)); }
+  void floating(double f) {
+    if (std::isnan(f)) f = std::numeric_limits<double>::quiet_NaN();  // prints as one "nan"
+    uint64_t bits;
+    std::memcpy(&bits, &f, sizeof bits);
+    word(bits);
+  }
+  void str(std::string_view s) {
+    word(s.size());
+    size_t i = 0;
+    for (; i + 8 <= s.size(); i += 8)
+      word(load(s.data() + i, 8));
+    if (i < s.size()) word(load(s.data() + i, s.size() - i));
+  }
+  void ints(const std::vector<int64_t>& v) {
+    word(v.size());
+    for (int64_t x : v)
+      integer(x);
+  }
+
+  void arg(const Arg& a) {
+    tag(static_cast<uint8_t>(a.kind()));
+    switch (a.kind()) {
+      case Arg::Kind::None:
+        return;
+      case Arg::Kind::Bool:
+        word(a.toBool());
+        return;
+      case Arg::Kind::Int:
+        integer(a.toInt());
+        return;
+      case Arg::Kind::Float:
+        floating(a.toFloat());
+        return;
+      case Arg::Kind::Node:
+        str(a.node()->name());
+        return;
+      case Arg::Kind::Dtype:
+        word(static_cast<uint64_t>(a.dtype()));
+        return;
+      case Arg::Kind::Str:
+      case Arg::Kind::Device:
+      case Arg::Kind::Layout:
+      case Arg::Kind::MemoryFormat:
+        str(a.str());
+        return;
+      case Arg::Kind::Opaque:
+        str(a.str());
+        str(a.opaqueRepr());
+        return;
+      case Arg::Kind::List:
+      case Arg::Kind::Tuple:
+        word(a.items().size());
+        for (const Arg& item : a.items())
+          arg(item);
+        return;
+    }
+  }
+
+  void val(const ValueMeta& v) {
+    tag(static_cast<uint8_t>(v.kind));
+    switch (v.kind) {
+      case ValueMeta::Kind::Absent:
+      case ValueMeta::Kind::None:
+        return;
+      case ValueMeta::Kind::Tensor:
+        word(static_cast<uint64_t>(v.tensor.dtype));
+        ints(v.tensor.shape);
+        ints(v.tensor.stride);
+        str(v.tensor.device.str());
+        return;
+      case ValueMeta::Kind::List:
+        word(v.items.size());
+        for (const auto& item : v.items)
+          val(item);
+        return;
+      case ValueMeta::Kind::Int:
+      case ValueMeta::Kind::Bool:
+        integer(v.i);
+        return;
+      case ValueMeta::Kind::Float:
+        floating(v.f);
+        return;
+    }
+  }
+
+  void node(const Node& n) {
+    str(n.name());
+    word(static_cast<uint64_t>(n.op()));
+    str(n.target().str());
+    word(n.args().size());
+    for (const Arg& a : n.args())
+      arg(a);
+    // In the order the printers write them (sorted by key), whatever order the IR holds.
+    word(n.kwargs().size());
+    sorted_kwargs_.clear();
+    for (const auto& kv : n.kwargs())
+      sorted_kwargs_.push_back(&kv);
+    std::stable_sort(sorted_kwargs_.begin(), sorted_kwargs_.end(),
+                     [](const auto* a, const auto* b) { return a->first.str() < b->first.str(); });
+    for (const auto* kv : sorted_kwargs_) {
+      str(kv->first.str());
+      arg(kv->second);
+    }
+    val(n.val());
+    const NodeMeta& m = n.meta();
+    word(static_cast<uint64_t>(m.phase));
+    integer(static_cast<int64_t>(m.recompute));
+    word(m.ac_graph_id.has_value());
+    integer(m.ac_graph_id.value_or(0));
+    word(m.seq_nr.has_value());
+    integer(m.seq_nr.value_or(0));
+    str(m.module_fqn.str());
+    str(m.stack_trace);
+    str(m.extra_json);
+    if (n.op() == OpKind::Placeholder) {  // the formats carry input info on placeholders only
+      word(static_cast<uint64_t>(n.inputKind()));
+      str(n.inputFqn());
+    }
+  }
+
+ private:
+  static uint64_t load(const char* p, size_t n) {
+    uint64_t w = 0;
+    for (size_t i = 0; i < n; ++i)
+      w |= static_cast<uint64_t>(static_cast<unsigned char>(p[i])) << (8 * i);
+    return w;
+  }
+
+  uint64_t h_ = 0xcbf29ce484222325ULL;
+  std::vector<const std::pair<Symbol, Arg>*> sorted_kwargs_;
+};
+
+}  // namespace
+
+uint64_t structuralHash(const Graph& g) {
+  Hasher h;
+  h.word(g.processGroups().size());
+  for (const auto& pg : g.processGroups()) {
+    h.str(pg.name);
+    h.integer(pg.size);
+    h.ints(pg.ranks);
+  }
+  h.word(g.outputSpecs().size());
+  for (const auto& spec : g.outputSpecs()) {
+    h.word(static_cast<uint64_t>(spec.kind));
+    h.str(spec.fqn);
+  }
+  h.str(g.extraJson());
+  h.word(g.size());
+  for (Node* n = g.first(); n; n = n->next())
+    h.node(*n);
+  return h.value();
+}
+
+}  // namespace jfx

@@ -1,0 +1,1560 @@
+#include "ir/json_format.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <vector>
+
+#include "ir/error.h"
+
+namespace jfx {
+namespace {
+
+using json = nlohmann::json;
+
+constexpr int64_t kFormatVersion = 1;
+constexpr std::string_view kFormatName = "jointfx.graph";
+// Deeper nesting is rejected while the tree is built, so the code that walks a tree may recurse
+// without overflowing the stack on a hostile file. Real graphs nest a few levels.
+constexpr int kMaxNesting = 200;
+
+void appendInt(std::string& out, int64_t v) {
+  char buf[24];
+  auto r = std::to_chars(buf, buf + sizeof buf, v);
+  out.append(buf, r.ptr);
+}
+
+void appendUnsigned(std::string& out, uint64_t v) {
+  char buf[24];
+  auto r = std::to_chars(buf, buf + sizeof buf, v);
+  out.append(buf, r.ptr);
+}
+
+// ------------------------------------------------------------------------------- JSON tree
+
+// A JSON value tree in one flat, pre-order array, built from nlohmann's SAX events. Its arrays
+// are reused from value to value, so reading allocates nothing once they are warm; a nlohmann
+// DOM (a std::map per object) made reading ~3x slower.
+struct JsonTree {
+  enum class Type : uint8_t { Null, Bool, Int, Unsigned, Float, String, Array, Object };
+  struct Value {
+    Type type = Type::Null;
+    uint32_t key_off = 0;  // the member's key (in chars) when the parent is an object
+    uint32_t key_len = 0;
+    uint32_t end = 0;   // one past the last descendant: the index of the next sibling
+    uint32_t size = 0;  // number of children (arrays, objects)
+    union {
+      bool b;
+      int64_t i;   // every integer that fits int64
+      uint64_t u;  // the others
+      double f;
+      uint32_t str[2];  // offset and length in chars
+    };
+  };
+  std::vector<Value> values;
+  std::string chars;  // the bytes of every string and key
+};
+
+// A read-only view of one value in a JsonTree.
+class JView {
+ public:
+  using Type = JsonTree::Type;
+  JView() = default;
+  JView(const JsonTree* t, uint32_t index) : t_(t), i_(index) {}
+
+  explicit operator bool() const { return t_ != nullptr; }
+  Type type() const { return v().type; }
+  bool isString() const { return type() == Type::String; }
+  bool isArray() const { return type() == Type::Array; }
+  bool isObject() const { return type() == Type::Object; }
+  bool isInteger() const { return type() == Type::Int || type() == Type::Unsigned; }
+  bool boolean() const { return v().b; }
+  int64_t integer() const { return v().i; }
+  uint64_t unsignedInteger() const { return v().u; }
+  double floating() const { return v().f; }
+  std::string_view str() const { return {t_->chars.data() + v().str[0], v().str[1]}; }
+  std::string_view key() const { return {t_->chars.data() + v().key_off, v().key_len}; }
+  uint32_t size() const { return v().size; }
+  bool empty() const { return size() == 0; }
+
+  class iterator {
+   public:
+    iterator(const JsonTree* t, uint32_t i) : t_(t), i_(i) {}
+    JView operator*() const { return {t_, i_}; }
+    iterator& operator++() {
+      i_ = t_->values[i_].end;
+      return *this;
+    }
+    bool operator!=(const iterator& o) const { return i_ != o.i_; }
+
+   private:
+    const JsonTree* t_;
+    uint32_t i_;
+  };
+  iterator begin() const { return {t_, i_ + 1}; }
+  iterator end() const { return {t_, v().end}; }
+
+  // The first member with this key, or an empty view.
+  JView find(std::string_view key) const {
+    for (JView m : *this)
+      if (m.key() == key) return m;
+    return {};
+  }
+
+ private:
+  const JsonTree::Value& v() const { return t_->values[i_]; }
+  const JsonTree* t_ = nullptr;
+  uint32_t i_ = 0;
+};
+
+std::string_view describe(JView j) {
+  switch (j.type()) {
+    case JView::Type::Null:
+      return "null";
+    case JView::Type::Bool:
+      return "a boolean";
+    case JView::Type::Int:
+    case JView::Type::Unsigned:
+      return "an integer";
+    case JView::Type::Float:
+      return "a float";
+    case JView::Type::String:
+      return "a string";
+    case JView::Type::Array:
+      return "an array";
+    case JView::Type::Object:
+      return "an object";
+  }
+  return "a value";
+}
+
+std::string scalarText(JView v) {
+  std::string s;
+  if (v.type() == JView::Type::Unsigned)
+    appendUnsigned(s, v.unsignedInteger());
+  else if (v.type() == JView::Type::Int)
+    appendInt(s, v.integer());
+  else if (v.type() == JView::Type::Float)
+    appendFloat(s, v.floating());
+  else
+    s = describe(v);
+  return s;
+}
+
+// An object's members sorted by key into `out`. Returns a repeated key if there is one: JSON
+// readers disagree on which of two equal keys wins, so the formats reject them.
+std::optional<std::string_view> sortMembers(JView obj, std::vector<JView>& out) {
+  out.clear();
+  for (JView m : obj)
+    out.push_back(m);
+  std::stable_sort(out.begin(), out.end(), [](JView a, JView b) { return a.key() < b.key(); });
+  for (size_t i = 1; i < out.size(); ++i)
+    if (out[i].key() == out[i - 1].key()) return out[i].key();
+  return std::nullopt;
+}
+
+// Canonical compact JSON: sorted keys, floats as appendFloat, strings as appendJsonString.
+void appendCanonical(std::string& out, JView v) {
+  switch (v.type()) {
+    case JView::Type::Null:
+      out += "null";
+      return;
+    case JView::Type::Bool:
+      out += v.boolean() ? "true" : "false";
+      return;
+    case JView::Type::Int:
+    case JView::Type::Unsigned:
+    case JView::Type::Float:
+      out += scalarText(v);
+      return;
+    case JView::Type::String:
+      appendJsonString(out, v.str());
+      return;
+    case JView::Type::Array: {
+      out += '[';
+      bool first = true;
+      for (JView item : v) {
+        if (!first) out += ',';
+        first = false;
+        appendCanonical(out, item);
+      }
+      out += ']';
+      return;
+    }
+    case JView::Type::Object: {
+      std::vector<JView> members;
+      if (auto dup = sortMembers(v, members))
+        throw JfxError({}, "duplicate key '" + std::string(*dup) + "' in a JSON object");
+      out += '{';
+      bool first = true;
+      for (JView m : members) {
+        if (!first) out += ',';
+        first = false;
+        appendJsonString(out, m.key());
+        out += ':';
+        appendCanonical(out, m);
+      }
+      out += '}';
+      return;
+    }
+  }
+}
+
+SourceLocation locate(std::string_view text, size_t offset, const std::string& filename) {
+  SourceLocation loc;
+  loc.file = filename;
+  loc.line = 1;
+  size_t line_start = 0;
+  for (size_t i = 0; i < offset && i < text.size(); ++i) {
+    if (text[i] == '\n') {
+      ++loc.line;
+      line_start = i + 1;
+    }
+  }
+  loc.column = static_cast<int>(offset - line_start) + 1;
+  return loc;
+}
+
+// Collects nlohmann's SAX events into a JsonTree. Nesting deeper than kMaxNesting is an error
+// here, so everything that walks a tree may recurse freely. Subclasses watch values arrive.
+class TreeBuilder : public nlohmann::json_sax<json> {
+ public:
+  // Parses all of `text`. Throws JfxError; a syntax error names its line, column and byte.
+  void parse(std::string_view text, const std::string& filename) {
+    text_ = text;
+    filename_ = &filename;
+    tree_.values.clear();
+    tree_.chars.clear();
+    stack_.clear();
+    key_len_ = 0;
+    try {
+      json::sax_parse(text.begin(), text.end(), this);
+    } catch (const json::exception& e) {
+      // Syntax errors arrive through parse_error(); anything else nlohmann throws is still bad
+      // input, not a crash.
+      throw JfxError(fileOnly(), std::string("malformed JSON: ") + e.what());
+    }
+  }
+  JView root() const { return JView(&tree_, 0); }
+
+  bool null() final { return leaf(JView::Type::Null); }
+  bool boolean(bool b) final {
+    add(JView::Type::Bool).b = b;
+    return leafDone();
+  }
+  bool number_integer(number_integer_t i) final {
+    add(JView::Type::Int).i = i;
+    return leafDone();
+  }
+  bool number_unsigned(number_unsigned_t u) final {
+    if (u <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+      add(JView::Type::Int).i = static_cast<int64_t>(u);
+    else
+      add(JView::Type::Unsigned).u = u;
+    return leafDone();
+  }
+  bool number_float(number_float_t f, const string_t&) final {
+    add(JView::Type::Float).f = f;
+    return leafDone();
+  }
+  bool string(string_t& s) final {
+    JsonTree::Value& v = add(JView::Type::String);
+    v.str[0] = static_cast<uint32_t>(tree_.chars.size());
+    v.str[1] = static_cast<uint32_t>(s.size());
+    tree_.chars += s;
+    return leafDone();
+  }
+  bool binary(binary_t&) final { return leaf(JView::Type::Null); }  // JSON text has none
+  bool start_object(std::size_t) final { return open(JView::Type::Object); }
+  bool start_array(std::size_t) final { return open(JView::Type::Array); }
+  bool end_object() final { return close(); }
+  bool end_array() final { return close(); }
+  bool key(string_t& k) final {
+    key_off_ = static_cast<uint32_t>(tree_.chars.size());
+    key_len_ = static_cast<uint32_t>(k.size());
+    tree_.chars += k;
+    keyRead(std::string_view(tree_.chars).substr(key_off_));
+    return true;
+  }
+  bool parse_error(std::size_t position, const std::string&,
+                   const nlohmann::detail::exception& e) final {
+    // nlohmann counts bytes from 1 and points just past the offending character.
+    size_t offset = std::min<size_t>(position > 0 ? position - 1 : 0, text_.size());
+    // Drop nlohmann's "[json.exception.parse_error.101] parse error at line 1, column 2: " prefix.
+    std::string detail = e.what();
+    size_t p = detail.find("parse error");
+    if (p != std::string::npos) p = detail.find(": ", p);
+    if (p != std::string::npos) detail = detail.substr(p + 2);
+    throw JfxError(locate(text_, offset, *filename_),
+                   "JSON syntax error at byte " + std::to_string(offset) + ": " + detail);
+  }
+
+ protected:
+  virtual void added(uint32_t index) {}      // a value was appended (a container: opened)
+  virtual void completed(uint32_t index) {}  // a value is complete (a container: closed)
+  virtual void keyRead(std::string_view key) {}
+
+  // Drops every value from `index` on (and their strings), e.g. a node already read.
+  void truncate(uint32_t index, uint32_t chars) {
+    tree_.values.resize(index);
+    tree_.chars.resize(chars);
+  }
+
+  JsonTree tree_;
+  std::vector<uint32_t> stack_;  // open arrays and objects
+
+ private:
+  JsonTree::Value& add(JView::Type type) {
+    if (tree_.values.size() >= std::numeric_limits<uint32_t>::max() ||
+        tree_.chars.size() >= std::numeric_limits<uint32_t>::max())
+      throw JfxError(fileOnly(), "JSON document too large");
+    uint32_t index = static_cast<uint32_t>(tree_.values.size());
+    JsonTree::Value& v = tree_.values.emplace_back();
+    v.type = type;
+    v.key_off = key_off_;
+    v.key_len = key_len_;
+    v.end = index + 1;
+    v.i = 0;
+    key_len_ = 0;
+    if (!stack_.empty()) ++tree_.values[stack_.back()].size;
+    added(index);
+    return tree_.values[index];
+  }
+  bool leaf(JView::Type type) {
+    add(type);
+    return leafDone();
+  }
+  bool leafDone() {
+    completed(static_cast<uint32_t>(tree_.values.size() - 1));
+    return true;
+  }
+  bool open(JView::Type type) {
+    if (stack_.size() >= static_cast<size_t>(kMaxNesting))
+      throw JfxError(fileOnly(),
+                     "JSON nested more than " + std::to_string(kMaxNesting) + " levels deep");
+    add(type);
+    stack_.push_back(static_cast<uint32_t>(tree_.values.size() - 1));
+    return true;
+  }
+  bool close() {
+    uint32_t index = stack_.back();
+    stack_.pop_back();
+    tree_.values[index].end = static_cast<uint32_t>(tree_.values.size());
+    completed(index);
+    return true;
+  }
+
+  // SAX events carry no position, so only syntax errors can say where they are.
+  SourceLocation fileOnly() const {
+    SourceLocation loc;
+    loc.file = *filename_;
+    return loc;
+  }
+
+  std::string_view text_;
+  const std::string* filename_ = nullptr;
+  uint32_t key_off_ = 0;  // the key of the next value, when inside an object
+  uint32_t key_len_ = 0;
+};
+
+// ------------------------------------------------------------------------------------ writer
+
+// Typed node-meta keys in sorted order: the writer merges them with the extra keys by name.
+constexpr std::string_view kTypedMetaKeys[] = {"ac_graph_id", "custom",      "phase", "recompute",
+                                               "seq_nr",      "stack_trace", "val"};
+
+bool isTypedMetaKey(std::string_view k) {
+  return std::find(std::begin(kTypedMetaKeys), std::end(kTypedMetaKeys), k) !=
+         std::end(kTypedMetaKeys);
+}
+
+class JsonWriter {
+ public:
+  explicit JsonWriter(std::string& out) : out_(out) {}
+
+  void graph(const Graph& g) {
+    out_ += "{\n\"format\":";
+    appendJsonString(out_, kFormatName);
+    out_ += ",\n\"version\":";
+    appendInt(out_, kFormatVersion);
+    out_ += ",\n\"process_groups\":[";
+    bool first = true;
+    for (const auto& pg : g.processGroups()) {
+      out_ += first ? "\n" : ",\n";
+      first = false;
+      out_ += "{\"name\":";
+      appendJsonString(out_, pg.name);
+      out_ += ",\"ranks\":[";
+      for (size_t i = 0; i < pg.ranks.size(); ++i) {
+        if (i) out_ += ',';
+        appendInt(out_, pg.ranks[i]);
+      }
+      out_ += "],\"size\":";
+      appendInt(out_, pg.size);
+      out_ += '}';
+    }
+    out_ += first ? "]" : "\n]";
+
+    out_ += ",\n\"inputs\":[";
+    first = true;
+    for (Node* n = g.first(); n; n = n->next()) {
+      if (n->op() != OpKind::Placeholder) continue;
+      out_ += first ? "\n" : ",\n";
+      first = false;
+      out_ += '{';
+      if (!n->inputFqn().empty()) {
+        out_ += "\"fqn\":";
+        appendJsonString(out_, n->inputFqn());
+        out_ += ',';
+      }
+      out_ += "\"kind\":";
+      appendJsonString(out_, inputKindName(n->inputKind()));
+      out_ += ",\"name\":";
+      appendJsonString(out_, n->name());
+      out_ += '}';
+    }
+    out_ += first ? "]" : "\n]";
+
+    if (!g.outputSpecs().empty()) {
+      out_ += ",\n\"outputs\":[";
+      first = true;
+      for (const auto& spec : g.outputSpecs()) {
+        out_ += first ? "\n" : ",\n";
+        first = false;
+        out_ += '{';
+        if (!spec.fqn.empty()) {
+          out_ += "\"fqn\":";
+          appendJsonString(out_, spec.fqn);
+          out_ += ',';
+        }
+        out_ += "\"kind\":";
+        appendJsonString(out_, outputKindName(spec.kind));
+        out_ += '}';
+      }
+      out_ += "\n]";
+    }
+
+    if (!g.extraJson().empty()) {
+      JView meta = parseExtra(g.extraJson(), "");
+      if (!meta.empty()) {
+        out_ += ",\n\"meta\":";
+        canonical(meta, "");
+      }
+    }
+
+    out_ += ",\n\"nodes\":[";
+    first = true;
+    for (Node* n = g.first(); n; n = n->next()) {
+      out_ += first ? "\n" : ",\n";
+      first = false;
+      node(*n);
+    }
+    out_ += first ? "]\n}\n" : "\n]\n}\n";
+  }
+
+ private:
+  // extra_json is canonical when a reader made it; a pass may have built it by hand, so it is
+  // parsed and re-canonicalized rather than spliced.
+  JView parseExtra(const std::string& text, const std::string& node) {
+    static const std::string kNoFile;
+    try {
+      extra_.parse(text, kNoFile);
+    } catch (const JfxError& e) {
+      throw JfxError(SourceLocation::atNode(node), "extra meta is not valid JSON: " + e.message());
+    }
+    if (!extra_.root().isObject())
+      throw JfxError(SourceLocation::atNode(node), "extra meta is not a JSON object");
+    return extra_.root();
+  }
+
+  void canonical(JView v, const std::string& node) {
+    try {
+      appendCanonical(out_, v);
+    } catch (const JfxError& e) {
+      throw JfxError(SourceLocation::atNode(node), "extra meta: " + e.message());
+    }
+  }
+
+  void node(const Node& n) {
+    out_ += "{\"args\":[";
+    for (size_t i = 0; i < n.args().size(); ++i) {
+      if (i) out_ += ',';
+      arg(n.args()[i]);
+    }
+    out_ += "],\"kwargs\":{";
+    // JSON objects are sorted; kwargs keep IR order elsewhere, so sort a view of them here.
+    sorted_kwargs_.clear();
+    for (const auto& kv : n.kwargs())
+      sorted_kwargs_.push_back(&kv);
+    std::stable_sort(sorted_kwargs_.begin(), sorted_kwargs_.end(),
+                     [](const auto* a, const auto* b) { return a->first.str() < b->first.str(); });
+    for (size_t i = 0; i < sorted_kwargs_.size(); ++i) {
+      if (i) out_ += ',';
+      appendJsonString(out_, sorted_kwargs_[i]->first.str());
+      out_ += ':';
+      arg(sorted_kwargs_[i]->second);
+    }
+    out_ += "},\"meta\":";
+    meta(n);
+    out_ += ",\"name\":";
+    appendJsonString(out_, n.name());
+    out_ += ",\"op\":";
+    appendJsonString(out_, opKindName(n.op()));
+    out_ += ",\"target\":";
+    appendJsonString(out_, n.target().str());
+    out_ += '}';
+  }
+
+  void floatValue(double f) {
+    if (std::isnan(f))
+      out_ += "{\"float\":\"nan\"}";
+    else if (std::isinf(f))
+      out_ += f > 0 ? "{\"float\":\"inf\"}" : "{\"float\":\"-inf\"}";
+    else
+      appendFloat(out_, f);
+  }
+
+  void boxed(std::string_view key, std::string_view value) {
+    out_ += "{\"";
+    out_ += key;
+    out_ += "\":";
+    appendJsonString(out_, value);
+    out_ += '}';
+  }
+
+  void arg(const Arg& a) {
+    switch (a.kind()) {
+      case Arg::Kind::None:
+        out_ += "null";
+        return;
+      case Arg::Kind::Bool:
+        out_ += a.toBool() ? "true" : "false";
+        return;
+      case Arg::Kind::Int:
+        appendInt(out_, a.toInt());
+        return;
+      case Arg::Kind::Float:
+        floatValue(a.toFloat());
+        return;
+      case Arg::Kind::Str:
+        appendJsonString(out_, a.str());
+        return;
+      case Arg::Kind::Node:
+        boxed("node", a.node()->name());
+        return;
+      case Arg::Kind::Dtype:
+        boxed("dtype", dtypeName(a.dtype()));
+        return;
+      case Arg::Kind::Device:
+        boxed("device", a.str());
+        return;
+      case Arg::Kind::Layout:
+        boxed("layout", a.str());
+        return;
+      case Arg::Kind::MemoryFormat:
+        boxed("memory_format", a.str());
+        return;
+      case Arg::Kind::List:
+      case Arg::Kind::Tuple: {
+        bool tuple = a.kind() == Arg::Kind::Tuple;
+        out_ += tuple ? "{\"tuple\":[" : "[";
+        for (size_t i = 0; i < a.items().size(); ++i) {
+          if (i) out_ += ',';
+          arg(a.items()[i]);
+        }
+        out_ += tuple ? "]}" : "]";
+        return;
+      }
+      case Arg::Kind::Opaque:
+        out_ += "{\"opaque\":{\"repr\":";
+        appendJsonString(out_, a.opaqueRepr());
+        out_ += ",\"type\":";
+        appendJsonString(out_, a.str());
+        out_ += "}}";
+        return;
+    }
+  }
+
+  void ints(const std::vector<int64_t>& v) {
+    out_ += '[';
+    for (size_t i = 0; i < v.size(); ++i) {
+      if (i) out_ += ',';
+      appendInt(out_, v[i]);
+    }
+    out_ += ']';
+  }
+
+  void val(const ValueMeta& v) {
+    switch (v.kind) {
+      case ValueMeta::Kind::Absent:
+      case ValueMeta::Kind::None:
+        out_ += "null";
+        return;
+      case ValueMeta::Kind::Tensor:
+        out_ += '{';
+        if (!v.tensor.device.empty()) {
+          out_ += "\"device\":";
+          appendJsonString(out_, v.tensor.device.str());
+          out_ += ',';
+        }
+        out_ += "\"dtype\":";
+        appendJsonString(out_, dtypeName(v.tensor.dtype));
+        out_ += ",\"shape\":";
+        ints(v.tensor.shape);
+        out_ += ",\"stride\":";
+        ints(v.tensor.stride);
+        out_ += '}';
+        return;
+      case ValueMeta::Kind::List:
+        out_ += '[';
+        for (size_t i = 0; i < v.items.size(); ++i) {
+          if (i) out_ += ',';
+          val(v.items[i]);
+        }
+        out_ += ']';
+        return;
+      case ValueMeta::Kind::Int:
+        appendInt(out_, v.i);
+        return;
+      case ValueMeta::Kind::Float:
+        floatValue(v.f);
+        return;
+      case ValueMeta::Kind::Bool:
+        out_ += v.i ? "true" : "false";
+        return;
+    }
+  }
+
+  // Writes typed key `idx` of kTypedMetaKeys if the node has it. `custom` is the extra "custom"
+  // value (or empty); module_fqn is merged into it.
+  void typedMember(const Node& n, size_t idx, JView custom, bool& first) {
+    const NodeMeta& m = n.meta();
+    auto key = [&] {
+      out_ += first ? "\"" : ",\"";
+      first = false;
+      out_ += kTypedMetaKeys[idx];
+      out_ += "\":";
+    };
+    switch (idx) {
+      case 0:
+        if (!m.ac_graph_id) return;
+        key();
+        appendInt(out_, *m.ac_graph_id);
+        return;
+      case 1:
+        if (m.module_fqn.empty()) {
+          if (!custom) return;
+          key();
+          canonical(custom, n.name());
+          return;
+        }
+        key();
+        customWithModule(n, custom);
+        return;
+      case 2:
+        if (m.phase == Phase::Unknown) return;
+        key();
+        appendJsonString(out_, phaseName(m.phase));
+        return;
+      case 3:
+        if (m.recompute == Recompute::Unset) return;
+        key();
+        appendInt(out_, static_cast<int>(m.recompute));
+        return;
+      case 4:
+        if (!m.seq_nr) return;
+        key();
+        appendInt(out_, *m.seq_nr);
+        return;
+      case 5:
+        if (m.stack_trace.empty()) return;
+        key();
+        appendJsonString(out_, m.stack_trace);
+        return;
+      case 6:
+        if (n.val().kind == ValueMeta::Kind::Absent) return;
+        key();
+        val(n.val());
+        return;
+    }
+  }
+
+  // {"module_fqn": ...} merged into the extra "custom" object at its sorted place. A non-object
+  // "custom" (only a hand-built extra_json has one) cannot hold it: the typed field wins.
+  void customWithModule(const Node& n, JView custom) {
+    out_ += '{';
+    bool first = true;
+    bool placed = false;
+    auto place = [&] {
+      out_ += first ? "\"module_fqn\":" : ",\"module_fqn\":";
+      first = false;
+      appendJsonString(out_, n.meta().module_fqn.str());
+      placed = true;
+    };
+    if (custom && custom.isObject()) {
+      std::vector<JView> members;
+      if (auto dup = sortMembers(custom, members))
+        throw JfxError(SourceLocation::atNode(n.name()),
+                       "extra meta: duplicate key '" + std::string(*dup) + "' in custom");
+      for (JView c : members) {
+        if (c.key() == "module_fqn") continue;
+        if (!placed && c.key() > "module_fqn") place();
+        out_ += first ? "" : ",";
+        first = false;
+        appendJsonString(out_, c.key());
+        out_ += ':';
+        canonical(c, n.name());
+      }
+    }
+    if (!placed) place();
+    out_ += '}';
+  }
+
+  void meta(const Node& n) {
+    constexpr size_t kNumTyped = std::size(kTypedMetaKeys);
+    out_ += '{';
+    bool first = true;
+    size_t next_typed = 0;
+    JView custom;
+    if (!n.meta().extra_json.empty()) {
+      JView extra = parseExtra(n.meta().extra_json, n.name());
+      if (auto dup = sortMembers(extra, members_))
+        throw JfxError(SourceLocation::atNode(n.name()),
+                       "extra meta: duplicate key '" + std::string(*dup) + "'");
+      custom = extra.find("custom");
+      // Both sequences are sorted: merge them. An extra key that shadows a typed one (only a
+      // hand-built extra_json can have one) loses to the typed field.
+      for (JView m : members_) {
+        if (isTypedMetaKey(m.key())) continue;
+        while (next_typed < kNumTyped && kTypedMetaKeys[next_typed] < m.key())
+          typedMember(n, next_typed++, custom, first);
+        out_ += first ? "" : ",";
+        first = false;
+        appendJsonString(out_, m.key());
+        out_ += ':';
+        canonical(m, n.name());
+      }
+    }
+    for (; next_typed < kNumTyped; ++next_typed)
+      typedMember(n, next_typed, custom, first);
+    out_ += '}';
+  }
+
+  std::string& out_;
+  std::vector<const std::pair<Symbol, Arg>*> sorted_kwargs_;
+  TreeBuilder extra_;           // reused for every node's extra meta
+  std::vector<JView> members_;  // its members, sorted
+};
+
+// ------------------------------------------------------------------------------------ reader
+
+// Reads the document with nlohmann's SAX parser into a JsonTree and turns each element of
+// "nodes" into a Node as soon as it is complete, then drops it from the tree: memory stays
+// proportional to one node, not to the file. The header is small and read at the end.
+class JsonReader : public TreeBuilder {
+ public:
+  JsonReader(std::string_view text, const std::string& filename)
+      : text_(text), filename_(filename), g_(std::make_unique<Graph>()) {}
+
+  std::unique_ptr<Graph> read() {
+    // Node names are hashed once per definition and once per use: size the table up front.
+    g_->reserve(text_.size() / 256 + 16);
+    parse(text_, filename_);
+    node_name_.clear();
+    if (bad_ref_) badReference();
+    JView doc = root();
+    if (!doc.isObject())
+      fail("expected a JSON object at the top level, got " + std::string(describe(doc)));
+    header(doc);
+    return std::move(g_);
+  }
+
+ private:
+  // ---- streaming: hooks called while the tree is built
+
+  void keyRead(std::string_view key) override {
+    if (stack_.size() == 1) checkTopKey(key);
+  }
+
+  void added(uint32_t index) override {
+    if (stack_.size() == 1 && tree_.values[index].type == JView::Type::Array &&
+        JView(&tree_, index).key() == "nodes") {
+      nodes_array_ = index;
+    } else if (stack_.size() == 2 && stack_[1] == nodes_array_) {
+      // A new element of "nodes": remember where it starts so it can be dropped once read.
+      node_start_ = index;
+      node_chars_ = static_cast<uint32_t>(tree_.chars.size());
+    }
+  }
+
+  // Format and version are checked as soon as they are read, so a wrong version is reported
+  // before any node; a node is read as soon as it is complete, then dropped from the tree.
+  void completed(uint32_t index) override {
+    if (index == nodes_array_) {
+      nodes_array_ = kNone;
+    } else if (stack_.size() == 1) {
+      JView v(&tree_, index);
+      if (v.key() == "format" || v.key() == "version") checkFormat(v.key(), v);
+    } else if (stack_.size() == 2 && stack_[1] == nodes_array_) {
+      Scope nodes(this, "nodes");
+      Scope at(this, node_index_);
+      node(JView(&tree_, index));
+      node_name_.clear();
+      ++node_index_;
+      truncate(node_start_, node_chars_);
+    }
+  }
+
+  // ---- locations
+
+  // One step of the JSON pointer to the value being read, kept as a stack and only rendered when
+  // an error needs it.
+  struct Step {
+    std::string_view key;
+    size_t index = 0;
+    bool is_key = false;
+  };
+  class Scope {
+   public:
+    Scope(JsonReader* r, std::string_view key) : r_(r) { r_->path_.push_back({key, 0, true}); }
+    Scope(JsonReader* r, size_t index) : r_(r) { r_->path_.push_back({{}, index, false}); }
+    ~Scope() { r_->path_.pop_back(); }
+    Scope(const Scope&) = delete;
+    Scope& operator=(const Scope&) = delete;
+
+   private:
+    JsonReader* r_;
+  };
+
+  std::string pointer() const {
+    std::string p;
+    for (const Step& s : path_) {
+      p += '/';
+      if (!s.is_key) {
+        p += std::to_string(s.index);
+        continue;
+      }
+      for (char c : s.key) {  // RFC 6901 escaping
+        if (c == '~')
+          p += "~0";
+        else if (c == '/')
+          p += "~1";
+        else
+          p += c;
+      }
+    }
+    return p;
+  }
+
+  SourceLocation where() const {
+    SourceLocation loc;
+    loc.file = filename_;
+    loc.json_pointer = pointer();
+    if (loc.json_pointer.empty() && !loc.file.empty()) loc.json_pointer = "/";
+    loc.node = node_name_;
+    return loc;
+  }
+
+  [[noreturn]] void fail(const std::string& message) const { throw JfxError(where(), message); }
+
+  void checkTopKey(std::string_view key) {
+    static constexpr std::string_view kKeys[] = {"format",  "version", "process_groups", "inputs",
+                                                 "outputs", "meta",    "nodes"};
+    if (std::find(std::begin(kKeys), std::end(kKeys), key) != std::end(kKeys)) return;
+    Scope at(this, key);
+    fail("unexpected header key '" + std::string(key) +
+         "' (expected format, version, process_groups, inputs, outputs, meta, nodes)");
+  }
+
+  void checkFormat(std::string_view key, JView v) {
+    Scope at(this, key);
+    if (key == "format") {
+      if (!v.isString() || v.str() != kFormatName) fail("expected \"format\": \"jointfx.graph\"");
+    } else {
+      if (!v.isInteger()) fail("expected an integer version, got " + std::string(describe(v)));
+      if (v.type() != JView::Type::Int || v.integer() != kFormatVersion)
+        fail("unsupported format version " + scalarText(v) + " (this reader reads version 1)");
+    }
+  }
+
+  // Extra meta is stored canonical, so the same content in any key order reads the same.
+  void canonical(std::string& out, JView v) {
+    try {
+      appendCanonical(out, v);
+    } catch (const JfxError& e) {
+      fail(e.message());
+    }
+  }
+
+  std::vector<JView> sortedMembers(JView obj) {
+    std::vector<JView> members;
+    if (auto dup = sortMembers(obj, members)) {
+      Scope at(this, *dup);
+      fail("duplicate key '" + std::string(*dup) + "'");
+    }
+    return members;
+  }
+
+  // ---- typed accessors: each fails with the pointer of the value it was given.
+
+  std::string_view str(JView j, std::string_view what) const {
+    if (!j.isString())
+      fail("expected " + std::string(what) + " (a string), got " + std::string(describe(j)));
+    return j.str();
+  }
+
+  int64_t integer(JView j, std::string_view what) const {
+    if (!j.isInteger())
+      fail("expected " + std::string(what) + " (an integer), got " + std::string(describe(j)));
+    if (j.type() == JView::Type::Unsigned)
+      fail("integer " + scalarText(j) + " is out of the int64 range");
+    return j.integer();
+  }
+
+  std::vector<int64_t> ints(JView j, std::string_view what) {
+    if (!j.isArray())
+      fail("expected " + std::string(what) + " (an array of integers), got " +
+           std::string(describe(j)));
+    std::vector<int64_t> out;
+    out.reserve(j.size());
+    for (JView item : j) {
+      Scope at(this, out.size());
+      out.push_back(integer(item, "an integer"));
+    }
+    return out;
+  }
+
+  JView member(JView obj, std::string_view key, std::string_view what) {
+    JView m = obj.find(key);
+    if (!m) fail("missing key '" + std::string(key) + "' (" + std::string(what) + ")");
+    return m;
+  }
+
+  // Unknown keys are errors rather than silently dropped: the formats are lossless.
+  void onlyKeys(JView obj, std::initializer_list<std::string_view> keys, std::string_view what) {
+    unsigned seen = 0;
+    for (JView m : obj) {
+      auto it = std::find(keys.begin(), keys.end(), m.key());
+      Scope at(this, m.key());
+      if (it == keys.end()) {
+        std::string list;
+        for (auto k : keys)
+          list += (list.empty() ? "" : ", ") + std::string(k);
+        fail("unexpected key '" + std::string(m.key()) + "' in " + std::string(what) +
+             " (expected " + list + ")");
+      }
+      unsigned bit = 1u << (it - keys.begin());
+      if (seen & bit) fail("duplicate key '" + std::string(m.key()) + "'");
+      seen |= bit;
+    }
+  }
+
+  // ---- nodes
+
+  void node(JView j) {
+    if (!j.isObject()) fail("expected a node object, got " + std::string(describe(j)));
+    {
+      Scope at(this, "name");
+      std::string_view name = str(member(j, "name", "every node has a name"), "the node name");
+      if (name.empty()) fail("empty node name");
+      node_name_ = name;
+    }
+    if (bad_ref_) {
+      // An earlier node referred to a name not yet defined: only look for where it is defined.
+      if (!bad_ref_defined_at_ && node_name_ == bad_ref_->target) bad_ref_defined_at_ = node_index_;
+      return;
+    }
+    onlyKeys(j, {"args", "kwargs", "meta", "name", "op", "target"}, "a node");
+
+    OpKind op;
+    {
+      Scope at(this, "op");
+      std::string_view s =
+          str(member(j, "op", "placeholder, call_function, get_attr or output"), "the op kind");
+      auto k = opKindFromName(s);
+      if (!k)
+        fail("unknown op kind '" + std::string(s) +
+             "' (expected placeholder, call_function, get_attr, output)");
+      op = *k;
+    }
+    Symbol target;
+    {
+      Scope at(this, "target");
+      std::string_view s = str(member(j, "target", "the op's target"), "the target");
+      if (op == OpKind::Output && s != "output")
+        fail("the output node's target must be \"output\", got \"" + std::string(s) + "\"");
+      if (op == OpKind::CallFunction && s.empty()) fail("empty call_function target");
+      target = Symbol::intern(s);
+    }
+
+    std::vector<Arg> args;
+    if (JView a = j.find("args")) {
+      Scope at(this, "args");
+      if (!a.isArray()) fail("expected args to be an array, got " + std::string(describe(a)));
+      args.reserve(a.size());
+      for (JView item : a) {
+        Scope k(this, args.size());
+        args.push_back(arg(item));
+      }
+    }
+    Kwargs kwargs;
+    if (JView kw = j.find("kwargs")) {
+      Scope at(this, "kwargs");
+      if (!kw.isObject()) fail("expected kwargs to be an object, got " + std::string(describe(kw)));
+      kwargs.reserve(kw.size());
+      for (JView m : sortedMembers(kw)) {  // the IR keeps kwargs sorted, as the printers do
+        Scope k(this, m.key());
+        kwargs.emplace_back(Symbol::intern(m.key()), arg(m));
+      }
+    }
+    if (bad_ref_) return;
+    if ((op == OpKind::Placeholder || op == OpKind::GetAttr) &&
+        (!args.empty() || !kwargs.empty())) {
+      Scope at(this, args.empty() ? "kwargs" : "args");
+      fail("a " + std::string(opKindName(op)) + " takes no arguments");
+    }
+
+    Node* n = g_->create(op, target, std::move(args), std::move(kwargs), node_name_);
+    if (n->name() != node_name_) {  // create() renames a taken name; here that is an error
+      Scope at(this, "name");
+      fail("duplicate node name '" + node_name_ + "'");
+    }
+    if (JView m = j.find("meta")) {
+      Scope at(this, "meta");
+      meta(m, n);
+    }
+  }
+
+  Arg arg(JView j) {
+    switch (j.type()) {
+      case JView::Type::Null:
+        return Arg::none();
+      case JView::Type::Bool:
+        return Arg::ofBool(j.boolean());
+      case JView::Type::Int:
+      case JView::Type::Unsigned:
+        return Arg::ofInt(integer(j, "an integer"));
+      case JView::Type::Float:
+        return Arg::ofFloat(j.floating());
+      case JView::Type::String:
+        return Arg::ofStr(j.str());
+      case JView::Type::Array: {
+        std::vector<Arg> items;
+        items.reserve(j.size());
+        for (JView item : j) {
+          Scope at(this, items.size());
+          items.push_back(arg(item));
+        }
+        return Arg::ofList(std::move(items));
+      }
+      case JView::Type::Object:
+        return boxedArg(j);
+    }
+    fail("unexpected JSON value");
+  }
+
+  Arg boxedArg(JView j) {
+    static constexpr std::string_view kExpected =
+        "(expected one of {\"node\": ...}, {\"float\": ...}, {\"dtype\": ...}, {\"device\": ...}, "
+        "{\"layout\": ...}, {\"memory_format\": ...}, {\"tuple\": [...]}, {\"opaque\": ...})";
+    if (j.size() != 1)
+      fail("expected an argument object with exactly one key, got " + std::to_string(j.size()) +
+           " keys " + std::string(kExpected));
+    JView v = *j.begin();
+    std::string_view key = v.key();
+    Scope at(this, key);
+    if (key == "node") {
+      std::string_view name = str(v, "a node name");
+      if (Node* ref = g_->findNode(name)) return Arg::ofNode(ref);
+      // Not defined yet: keep reading to learn whether it is defined later (a forward reference
+      // or cycle) or nowhere (dangling), and report the first one at the end.
+      if (!bad_ref_) {
+        bad_ref_ = BadRef{where(), std::string(name), node_index_};
+        if (name == node_name_) bad_ref_defined_at_ = node_index_;
+      }
+      return Arg::none();
+    }
+    if (key == "float") {
+      std::string_view s = str(v, "\"inf\", \"-inf\" or \"nan\"");
+      if (s == "inf") return Arg::ofFloat(std::numeric_limits<double>::infinity());
+      if (s == "-inf") return Arg::ofFloat(-std::numeric_limits<double>::infinity());
+      if (s == "nan") return Arg::ofFloat(std::numeric_limits<double>::quiet_NaN());
+      fail("expected \"inf\", \"-inf\" or \"nan\", got \"" + std::string(s) + "\"");
+    }
+    if (key == "dtype") {
+      std::string_view s = str(v, "a dtype name");
+      auto t = dtypeFromName(s);
+      if (!t) fail("unknown dtype '" + std::string(s) + "'");
+      return Arg::ofDtype(*t);
+    }
+    if (key == "device") return Arg::ofDevice(str(v, "a device"));
+    if (key == "layout") return Arg::ofLayout(str(v, "a layout"));
+    if (key == "memory_format") return Arg::ofMemoryFormat(str(v, "a memory format"));
+    if (key == "tuple") {
+      if (!v.isArray())
+        fail("expected the tuple's items (an array), got " + std::string(describe(v)));
+      std::vector<Arg> items;
+      items.reserve(v.size());
+      for (JView item : v) {
+        Scope k(this, items.size());
+        items.push_back(arg(item));
+      }
+      return Arg::ofTuple(std::move(items));
+    }
+    if (key == "opaque") {
+      if (!v.isObject())
+        fail("expected {\"repr\": ..., \"type\": ...}, got " + std::string(describe(v)));
+      onlyKeys(v, {"repr", "type"}, "an opaque value");
+      std::string_view repr, type;
+      {
+        Scope k(this, "repr");
+        repr = str(member(v, "repr", "the value's repr"), "the repr");
+      }
+      {
+        Scope k(this, "type");
+        type = str(member(v, "type", "the value's type name"), "the type name");
+      }
+      return Arg::ofOpaque(type, repr);
+    }
+    fail("unknown argument object key '" + std::string(key) + "' " + std::string(kExpected));
+  }
+
+  ValueMeta val(JView j) {
+    ValueMeta v;
+    switch (j.type()) {
+      case JView::Type::Null:
+        v.kind = ValueMeta::Kind::None;
+        return v;
+      case JView::Type::Bool:
+        v.kind = ValueMeta::Kind::Bool;
+        v.i = j.boolean() ? 1 : 0;
+        return v;
+      case JView::Type::Int:
+      case JView::Type::Unsigned:
+        v.kind = ValueMeta::Kind::Int;
+        v.i = integer(j, "an integer");
+        return v;
+      case JView::Type::Float:
+        v.kind = ValueMeta::Kind::Float;
+        v.f = j.floating();
+        return v;
+      case JView::Type::Array:
+        v.kind = ValueMeta::Kind::List;
+        v.items.reserve(j.size());
+        for (JView item : j) {
+          Scope at(this, v.items.size());
+          v.items.push_back(val(item));
+        }
+        return v;
+      case JView::Type::Object:
+        if (j.size() == 1 && j.find("float")) {
+          v.kind = ValueMeta::Kind::Float;
+          v.f = boxedArg(j).toFloat();
+          return v;
+        }
+        v.kind = ValueMeta::Kind::Tensor;
+        v.tensor = tensor(j);
+        return v;
+      case JView::Type::String:
+        break;
+    }
+    fail("expected a value meta (tensor object, array, null or scalar), got " +
+         std::string(describe(j)));
+  }
+
+  TensorMeta tensor(JView j) {
+    onlyKeys(j, {"device", "dtype", "shape", "stride"}, "a tensor meta");
+    TensorMeta t;
+    {
+      Scope at(this, "dtype");
+      std::string_view s = str(member(j, "dtype", "a tensor meta needs a dtype"), "a dtype name");
+      auto d = dtypeFromName(s);
+      if (!d) fail("unknown dtype '" + std::string(s) + "'");
+      t.dtype = *d;
+    }
+    {
+      Scope at(this, "shape");
+      t.shape = ints(member(j, "shape", "a tensor meta needs a shape"), "the shape");
+    }
+    if (JView s = j.find("stride")) {
+      Scope at(this, "stride");
+      t.stride = ints(s, "the stride");
+      if (t.stride.size() != t.shape.size())
+        fail("stride has " + std::to_string(t.stride.size()) + " dimensions but shape has " +
+             std::to_string(t.shape.size()));
+    } else {
+      t.stride = TensorMeta::contiguousStride(t.shape);
+    }
+    if (JView d = j.find("device")) {
+      Scope at(this, "device");
+      t.device = Symbol::intern(str(d, "a device"));
+    }
+    return t;
+  }
+
+  void meta(JView j, Node* n) {
+    if (!j.isObject()) fail("expected meta to be an object, got " + std::string(describe(j)));
+    NodeMeta& m = n->meta();
+    std::string extra;
+    auto extraKey = [&](std::string_view key) {
+      extra += extra.empty() ? "{" : ",";
+      appendJsonString(extra, key);
+      extra += ':';
+    };
+    for (JView v : sortedMembers(j)) {  // sorted, so `extra` comes out sorted
+      std::string_view key = v.key();
+      Scope at(this, key);
+      if (key == "val") {
+        n->val() = val(v);
+      } else if (key == "phase") {
+        std::string_view s = str(v, "a phase");
+        auto p = phaseFromName(s);
+        if (!p || *p == Phase::Unknown)
+          fail("unknown phase '" + std::string(s) + "' (expected forward, loss or backward)");
+        m.phase = *p;
+      } else if (key == "recompute") {
+        int64_t r = integer(v, "a CheckpointPolicy value 0..3");
+        if (r < 0 || r > 3)
+          fail("recompute must be 0..3 (CheckpointPolicy), got " + std::to_string(r));
+        m.recompute = static_cast<Recompute>(r);
+      } else if (key == "ac_graph_id") {
+        m.ac_graph_id = integer(v, "the ac_graph_id");
+      } else if (key == "seq_nr") {
+        m.seq_nr = integer(v, "the seq_nr");
+      } else if (key == "stack_trace") {
+        m.stack_trace = str(v, "the stack trace");
+      } else if (key == "custom" && v.isObject() && v.find("module_fqn")) {
+        {
+          Scope f(this, "module_fqn");
+          m.module_fqn = Symbol::intern(str(v.find("module_fqn"), "the module FQN"));
+        }
+        if (m.module_fqn.empty()) {
+          // An empty FQN is not typed (empty means absent); carry it verbatim instead.
+          extraKey(key);
+          canonical(extra, v);
+        } else if (v.size() > 1) {
+          extraKey(key);
+          extra += '{';
+          bool first = true;
+          for (JView c : sortedMembers(v)) {
+            if (c.key() == "module_fqn") continue;
+            Scope k(this, c.key());
+            extra += first ? "" : ",";
+            first = false;
+            appendJsonString(extra, c.key());
+            extra += ':';
+            canonical(extra, c);
+          }
+          extra += '}';
+        }
+      } else {
+        extraKey(key);
+        canonical(extra, v);
+      }
+    }
+    if (!extra.empty()) m.extra_json = extra + "}";
+  }
+
+  // ---- header
+
+  void header(JView doc) {
+    // Already checked while streaming when present; here only whether they are missing.
+    for (std::string_view key : {"format", "version"}) {
+      if (!doc.find(key))
+        fail("missing key '" + std::string(key) + "' (expected " +
+             (key == "format" ? "\"format\": \"jointfx.graph\"" : "\"version\": 1") + ")");
+    }
+    JView nodes = doc.find("nodes");
+    if (!nodes) fail("missing key 'nodes'");
+    if (!nodes.isArray()) {
+      Scope at(this, "nodes");
+      fail("expected nodes to be an array, got " + std::string(describe(nodes)));
+    }
+    onlyKeys(doc, {"format", "version", "process_groups", "inputs", "outputs", "meta", "nodes"},
+             "the header");
+    if (JView pgs = doc.find("process_groups")) {
+      Scope at(this, "process_groups");
+      if (!pgs.isArray())
+        fail("expected an array of process groups, got " + std::string(describe(pgs)));
+      size_t i = 0;
+      for (JView pg : pgs) {
+        Scope item(this, i++);
+        if (!pg.isObject())
+          fail("expected a process group object, got " + std::string(describe(pg)));
+        onlyKeys(pg, {"name", "ranks", "size"}, "a process group");
+        ProcessGroupInfo info;
+        {
+          Scope k(this, "name");
+          info.name = str(member(pg, "name", "the group_name collectives carry"), "the group name");
+          if (g_->findProcessGroup(info.name)) fail("duplicate process group '" + info.name + "'");
+        }
+        {
+          Scope k(this, "size");
+          info.size = integer(member(pg, "size", "the group size"), "the group size");
+        }
+        if (JView r = pg.find("ranks")) {
+          Scope k(this, "ranks");
+          info.ranks = ints(r, "the ranks");
+        }
+        g_->processGroups().push_back(std::move(info));
+      }
+    }
+    if (JView inputs = doc.find("inputs")) {
+      Scope at(this, "inputs");
+      if (!inputs.isArray())
+        fail("expected an array of inputs, got " + std::string(describe(inputs)));
+      size_t i = 0;
+      for (JView in : inputs) {
+        Scope item(this, i++);
+        if (!in.isObject()) fail("expected an input object, got " + std::string(describe(in)));
+        onlyKeys(in, {"fqn", "kind", "name"}, "an input");
+        Node* n = nullptr;
+        {
+          Scope k(this, "name");
+          std::string_view name = str(member(in, "name", "the placeholder's name"), "a name");
+          n = g_->findNode(name);
+          if (!n) fail("input '" + std::string(name) + "' names no node");
+          if (n->op() != OpKind::Placeholder)
+            fail("input '" + std::string(name) + "' is not a placeholder");
+        }
+        InputKind kind;
+        {
+          Scope k(this, "kind");
+          std::string_view s = str(member(in, "kind", "parameter, buffer or user_input"), "a kind");
+          auto ik = inputKindFromName(s);
+          if (!ik)
+            fail("unknown input kind '" + std::string(s) +
+                 "' (expected parameter, buffer, user_input)");
+          kind = *ik;
+        }
+        std::string fqn;
+        if (JView f = in.find("fqn")) {
+          Scope k(this, "fqn");
+          fqn = str(f, "the FQN");
+        }
+        n->setInputInfo(kind, std::move(fqn));
+      }
+    }
+    if (JView outputs = doc.find("outputs")) {
+      Scope at(this, "outputs");
+      if (!outputs.isArray())
+        fail("expected an array of outputs, got " + std::string(describe(outputs)));
+      size_t i = 0;
+      for (JView out : outputs) {
+        Scope item(this, i++);
+        if (!out.isObject()) fail("expected an output object, got " + std::string(describe(out)));
+        onlyKeys(out, {"fqn", "kind"}, "an output");
+        OutputSpec spec;
+        {
+          Scope k(this, "kind");
+          std::string_view s = str(member(out, "kind", "loss, gradient or other"), "a kind");
+          auto ok = outputKindFromName(s);
+          if (!ok)
+            fail("unknown output kind '" + std::string(s) + "' (expected loss, gradient, other)");
+          spec.kind = *ok;
+        }
+        if (JView f = out.find("fqn")) {
+          Scope k(this, "fqn");
+          spec.fqn = str(f, "the FQN");
+        }
+        g_->outputSpecs().push_back(std::move(spec));
+      }
+    }
+    if (JView meta = doc.find("meta")) {
+      Scope at(this, "meta");
+      if (!meta.isObject())
+        fail("expected meta to be an object, got " + std::string(describe(meta)));
+      if (!meta.empty()) canonical(g_->extraJson(), meta);
+    }
+  }
+
+  [[noreturn]] void badReference() {
+    const BadRef& b = *bad_ref_;
+    std::string msg;
+    if (bad_ref_defined_at_ && *bad_ref_defined_at_ == b.node_index)
+      msg = "node '" + b.target + "' refers to itself (a cycle)";
+    else if (bad_ref_defined_at_)
+      msg = "node '" + b.target + "' is used before its definition at /nodes/" +
+            std::to_string(*bad_ref_defined_at_) +
+            " (a forward reference or cycle: nodes must be in topological order)";
+    else
+      msg = "dangling reference to undefined node '" + b.target + "'";
+    throw JfxError(b.loc, msg);
+  }
+
+  struct BadRef {
+    SourceLocation loc;
+    std::string target;
+    size_t node_index;
+  };
+  static constexpr uint32_t kNone = std::numeric_limits<uint32_t>::max();
+
+  std::string_view text_;
+  const std::string& filename_;
+  std::unique_ptr<Graph> g_;
+  uint32_t nodes_array_ = kNone;  // index of the open "nodes" array
+  uint32_t node_start_ = 0;       // where the node being read starts in the tree
+  uint32_t node_chars_ = 0;
+  std::vector<Step> path_;
+  std::string node_name_;
+  size_t node_index_ = 0;
+  std::optional<BadRef> bad_ref_;
+  std::optional<size_t> bad_ref_defined_at_;
+};
+
+// Parses a small JSON text that must be one object (extra meta and the like).
+JView parseObject(TreeBuilder& b, std::string_view text) {
+  static const std::string kNoFile;
+  b.parse(text, kNoFile);
+  JView root = b.root();
+  if (!root.isObject())
+    throw JfxError({}, "expected a JSON object, got " + std::string(describe(root)));
+  return root;
+}
+
+}  // namespace
+
+void appendJsonString(std::string& out, std::string_view s) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  out += '"';
+  const char* run = s.data();
+  const char* end = s.data() + s.size();
+  for (const char* p = s.data(); p != end; ++p) {
+    unsigned char c = static_cast<unsigned char>(*p);
+    if (c >= 0x20 && c != '"' && c != '\\') continue;
+    out.append(run, p);
+    run = p + 1;
+    switch (c) {
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\b':
+        out += "\\b";
+        break;
+      case '\f':
+        out += "\\f";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      default:
+        out += "\\u00";
+        out += kHex[c >> 4];
+        out += kHex[c & 15];
+    }
+  }
+  out.append(run, end);
+  out += '"';
+}
+
+void appendFloat(std::string& out, double v) {
+  if (std::isnan(v)) {
+    out += "nan";
+    return;
+  }
+  if (std::isinf(v)) {
+    out += v < 0 ? "-inf" : "inf";
+    return;
+  }
+  // Shortest round-trip digits from to_chars, laid out as Python's repr() does: fixed notation
+  // when the decimal exponent is in (-4, 16], scientific otherwise.
+  char buf[40];
+  auto r = std::to_chars(buf, buf + sizeof buf, std::fabs(v), std::chars_format::scientific);
+  std::string_view s(buf, r.ptr - buf);  // "d[.ddd]e[+-]XX"
+  size_t e = s.find('e');
+  char digits[24];
+  int n = 0;
+  for (size_t i = 0; i < e; ++i)
+    if (s[i] != '.') digits[n++] = s[i];
+  int exp = 0;
+  std::string_view es = s.substr(e + 1);
+  bool neg_exp = es[0] == '-';
+  std::from_chars(es.data() + 1, es.data() + es.size(), exp);
+  if (neg_exp) exp = -exp;
+  if (std::signbit(v)) out += '-';
+  int point = exp + 1;  // digits are 0.d1d2... x 10^point
+  if (point > -4 && point <= 16) {
+    if (point <= 0) {
+      out += "0.";
+      out.append(static_cast<size_t>(-point), '0');
+      out.append(digits, n);
+    } else if (point >= n) {
+      out.append(digits, n);
+      out.append(static_cast<size_t>(point - n), '0');
+      out += ".0";
+    } else {
+      out.append(digits, point);
+      out += '.';
+      out.append(digits + point, n - point);
+    }
+    return;
+  }
+  out += digits[0];
+  if (n > 1) {
+    out += '.';
+    out.append(digits + 1, n - 1);
+  }
+  out += exp < 0 ? "e-" : "e+";
+  int a = exp < 0 ? -exp : exp;
+  if (a < 10) out += '0';
+  appendInt(out, a);
+}
+
+std::string canonicalJsonObject(std::string_view text) {
+  TreeBuilder b;
+  JView root = parseObject(b, text);
+  std::string out;
+  if (!root.empty()) appendCanonical(out, root);
+  return out;
+}
+
+std::string canonicalExtraMeta(std::string_view text, bool has_module) {
+  TreeBuilder b;
+  JView root = parseObject(b, text);
+  // The typed fields have their own syntax; letting extra hold them too would make one node
+  // spellable two ways.
+  for (std::string_view k : kTypedMetaKeys) {
+    if (k == "custom" || !root.find(k)) continue;
+    throw JfxError({}, "extra must not hold the typed key '" + std::string(k) +
+                           "' (write it as a meta key or a type)");
+  }
+  if (JView custom = root.find("custom")) {
+    JView fqn = custom.isObject() ? custom.find("module_fqn") : JView();
+    if (has_module && !custom.isObject())
+      throw JfxError({}, "module= needs extra custom to be a JSON object");
+    if (fqn && !fqn.isString()) throw JfxError({}, "extra custom.module_fqn must be a string");
+    if (fqn && !fqn.str().empty())
+      throw JfxError({}, "extra must not hold custom.module_fqn (write module=\"...\")");
+    if (fqn && has_module)
+      throw JfxError({}, "module= and an empty extra custom.module_fqn contradict each other");
+  }
+  std::string out;
+  if (!root.empty()) appendCanonical(out, root);
+  return out;
+}
+
+std::unique_ptr<Graph> readJsonGraph(std::string_view text, const std::string& filename) {
+  return JsonReader(text, filename).read();
+}
+
+std::string writeJsonGraph(const Graph& g) {
+  std::string out;
+  out.reserve(256 + g.size() * 256);
+  JsonWriter(out).graph(g);
+  return out;
+}
+
+}  // namespace jfx

@@ -1,0 +1,537 @@
+#include "ir/verifier.h"
+
+#include <map>
+#include <string_view>
+#include <unordered_map>
+#include <unordered_set>
+#include <utility>
+
+namespace jfx {
+
+std::string VerifyIssue::str() const {
+  std::string s = node.empty() ? "" : "node '" + node + "': ";
+  return s + "[" + rule + "] " + message;
+}
+
+namespace {
+
+std::string quoted(const Node* n) {
+  return "'" + n->name() + "'";
+}
+
+std::string shapeStr(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i)
+    s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+// Positional argument `pos` or, failing that, the kwarg FX would use for it.
+const Arg* argAt(const Node* n, int pos, std::string_view kwarg) {
+  if (pos >= 0 && static_cast<size_t>(pos) < n->numArgs()) return &n->arg(pos);
+  return n->kwarg(kwarg);
+}
+
+// The collective a wait reads: the collective itself, or the coalesced collective behind a
+// getitem. nullptr when the input is anything else.
+const Node* collectiveBehind(const Node* in) {
+  if (in == nullptr) return nullptr;
+  if (in->isCollective()) return in->info().coalesced ? nullptr : in;
+  if (in->info().category == OpCategory::Getitem) {
+    const Node* src = in->input(0);
+    if (src && src->isCollective() && src->info().coalesced) return src;
+  }
+  return nullptr;
+}
+
+class Verifier {
+ public:
+  Verifier(const Graph& g, const VerifyOptions& opts) : g_(g), opts_(opts) {}
+
+  std::vector<VerifyIssue> run() {
+    // The order matters only for which issues come first when max_issues truncates: structure
+    // before semantics, so the root cause of a broken graph is reported first.
+    if (!checkNodeList()) return std::move(issues_);
+    checkNames();
+    checkOperands();
+    size_t before = issues_.size();
+    checkUseLists();
+    // Later rules follow use lists; with broken ones they could read deleted nodes.
+    if (issues_.size() != before) return std::move(issues_);
+    checkOutput();
+    checkProcessGroups();
+    for (const Node* n = g_.first(); n && !full(); n = n->next()) {
+      checkArity(n);
+      if (n->isCollective()) checkCollective(n);
+      if (n->isWait()) checkWait(n);
+    }
+    checkInputInfo();
+    checkOutputInfo();
+    if (opts_.one_gather_per_param_per_phase) checkOneGatherPerParam();
+    return std::move(issues_);
+  }
+
+ private:
+  bool full() const { return issues_.size() >= opts_.max_issues; }
+
+  void add(const Node* n, std::string rule, std::string message) {
+    if (full()) return;
+    issues_.push_back({n ? n->name() : std::string(), std::move(rule), std::move(message)});
+  }
+
+  // The list links and positions everything else relies on (isBefore). A broken list stops the
+  // verifier: walking it further could loop.
+  bool checkNodeList() {
+    size_t count = 0;
+    const Node* prev = nullptr;
+    for (const Node* n = g_.first(); n; prev = n, n = n->next()) {
+      if (++count > g_.maxId()) {
+        add(nullptr, "node-list", "the node list is longer than the number of nodes ever made");
+        return false;
+      }
+      if (n->graph() != &g_) add(n, "node-list", "node belongs to another graph");
+      if (n->isDead()) add(n, "node-list", "a deleted node is still linked");
+      if (n->prev() != prev) add(n, "node-list", "prev link does not point at the previous node");
+      if (prev && !prev->isBefore(n))
+        add(n, "node-list", "position is not after the previous node's " + quoted(prev));
+    }
+    if (prev != g_.last()) add(nullptr, "node-list", "the last node is not the list tail");
+    if (count != g_.size())
+      add(nullptr, "node-list",
+          "list holds " + std::to_string(count) + " nodes, graph counts " +
+              std::to_string(g_.size()));
+    return issues_.empty();
+  }
+
+  void checkNames() {
+    std::unordered_set<std::string_view> seen;
+    seen.reserve(g_.size());
+    g_.forEach([&](const Node* n) {
+      if (n->name().empty())
+        add(n, "unique-name", "node has an empty name");
+      else if (!seen.insert(n->name()).second)
+        add(n, "unique-name", "name is used twice");
+    });
+  }
+
+  // Each operand is a live node of this graph, defined earlier, and inputs() matches the Arg tree.
+  void checkOperands() {
+    g_.forEach([&](const Node* n) {
+      std::vector<const Node*> refs;
+      auto collect = [&](const Node* r) { refs.push_back(r); };
+      for (const Arg& a : n->args())
+        a.forEachNode(collect);
+      for (const auto& kv : n->kwargs())
+        kv.second.forEachNode(collect);
+      const auto& inputs = n->inputs();
+      bool same = refs.size() == inputs.size();
+      for (size_t k = 0; same && k < refs.size(); ++k)
+        same = refs[k] == inputs[k];
+      if (!same) add(n, "use-list", "operand list does not match the node references in args");
+      for (size_t k = 0; k < inputs.size(); ++k) {
+        const Node* in = inputs[k];
+        std::string which = "operand " + std::to_string(k);
+        if (in == nullptr) {
+          add(n, "use-list", which + " is null");
+        } else if (in->graph() != &g_) {
+          add(n, "use-list", which + " belongs to another graph");
+        } else if (in->isDead()) {
+          add(n, "use-list", which + " " + quoted(in) + " was deleted");
+        } else if (in == n) {
+          add(n, "topological-order", "node uses itself");
+        } else if (!in->isBefore(n)) {
+          add(n, "topological-order", which + " " + quoted(in) + " is defined after its use");
+        }
+      }
+    });
+  }
+
+  // Uses and operands describe the same edges: every use names a real operand slot that refers
+  // back to its producer, no slot is listed twice, and every slot is listed. O(N + E): slots are
+  // numbered by prefix sums over node ids instead of searching use vectors.
+  void checkUseLists() {
+    uint32_t ids = g_.maxId();
+    std::vector<size_t> first_slot(ids + 1, 0);
+    std::vector<uint32_t> refs(ids, 0);
+    g_.forEach([&](const Node* n) { first_slot[n->id() + 1] = n->inputs().size(); });
+    for (uint32_t i = 0; i < ids; ++i)
+      first_slot[i + 1] += first_slot[i];
+    std::vector<bool> slot_seen(first_slot[ids], false);
+    g_.forEach([&](const Node* n) {
+      for (const Node* in : n->inputs())
+        if (in && in->graph() == &g_ && in->id() < ids) ++refs[in->id()];
+    });
+    g_.forEach([&](const Node* n) {
+      for (const Use& u : n->uses()) {
+        const Node* user = u.user;
+        if (user == nullptr || user->graph() != &g_ || user->isDead()) {
+          add(n, "use-list", "use list names a deleted or foreign user");
+          continue;
+        }
+        if (u.index >= user->inputs().size() || user->inputs()[u.index] != n) {
+          add(n, "use-list",
+              "use list says " + quoted(user) + " reads it as operand " + std::to_string(u.index) +
+                  ", but it does not");
+          continue;
+        }
+        size_t slot = first_slot[user->id()] + u.index;
+        if (slot_seen[slot])
+          add(n, "use-list",
+              "use by " + quoted(user) + " operand " + std::to_string(u.index) +
+                  " is listed twice");
+        slot_seen[slot] = true;
+      }
+      if (n->uses().size() != refs[n->id()])
+        add(n, "use-list",
+            "use list has " + std::to_string(n->uses().size()) + " entries but " +
+                std::to_string(refs[n->id()]) + " operands refer to the node");
+    });
+  }
+
+  void checkOutput() {
+    const Node* first_output = nullptr;
+    g_.forEach([&](const Node* n) {
+      if (n->op() != OpKind::Output) return;
+      if (first_output) {
+        add(n, "single-output", "second output node (the first is " + quoted(first_output) + ")");
+        return;
+      }
+      first_output = n;
+      if (n != g_.last()) add(n, "output-last", "output node is not the last node");
+      if (n->hasUses()) add(n, "output-last", "output node has users");
+    });
+    if (!first_output) add(nullptr, "single-output", "graph has no output node");
+  }
+
+  void checkProcessGroups() {
+    std::unordered_set<std::string_view> names;
+    for (const ProcessGroupInfo& pg : g_.processGroups()) {
+      if (!names.insert(pg.name).second)
+        add(nullptr, "process-group", "process group \"" + pg.name + "\" is declared twice");
+      if (pg.size <= 0)
+        add(nullptr, "process-group",
+            "process group \"" + pg.name + "\" has size " + std::to_string(pg.size));
+      else if (!pg.ranks.empty() && pg.ranks.size() != static_cast<size_t>(pg.size))
+        add(nullptr, "process-group",
+            "process group \"" + pg.name + "\" has size " + std::to_string(pg.size) + " but " +
+                std::to_string(pg.ranks.size()) + " ranks");
+    }
+  }
+
+  void checkArity(const Node* n) {
+    if (n->op() == OpKind::Output) {
+      if (n->numArgs() != 1)
+        add(n, "arity",
+            "output takes 1 argument (the list of graph outputs), got " +
+                std::to_string(n->numArgs()));
+      return;
+    }
+    if (n->op() != OpKind::CallFunction || !isKnownOp(n->target())) return;
+    const OpInfo& info = n->info();
+    int64_t got = static_cast<int64_t>(n->numArgs());
+    if (got < info.min_args || (info.max_args >= 0 && got > info.max_args)) {
+      std::string want =
+          info.min_args == info.max_args
+              ? std::to_string(info.min_args)
+              : std::to_string(info.min_args) + ".." +
+                    (info.max_args < 0 ? std::string("") : std::to_string(info.max_args));
+      add(n, "arity",
+          std::string(n->target().str()) + " takes " + want + " positional arguments, got " +
+              std::to_string(got));
+    }
+  }
+
+  void checkCollective(const Node* c) {
+    const OpInfo& info = c->info();
+    // ---- pairing
+    if (!info.coalesced) {
+      std::vector<const Node*> waits;
+      for (const Use& u : c->uses()) {
+        if (u.user->isWait())
+          waits.push_back(u.user);
+        else if (!isDeadView(u.user))
+          add(c, "collective-wait-pairing",
+              "result is read by " + quoted(u.user) + " without a wait");
+      }
+      reportWaitCount(c, c, waits);
+    } else {
+      bool any = false;
+      for (const Use& u : c->uses()) {
+        const Node* gi = u.user;
+        if (gi->info().category != OpCategory::Getitem || u.index != 0) {
+          add(c, "collective-wait-pairing",
+              "coalesced result is read by " + quoted(gi) + ", which is not a getitem");
+          continue;
+        }
+        any = true;
+        std::vector<const Node*> waits;
+        for (const Use& gu : gi->uses()) {
+          if (gu.user->isWait())
+            waits.push_back(gu.user);
+          else
+            add(gi, "collective-wait-pairing",
+                "element of coalesced collective " + quoted(c) + " is read by " + quoted(gu.user) +
+                    " without a wait");
+        }
+        reportWaitCount(gi, c, waits);
+      }
+      if (!any) add(c, "collective-wait-pairing", "collective has no wait");
+    }
+
+    // ---- group
+    int64_t group_size = 0;
+    if (info.group_size_arg >= 0) {
+      const Arg* a = argAt(c, info.group_size_arg, "group_size");
+      if (a && a->isInt()) {
+        group_size = a->toInt();
+        if (group_size <= 0) add(c, "group-size", "group_size is " + std::to_string(group_size));
+      }
+    }
+    const Arg* name_arg = argAt(c, info.group_name_arg, "group_name");
+    if (name_arg && name_arg->isStr() && !g_.processGroups().empty()) {
+      const ProcessGroupInfo* pg = g_.findProcessGroup(name_arg->str());
+      if (!pg) {
+        add(c, "unknown-group",
+            "process group \"" + std::string(name_arg->str()) + "\" is not in the header");
+      } else if (group_size > 0 && pg->size != group_size) {
+        add(c, "group-size",
+            "group_size " + std::to_string(group_size) + " but process group \"" + pg->name +
+                "\" has size " + std::to_string(pg->size));
+      }
+    }
+
+    // ---- shapes, from value meta where both sides have it
+    if (c->numArgs() == 0) return;
+    const Arg& in_arg = c->arg(0);
+    if (!info.coalesced) {
+      if (in_arg.isNode()) checkCollectiveShape(c, in_arg.node()->val(), c->val(), group_size, "");
+      return;
+    }
+    if (!in_arg.isSequence() || c->val().kind != ValueMeta::Kind::List) return;
+    const auto& ins = in_arg.items();
+    const auto& outs = c->val().items;
+    if (ins.size() != outs.size()) {
+      add(c, "collective-shape",
+          std::to_string(ins.size()) + " inputs but " + std::to_string(outs.size()) + " outputs");
+      return;
+    }
+    for (size_t i = 0; i < ins.size(); ++i)
+      if (ins[i].isNode())
+        checkCollectiveShape(c, ins[i].node()->val(), outs[i], group_size,
+                             " (element " + std::to_string(i) + ")");
+  }
+
+  // Activation checkpointing in PyTorch caches an alias of every value it sees, un-waited
+  // collective results included; those aliases are never read. A view nobody reads cannot observe
+  // the un-waited buffer, so real SAC traces stay valid (dce removes them).
+  static bool isDeadView(const Node* n) {
+    return n->info().category == OpCategory::View && !n->hasUses();
+  }
+
+  void reportWaitCount(const Node* at, const Node* c, const std::vector<const Node*>& waits) {
+    if (waits.empty()) {
+      add(at, "collective-wait-pairing",
+          at == c ? "collective has no wait" : "element of " + quoted(c) + " has no wait");
+    } else if (waits.size() > 1) {
+      std::string names;
+      for (size_t i = 0; i < waits.size(); ++i)
+        names += (i ? ", " : "") + quoted(waits[i]);
+      add(at, "collective-wait-pairing",
+          std::to_string(waits.size()) + " waits (" + names + "); expected exactly one");
+    }
+  }
+
+  void checkCollectiveShape(const Node* c, const ValueMeta& in_val, const ValueMeta& out_val,
+                            int64_t group_size, const std::string& which) {
+    if (!in_val.isTensor() || !out_val.isTensor()) return;
+    const TensorMeta& in = in_val.tensor;
+    const TensorMeta& out = out_val.tensor;
+    CollectiveKind kind = c->info().collective;
+    if (in.dtype != ScalarType::Undefined && out.dtype != ScalarType::Undefined &&
+        in.dtype != out.dtype && kind != CollectiveKind::AllToAll) {
+      add(c, "collective-shape",
+          "input dtype " + std::string(dtypeName(in.dtype)) + " but output dtype " +
+              std::string(dtypeName(out.dtype)) + which);
+    }
+    std::string shapes = "input " + shapeStr(in.shape) + ", output " + shapeStr(out.shape) + which;
+    switch (kind) {
+      case CollectiveKind::AllGather:
+      case CollectiveKind::ReduceScatter: {
+        if (in.shape.empty() || out.shape.empty() || group_size <= 0) return;
+        if (in.shape.size() != out.shape.size()) {
+          add(c, "collective-shape", "rank differs: " + shapes);
+          return;
+        }
+        bool gather = kind == CollectiveKind::AllGather;
+        int64_t small = gather ? in.shape[0] : out.shape[0];
+        int64_t big = gather ? out.shape[0] : in.shape[0];
+        int64_t expected = 0;
+        if (__builtin_mul_overflow(small, group_size, &expected) || expected != big) {
+          add(c, "collective-shape",
+              std::string(gather ? "all-gather output dim 0 must be input dim 0"
+                                 : "reduce-scatter input dim 0 must be output dim 0") +
+                  " x group_size " + std::to_string(group_size) + ": " + shapes);
+          return;
+        }
+        for (size_t d = 1; d < in.shape.size(); ++d)
+          if (in.shape[d] != out.shape[d]) {
+            add(c, "collective-shape", "dim " + std::to_string(d) + " differs: " + shapes);
+            return;
+          }
+        return;
+      }
+      case CollectiveKind::AllReduce:
+      case CollectiveKind::Broadcast:
+        if (in.shape != out.shape) add(c, "collective-shape", "shape changes: " + shapes);
+        return;
+      case CollectiveKind::AllToAll:
+      case CollectiveKind::None:
+        return;
+    }
+  }
+
+  void checkWait(const Node* w) {
+    const Node* in = w->input(0);
+    if (in == nullptr) {
+      add(w, "collective-wait-pairing", "wait has no input");
+      return;
+    }
+    if (!collectiveBehind(in))
+      add(w, "collective-wait-pairing",
+          "waits on " + quoted(in) + ", which is not a collective" +
+              (in->isCollective() ? " result (a coalesced collective needs a getitem)" : ""));
+  }
+
+  // The header's input list lives on the placeholders (kind + fqn). It must cover every
+  // placeholder or none, name each parameter and buffer, and never name one twice.
+  void checkInputInfo() {
+    std::unordered_map<std::string_view, const Node*> by_fqn;
+    size_t placeholders = 0, with_kind = 0;
+    const Node* first_without = nullptr;
+    g_.forEach([&](const Node* n) {
+      if (n->op() != OpKind::Placeholder) {
+        if (n->inputKind() != InputKind::None)
+          add(n, "input-info", "only placeholders can be graph inputs");
+        return;
+      }
+      ++placeholders;
+      InputKind k = n->inputKind();
+      if (k == InputKind::None) {
+        if (!first_without) first_without = n;
+        return;
+      }
+      ++with_kind;
+      if (k == InputKind::Parameter || k == InputKind::Buffer) {
+        if (n->inputFqn().empty()) {
+          add(n, "input-info", std::string(inputKindName(k)) + " has no fqn");
+        } else if (auto [it, fresh] = by_fqn.emplace(n->inputFqn(), n); !fresh) {
+          add(n, "input-info",
+              "fqn \"" + n->inputFqn() + "\" is also the input " + quoted(it->second));
+        }
+      }
+    });
+    if (with_kind > 0 && with_kind < placeholders)
+      add(first_without, "input-info",
+          "placeholder has no input kind, but " + std::to_string(with_kind) + " of " +
+              std::to_string(placeholders) + " placeholders do");
+  }
+
+  // The header's output list describes the output node's list element by element; a gradient
+  // names a parameter input.
+  void checkOutputInfo() {
+    const auto& specs = g_.outputSpecs();
+    const Node* out = g_.outputNode();
+    if (specs.empty() || !out || out->numArgs() != 1) return;
+    const Arg& a = out->arg(0);
+    size_t count = a.isSequence() ? a.items().size() : 1;
+    if (count != specs.size())
+      add(out, "output-info",
+          "header lists " + std::to_string(specs.size()) + " outputs, output node has " +
+              std::to_string(count));
+    std::unordered_set<std::string_view> params;
+    g_.forEach([&](const Node* n) {
+      if (n->op() == OpKind::Placeholder && n->inputKind() == InputKind::Parameter)
+        params.insert(n->inputFqn());
+    });
+    for (size_t i = 0; i < specs.size(); ++i) {
+      if (specs[i].kind != OutputKind::Gradient) continue;
+      if (specs[i].fqn.empty())
+        add(out, "output-info", "output " + std::to_string(i) + " is a gradient without an fqn");
+      else if (!params.empty() && !params.count(specs[i].fqn))
+        add(out, "output-info",
+            "output " + std::to_string(i) + " is the gradient of \"" + specs[i].fqn +
+                "\", which is not a parameter input");
+    }
+  }
+
+  // The parameter placeholder an all-gather input comes from through single-input copies and
+  // views, or nullptr. Memoized by id so shared chains are walked once: O(N) overall.
+  const Node* paramSource(const Node* n, std::vector<const Node*>& memo, std::vector<bool>& done) {
+    std::vector<const Node*> path;
+    const Node* src = nullptr;
+    while (n) {
+      if (done[n->id()]) {
+        src = memo[n->id()];
+        break;
+      }
+      path.push_back(n);
+      if (n->op() == OpKind::Placeholder) {
+        src = n->inputKind() == InputKind::Parameter ? n : nullptr;
+        break;
+      }
+      OpCategory cat = n->info().category;
+      if ((cat != OpCategory::Copy && cat != OpCategory::View) || n->inputs().size() != 1) break;
+      const Node* in = n->input(0);
+      // Only step backwards in program order: a broken order must not make this loop.
+      if (in == nullptr || in->graph() != &g_ || in->isDead() || !in->isBefore(n)) break;
+      n = in;
+    }
+    for (const Node* p : path) {
+      memo[p->id()] = src;
+      done[p->id()] = true;
+    }
+    return src;
+  }
+
+  void checkOneGatherPerParam() {
+    std::vector<const Node*> memo(g_.maxId(), nullptr);
+    std::vector<bool> done(g_.maxId(), false);
+    // (param id, phase) -> first all-gather; ordered map for deterministic lookups only.
+    std::map<std::pair<uint32_t, Phase>, const Node*> first;
+    g_.forEach([&](const Node* n) {
+      if (!n->isCollective() || n->info().collective != CollectiveKind::AllGather) return;
+      // Without a phase two gathers cannot be told apart by phase; phase-less graphs are skipped.
+      Phase phase = n->meta().phase;
+      if (phase == Phase::Unknown || n->numArgs() == 0) return;
+      std::vector<const Node*> sources;
+      const Arg& in = n->arg(0);
+      if (in.isNode())
+        sources.push_back(in.node());
+      else
+        for (const Arg& item : in.items())
+          if (item.isNode()) sources.push_back(item.node());
+      for (const Node* s : sources) {
+        const Node* param = paramSource(s, memo, done);
+        if (!param) continue;
+        auto [it, fresh] = first.emplace(std::make_pair(param->id(), phase), n);
+        if (!fresh)
+          add(n, "one-gather-per-param",
+              "parameter " + quoted(param) + " is all-gathered again in " +
+                  std::string(phaseName(phase)) + " (first by " + quoted(it->second) + ")");
+      }
+    });
+  }
+
+  const Graph& g_;
+  const VerifyOptions& opts_;
+  std::vector<VerifyIssue> issues_;
+};
+
+}  // namespace
+
+std::vector<VerifyIssue> verifyGraph(const Graph& g, const VerifyOptions& opts) {
+  if (opts.max_issues == 0) return {};
+  return Verifier(g, opts).run();
+}
+
+}  // namespace jfx

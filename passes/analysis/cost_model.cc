@@ -1,0 +1,305 @@
+#include "passes/analysis/cost_model.h"
+
+#include <algorithm>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+#include "ir/error.h"
+
+namespace jfx {
+namespace {
+
+using nlohmann::json;
+
+[[noreturn]] void profileError(const std::string& file, const std::string& pointer,
+                               const std::string& message) {
+  SourceLocation loc;
+  loc.file = file;
+  loc.json_pointer = pointer;
+  throw JfxError(loc, message);
+}
+
+// A positive number at obj[key] (or a default when the key is absent and `required` is false).
+double number(const json& obj, const char* key, const std::string& file, const std::string& at,
+              bool required, double dflt = 0, bool allow_zero = false) {
+  auto it = obj.find(key);
+  if (it == obj.end()) {
+    if (required) profileError(file, at, std::string("missing key '") + key + "'");
+    return dflt;
+  }
+  if (!it->is_number()) profileError(file, at + "/" + key, "expected a number");
+  double v = it->get<double>();
+  if (!(v > 0) && !(allow_zero && v == 0))
+    profileError(file, at + "/" + key,
+                 allow_zero ? "expected a number >= 0" : "expected a number > 0");
+  return v;
+}
+
+void checkKeys(const json& obj, const std::set<std::string>& allowed, const std::string& file,
+               const std::string& at) {
+  if (!obj.is_object()) profileError(file, at.empty() ? "/" : at, "expected an object");
+  for (auto it = obj.begin(); it != obj.end(); ++it)
+    if (!allowed.count(it.key()))
+      profileError(file, at + "/" + it.key(), "unknown key '" + it.key() + "'");
+}
+
+const TensorMeta* firstTensor(const ValueMeta& v) {
+  if (v.kind == ValueMeta::Kind::Tensor) return &v.tensor;
+  if (v.kind == ValueMeta::Kind::List)
+    for (const ValueMeta& item : v.items)
+      if (const TensorMeta* t = firstTensor(item)) return t;
+  return nullptr;
+}
+
+const TensorMeta* argTensor(const Node& n, size_t i) {
+  if (i >= n.numArgs()) return nullptr;
+  const Node* p = n.arg(i).node();
+  return p ? firstTensor(p->val()) : nullptr;
+}
+
+double numel(const TensorMeta* t) {
+  return t ? static_cast<double>(t->numel()) : 0;
+}
+
+// 2 * B * H * Sq * Sk * (D + Dv): the two batched matmuls of attention (torch's flop counter).
+double sdpaForwardFlops(const TensorMeta* q, const TensorMeta* k, const TensorMeta* v) {
+  if (!q || !k || q->shape.size() < 2 || k->shape.size() < 2) return 0;
+  double sq = static_cast<double>(q->shape[q->shape.size() - 2]);
+  double d = static_cast<double>(q->shape.back());
+  double sk = static_cast<double>(k->shape[k->shape.size() - 2]);
+  double dv = v && !v->shape.empty() ? static_cast<double>(v->shape.back()) : d;
+  double batch = 1;
+  for (size_t i = 0; i + 2 < q->shape.size(); ++i)
+    batch *= static_cast<double>(q->shape[i]);
+  return 2 * batch * sq * sk * (d + dv);
+}
+
+}  // namespace
+
+double HardwareProfile::peakFlops(ScalarType t) const {
+  for (const auto& [dtype, peak] : peak_flops)
+    if (dtype == t) return peak;
+  return default_peak_flops;
+}
+
+HardwareProfile parseHardwareProfile(std::string_view json_text, const std::string& filename) {
+  json doc;
+  try {
+    doc = json::parse(json_text.begin(), json_text.end());
+  } catch (const json::parse_error& e) {
+    SourceLocation loc;
+    loc.file = filename;
+    throw JfxError(loc, std::string("invalid JSON: ") + e.what());
+  }
+  checkKeys(
+      doc,
+      {"name", "description", "gpus_per_node", "peak_tflops", "compute_efficiency",
+       "memory_bandwidth_gbps", "memory_efficiency", "memory_capacity_gib", "kernel_overhead_us",
+       "base_latency_us", "intra_node", "inter_node", "sources", "notes"},
+      filename, "");
+  HardwareProfile hw;
+  if (!doc.contains("name") || !doc["name"].is_string())
+    profileError(filename, "/name", "expected a string");
+  hw.name = doc["name"].get<std::string>();
+  if (doc.contains("description")) {
+    if (!doc["description"].is_string())
+      profileError(filename, "/description", "expected a string");
+    hw.description = doc["description"].get<std::string>();
+  }
+  hw.gpus_per_node = static_cast<int64_t>(number(doc, "gpus_per_node", filename, "", true));
+  if (!doc.contains("peak_tflops") || !doc["peak_tflops"].is_object())
+    profileError(filename, "/peak_tflops", "expected an object of dtype -> TFLOP/s");
+  // nlohmann's object iteration is key-sorted, so the table order is deterministic.
+  for (auto it = doc["peak_tflops"].begin(); it != doc["peak_tflops"].end(); ++it) {
+    std::string at = "/peak_tflops/" + it.key();
+    if (!it->is_number() || !(it->get<double>() > 0))
+      profileError(filename, at, "expected a number > 0");
+    double flops = it->get<double>() * 1e12;
+    if (it.key() == "default") {
+      hw.default_peak_flops = flops;
+      continue;
+    }
+    auto dtype = dtypeFromName(it.key());
+    if (!dtype) profileError(filename, at, "unknown dtype '" + it.key() + "'");
+    hw.peak_flops.emplace_back(*dtype, flops);
+  }
+  if (hw.default_peak_flops == 0)
+    profileError(filename, "/peak_tflops", "missing key 'default' (peak for unlisted dtypes)");
+  hw.compute_efficiency = number(doc, "compute_efficiency", filename, "", false, 1);
+  hw.memory_bandwidth = number(doc, "memory_bandwidth_gbps", filename, "", true) * 1e9;
+  hw.memory_efficiency = number(doc, "memory_efficiency", filename, "", false, 1);
+  if (hw.compute_efficiency > 1) profileError(filename, "/compute_efficiency", "expected <= 1");
+  if (hw.memory_efficiency > 1) profileError(filename, "/memory_efficiency", "expected <= 1");
+  hw.memory_capacity =
+      number(doc, "memory_capacity_gib", filename, "", false, 0, true) * 1024.0 * 1024 * 1024;
+  hw.kernel_overhead = number(doc, "kernel_overhead_us", filename, "", false, 0, true) * 1e-6;
+  hw.base_latency = number(doc, "base_latency_us", filename, "", false, 0, true) * 1e-6;
+  for (const char* which : {"intra_node", "inter_node"}) {
+    std::string at = std::string("/") + which;
+    if (!doc.contains(which))
+      profileError(filename, at, std::string("missing key '") + which + "'");
+    const json& link = doc[which];
+    checkKeys(link, {"bus_bandwidth_gbps", "hop_latency_us", "notes"}, filename, at);
+    double bw = number(link, "bus_bandwidth_gbps", filename, at, true) * 1e9;
+    double hop = number(link, "hop_latency_us", filename, at, false, 0, true) * 1e-6;
+    if (std::string_view(which) == "intra_node") {
+      hw.intra_node_bus_bw = bw;
+      hw.intra_node_hop_latency = hop;
+    } else {
+      hw.inter_node_bus_bw = bw;
+      hw.inter_node_hop_latency = hop;
+    }
+  }
+  return hw;
+}
+
+HardwareProfile loadHardwareProfile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    SourceLocation loc;
+    loc.file = path;
+    throw JfxError(loc, "cannot open hardware profile");
+  }
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return parseHardwareProfile(ss.str(), path);
+}
+
+bool CostModel::isFree(const Node& n) {
+  if (n.op() != OpKind::CallFunction) return true;
+  switch (n.info().category) {
+    case OpCategory::View:
+    case OpCategory::Getitem:
+    case OpCategory::Wait:
+    case OpCategory::Other:       // asserts, sym_size: host-side or negligible
+    case OpCategory::Collective:  // runs on its group's stream, not the compute stream
+      return true;
+    default:
+      return false;
+  }
+}
+
+double CostModel::flops(const Node& n) {
+  const OpInfo& info = n.info();
+  switch (info.flops) {
+    case FlopFormula::Zero:
+      return 0;
+    case FlopFormula::OutNumel:
+      return numel(firstTensor(n.val()));
+    case FlopFormula::InNumel:
+      return numel(argTensor(n, 0));
+    case FlopFormula::Mm:
+    case FlopFormula::Addmm:
+    case FlopFormula::Bmm: {
+      // 2 * (output elements) * K, K the contraction size: the last dim of the left operand.
+      // addmm and baddbmm carry the bias first, so their left operand is arg 1.
+      bool has_bias = info.flops == FlopFormula::Addmm ||
+                      (info.flops == FlopFormula::Bmm && n.numArgs() >= 3 && n.arg(2).isNode());
+      const TensorMeta* lhs = argTensor(n, has_bias ? 1 : 0);
+      const TensorMeta* out = firstTensor(n.val());
+      if (!lhs || !out || lhs->shape.empty()) return 0;
+      return 2 * numel(out) * static_cast<double>(lhs->shape.back());
+    }
+    case FlopFormula::SdpaFwd:
+      return sdpaForwardFlops(argTensor(n, 0), argTensor(n, 1), argTensor(n, 2));
+    case FlopFormula::SdpaBwd:
+      // Backward args start with grad_out, then q, k, v; the op-info rule is 2.5x forward.
+      return 2.5 * sdpaForwardFlops(argTensor(n, 1), argTensor(n, 2), argTensor(n, 3));
+  }
+  return 0;
+}
+
+double CostModel::memoryBytes(const Node& n) {
+  if (isFree(n)) return 0;
+  double bytes = static_cast<double>(n.val().bytes());
+  // Each distinct operand is read once (mm(x, x) reads x once).
+  const auto& ins = n.inputs();
+  for (size_t i = 0; i < ins.size(); ++i) {
+    if (std::find(ins.begin(), ins.begin() + static_cast<std::ptrdiff_t>(i), ins[i]) !=
+        ins.begin() + static_cast<std::ptrdiff_t>(i))
+      continue;
+    bytes += static_cast<double>(ins[i]->val().bytes());
+  }
+  return bytes;
+}
+
+double CostModel::collectiveBytes(const Node& n) {
+  double in = 0;
+  for (const Node* p : n.inputs())
+    in += static_cast<double>(p->val().bytes());
+  return std::max(in, static_cast<double>(n.val().bytes()));
+}
+
+std::string_view CostModel::groupName(const Node& n) {
+  int idx = n.info().group_name_arg;
+  if (idx < 0 || static_cast<size_t>(idx) >= n.numArgs() || !n.arg(idx).isStr()) return {};
+  return n.arg(idx).str();
+}
+
+int64_t CostModel::groupSize(const Node& n, const Graph& g) {
+  int idx = n.info().group_size_arg;
+  if (idx >= 0 && static_cast<size_t>(idx) < n.numArgs() && n.arg(idx).isInt())
+    return std::max<int64_t>(1, n.arg(idx).toInt());
+  if (const ProcessGroupInfo* pg = g.findProcessGroup(groupName(n)))
+    return std::max<int64_t>(1, pg->size);
+  return 1;
+}
+
+double CostModel::computeSeconds(const Node& n) const {
+  if (isFree(n)) return 0;
+  // The FLOP rate is the operands' dtype (a bf16 matmul writing fp32 still runs at bf16 rate).
+  ScalarType dtype = ScalarType::Float32;
+  if (const TensorMeta* t = argTensor(n, 0); t && dtypeIsFloatingPoint(t->dtype))
+    dtype = t->dtype;
+  else if (const TensorMeta* o = firstTensor(n.val()))
+    dtype = o->dtype;
+  double f = flops(n);
+  double t_flops = f > 0 ? f / (hw_.peakFlops(dtype) * hw_.compute_efficiency) : 0;
+  double b = memoryBytes(n);
+  double t_bytes = b > 0 ? b / (hw_.memory_bandwidth * hw_.memory_efficiency) : 0;
+  return std::max(t_flops, t_bytes) + hw_.kernel_overhead;
+}
+
+CollectiveCost CostModel::collectiveCost(CollectiveKind kind, double bytes,
+                                         int64_t group_size) const {
+  CollectiveCost c;
+  c.bytes = bytes;
+  double g = static_cast<double>(std::max<int64_t>(1, group_size));
+  if (group_size <= 1) {
+    // NCCL copies the buffer locally: read and write once.
+    c.seconds = 2 * bytes / (hw_.memory_bandwidth * hw_.memory_efficiency);
+    return c;
+  }
+  c.inter_node = group_size > hw_.gpus_per_node;
+  double bus_bw = c.inter_node ? hw_.inter_node_bus_bw : hw_.intra_node_bus_bw;
+  double hop = c.inter_node ? hw_.inter_node_hop_latency : hw_.intra_node_hop_latency;
+  double steps = g - 1;
+  switch (kind) {
+    case CollectiveKind::AllReduce:
+      steps = 2 * (g - 1);
+      c.alg_bw = bus_bw * g / (2 * (g - 1));
+      break;
+    case CollectiveKind::Broadcast:
+      c.alg_bw = bus_bw;
+      break;
+    default:  // all-gather, reduce-scatter, all-to-all
+      c.alg_bw = bus_bw * g / (g - 1);
+      break;
+  }
+  c.latency = hw_.base_latency + steps * hop;
+  c.seconds = c.latency + bytes / c.alg_bw;
+  return c;
+}
+
+double CostModel::collectiveSeconds(const Node& n, const Graph& g) const {
+  return collectiveCost(n.info().collective, collectiveBytes(n), groupSize(n, g)).seconds;
+}
+
+double CostModel::nodeSeconds(const Node& n, const Graph& g) const {
+  if (n.isCollective()) return collectiveSeconds(n, g);
+  return computeSeconds(n);
+}
+
+}  // namespace jfx

@@ -1,0 +1,98 @@
+// Cost model: how long each node takes on a given machine, from a hardware profile
+// (configs/hardware/*.json) and the tensor meta on the graph. Nothing is measured, so every rank
+// derives the same numbers and therefore the same schedule (a rank that schedules differently
+// hangs NCCL).
+//
+// Compute nodes: roofline. t = max(FLOPs / (peak[dtype] * compute_efficiency),
+//                                  bytes / (memory_bandwidth * memory_efficiency)) +
+//                                  kernel_overhead
+//   FLOPs come from the op-info FlopFormula; bytes are the distinct tensor operands read plus the
+//   outputs written. Views, getitems, placeholders, waits and the output node cost nothing.
+// Collectives: NCCL's ring model, as nccl-tests defines its bandwidths.
+//   t = latency + S / algBw, S = the full buffer (all-gather output, reduce-scatter input,
+//   all-reduce buffer); algBw = busBw * G / (G - 1) for all-gather, reduce-scatter and
+//   all-to-all, busBw * G / (2 (G - 1)) for all-reduce, busBw for broadcast.
+//   busBw and the per-step latency are the intra-node ones when the group fits in one node
+//   (G <= gpus_per_node), the inter-node ones otherwise (a ring step waits for its slowest link).
+//   latency = base_latency + steps * hop_latency, steps = G - 1 (2 (G - 1) for all-reduce).
+//   G == 1 is a local copy: 2 * S / memory bandwidth, no latency.
+// Limits, documented in docs/passes.md: no link contention between concurrent collectives, no SM
+// contention between NCCL kernels and compute, no protocol (LL/LL128/Simple) selection.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "ir/graph.h"
+
+namespace jfx {
+
+// All rates in SI units (FLOP/s, bytes/s, seconds); the JSON file uses TFLOP/s, GB/s (1e9 bytes)
+// and microseconds, which is how datasheets and nccl-tests print them.
+struct HardwareProfile {
+  std::string name;
+  std::string description;
+  std::vector<std::pair<ScalarType, double>> peak_flops;  // dense peak per dtype
+  double default_peak_flops = 0;                          // dtypes not listed
+  double compute_efficiency = 1;  // sustained / peak for large GEMMs and attention
+  double memory_bandwidth = 0;
+  double memory_efficiency = 1;  // sustained / peak for streaming kernels
+  double memory_capacity = 0;    // bytes per device; 0 = unknown
+  double kernel_overhead = 0;    // seconds added to every kernel that does work
+  int64_t gpus_per_node = 1;
+  double intra_node_bus_bw = 0;  // NCCL busBw when the group fits in one node
+  double inter_node_bus_bw = 0;  // NCCL busBw when the group spans nodes
+  double base_latency = 0;       // per collective
+  double intra_node_hop_latency = 0;
+  double inter_node_hop_latency = 0;
+
+  double peakFlops(ScalarType t) const;
+};
+
+// Throws JfxError naming the file and the key on a missing or bad value; unknown keys are errors
+// too (a typo must not silently fall back to a default). "sources" and "notes" are free-form.
+HardwareProfile parseHardwareProfile(std::string_view json_text, const std::string& filename);
+HardwareProfile loadHardwareProfile(const std::string& path);
+
+struct CollectiveCost {
+  double seconds = 0;
+  double latency = 0;
+  double bytes = 0;   // S
+  double alg_bw = 0;  // bytes/s; 0 for a local copy
+  bool inter_node = false;
+};
+
+class CostModel {
+ public:
+  explicit CostModel(HardwareProfile hw) : hw_(std::move(hw)) {}
+  const HardwareProfile& hardware() const { return hw_; }
+
+  // FLOPs of one node from its op-info formula and tensor meta; 0 when the meta is missing.
+  static double flops(const Node& n);
+  // Bytes a kernel moves: each distinct tensor operand once plus every output tensor. 0 for
+  // nodes that launch no kernel (views, getitems, placeholders, waits, output).
+  static double memoryBytes(const Node& n);
+  // True when the node launches no kernel on the compute stream.
+  static bool isFree(const Node& n);
+  // nccl-tests' "size": the larger of the input and output buffers.
+  static double collectiveBytes(const Node& n);
+  // The group size of a collective: its group_size argument, else the header's size for its
+  // group name, else 1.
+  static int64_t groupSize(const Node& n, const Graph& g);
+  // The group name a collective runs on ("" when absent).
+  static std::string_view groupName(const Node& n);
+
+  double computeSeconds(const Node& n) const;
+  CollectiveCost collectiveCost(CollectiveKind kind, double bytes, int64_t group_size) const;
+  double collectiveSeconds(const Node& n, const Graph& g) const;
+  // computeSeconds for compute nodes, collectiveSeconds for collectives, 0 otherwise.
+  double nodeSeconds(const Node& n, const Graph& g) const;
+
+ private:
+  HardwareProfile hw_;
+};
+
+}  // namespace jfx

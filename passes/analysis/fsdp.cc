@@ -1,0 +1,286 @@
+#include "passes/analysis/fsdp.h"
+
+#include <algorithm>
+
+namespace jfx {
+namespace {
+
+// A node with no node operands that makes a fresh tensor (zeros, full, empty): padding material,
+// not a second data input.
+bool isInputFreeFactory(const Node* n) {
+  return n->op() == OpKind::CallFunction && n->info().category == OpCategory::Factory &&
+         !n->info().random && n->inputs().empty();
+}
+
+// The one distinct node operand of `n` other than input-free factories; nullptr if none or several.
+Node* soleDataInput(const Node* n) {
+  Node* sole = nullptr;
+  for (Node* p : n->inputs()) {
+    if (p == sole || isInputFreeFactory(p)) continue;
+    if (sole) return nullptr;
+    sole = p;
+  }
+  return sole;
+}
+
+bool isPure(const Node* n) {
+  const OpInfo& info = n->info();
+  return n->op() == OpKind::CallFunction && !info.random && !info.side_effect &&
+         info.alias != AliasKind::InPlace && info.alias != AliasKind::Out;
+}
+
+// Ops that may sit between a parameter and its all-gather: casts, views, padding.
+bool isUnshardPreOp(const Node* n) {
+  if (!isPure(n)) return false;
+  switch (n->info().category) {
+    case OpCategory::View:
+    case OpCategory::Copy:
+    case OpCategory::Index:
+    case OpCategory::Getitem:
+      return soleDataInput(n) != nullptr;
+    default:
+      return false;
+  }
+}
+
+bool isPlainCollective(const Node* n, CollectiveKind kind) {
+  const OpInfo& info = n->info();
+  return n->op() == OpKind::CallFunction && info.collective == kind && !info.coalesced &&
+         info.alias == AliasKind::None;
+}
+
+// The collective's wait when it is its only use.
+Node* soleWait(const Node* coll) {
+  if (coll->uses().size() != 1) return nullptr;
+  Node* w = coll->uses()[0].user;
+  return w->isWait() ? w : nullptr;
+}
+
+bool isViewLike(const Node* n) {
+  OpCategory c = n->info().category;
+  return c == OpCategory::View || c == OpCategory::Getitem;
+}
+
+bool isConcat(const Node* n) {
+  return n->is("aten.cat.default") || n->is("aten.stack.default");
+}
+
+bool sameSide(const PhaseInfo& phases, const Node* a, const Node* b) {
+  return phases.isBackward(a) == phases.isBackward(b);
+}
+
+void sortByPosition(std::vector<Node*>& v) {
+  std::sort(v.begin(), v.end(), [](const Node* a, const Node* b) { return a->isBefore(b); });
+}
+
+}  // namespace
+
+std::string_view collectiveRoleName(CollectiveRole r) {
+  switch (r) {
+    case CollectiveRole::None:
+      return "none";
+    case CollectiveRole::FsdpUnshard:
+      return "fsdp_unshard";
+    case CollectiveRole::FsdpReduceGrad:
+      return "fsdp_reduce_grad";
+    case CollectiveRole::FsdpGradAllReduce:
+      return "fsdp_grad_all_reduce";
+    case CollectiveRole::Other:
+      return "other";
+  }
+  return "none";
+}
+
+std::vector<Node*> FsdpUnshardChain::nodes() const {
+  std::vector<Node*> out(pre);
+  out.push_back(all_gather);
+  out.push_back(wait);
+  out.insert(out.end(), post.begin(), post.end());
+  return out;
+}
+
+const FsdpUnshardChain* FsdpAnalysis::unshardChainOf(const Node* n) const {
+  if (n->id() >= chain_of_.size() || chain_of_[n->id()] < 0) return nullptr;
+  return &unshard[static_cast<size_t>(chain_of_[n->id()])];
+}
+
+CollectiveRole FsdpAnalysis::roleOf(const Node* n) const {
+  if (n->id() >= role_.size())
+    return n->isCollective() ? CollectiveRole::Other : CollectiveRole::None;
+  return role_[n->id()];
+}
+
+Node* singleInputRoot(Node* n) {
+  while (n && n->op() != OpKind::Placeholder) {
+    if (!isUnshardPreOp(n)) return nullptr;
+    n = soleDataInput(n);
+  }
+  return n;
+}
+
+int64_t layerIndexOfFqn(std::string_view fqn) {
+  constexpr std::string_view kKey = "layers.";
+  for (size_t pos = fqn.find(kKey); pos != std::string_view::npos; pos = fqn.find(kKey, pos + 1)) {
+    if (pos > 0 && fqn[pos - 1] != '.') continue;
+    size_t i = pos + kKey.size(), j = i;
+    int64_t v = 0;
+    while (j < fqn.size() && fqn[j] >= '0' && fqn[j] <= '9' && j - i < 18)
+      v = v * 10 + (fqn[j++] - '0');
+    if (j > i && (j == fqn.size() || fqn[j] == '.')) return v;
+  }
+  return -1;
+}
+
+FsdpAnalysis analyzeFsdp(const Graph& g, const PhaseInfo& phases) {
+  FsdpAnalysis a;
+  const size_t n_ids = g.maxId();
+  a.chain_of_.assign(n_ids, -1);
+  a.role_.assign(n_ids, CollectiveRole::None);
+
+  // Memoized single-input roots: operands precede users, so one sweep in program order suffices.
+  std::vector<Node*> root(n_ids, nullptr);
+  // Graph-output positions, for gradient chains.
+  std::vector<int64_t> output_pos(n_ids, -1);
+  if (Node* out = g.outputNode(); out && out->numArgs() > 0) {
+    const Arg& list = out->arg(0);
+    if (list.isSequence()) {
+      for (size_t i = 0; i < list.items().size(); ++i)
+        if (Node* v = list.items()[i].node(); v && output_pos[v->id()] < 0)
+          output_pos[v->id()] = static_cast<int64_t>(i);
+    } else if (Node* v = list.node()) {
+      output_pos[v->id()] = 0;
+    }
+  }
+
+  for (Node* n = g.first(); n; n = n->next()) {
+    if (n->op() == OpKind::Placeholder) {
+      root[n->id()] = n;
+    } else if (isUnshardPreOp(n)) {
+      root[n->id()] = root[soleDataInput(n)->id()];
+    }
+    if (!n->isCollective()) continue;
+    // Until a chain claims it. An HSDP all-reduce was claimed by its reduce-scatter already.
+    if (a.role_[n->id()] == CollectiveRole::None) a.role_[n->id()] = CollectiveRole::Other;
+
+    if (isPlainCollective(n, CollectiveKind::AllGather)) {
+      Node* in = n->input(0);
+      Node* param = in ? root[in->id()] : nullptr;
+      Node* wait = soleWait(n);
+      if (!param || param->inputKind() != InputKind::Parameter || !wait) continue;
+      FsdpUnshardChain c;
+      c.param = param;
+      c.all_gather = n;
+      c.wait = wait;
+      c.phase = phases.of(n);
+      for (Node* p = in; p != param; p = soleDataInput(p))
+        c.pre.push_back(p);
+      std::reverse(c.pre.begin(), c.pre.end());
+      const int32_t idx = static_cast<int32_t>(a.unshard.size());
+      for (Node* p : c.pre)
+        if (a.chain_of_[p->id()] < 0) a.chain_of_[p->id()] = idx;
+      a.chain_of_[n->id()] = idx;
+      a.chain_of_[wait->id()] = idx;
+      // The wait's view/copy descendants on the same side of the loss. A concat joins the chain
+      // once all its operands are in it (split -> getitems -> cat), so it is re-checked from
+      // each operand; cats are small, so this stays linear in practice.
+      std::vector<Node*> work{wait};
+      while (!work.empty()) {
+        Node* cur = work.back();
+        work.pop_back();
+        for (Node* u : cur->users()) {
+          if (a.chain_of_[u->id()] >= 0 || !isPure(u) || !sameSide(phases, u, wait)) continue;
+          bool joins = false;
+          OpCategory cat = u->info().category;
+          if (cat == OpCategory::View || cat == OpCategory::Copy || cat == OpCategory::Getitem) {
+            joins = soleDataInput(u) == cur;
+          } else if (isConcat(u)) {
+            joins = true;
+            for (Node* p : u->inputs())
+              joins &= a.chain_of_[p->id()] == idx || isInputFreeFactory(p);
+          }
+          if (!joins) continue;
+          a.chain_of_[u->id()] = idx;
+          c.post.push_back(u);
+          work.push_back(u);
+        }
+      }
+      sortByPosition(c.post);
+      // Save points: non-view chain nodes with no non-view chain node below them. `below[id]`
+      // says whether a non-view chain node is at or below a node; filled in reverse order.
+      std::vector<Node*> chain_nodes{wait};
+      chain_nodes.insert(chain_nodes.end(), c.post.begin(), c.post.end());
+      std::vector<uint8_t> below_local(chain_nodes.size(), 0);
+      for (size_t k = chain_nodes.size(); k-- > 0;) {
+        Node* cn = chain_nodes[k];
+        bool any_below = false;
+        for (Node* u : cn->users()) {
+          if (a.chain_of_[u->id()] != idx) continue;
+          auto it = std::lower_bound(chain_nodes.begin(), chain_nodes.end(), u,
+                                     [](const Node* x, const Node* y) { return x->isBefore(y); });
+          if (it != chain_nodes.end() && *it == u)
+            any_below |= below_local[it - chain_nodes.begin()];
+        }
+        const bool non_view = !isViewLike(cn);
+        if (non_view && !any_below) c.save_points.push_back(cn);
+        below_local[k] = non_view || any_below;
+      }
+      std::reverse(c.save_points.begin(), c.save_points.end());
+      a.role_[n->id()] = CollectiveRole::FsdpUnshard;
+      a.unshard.push_back(std::move(c));
+      continue;
+    }
+
+    if (isPlainCollective(n, CollectiveKind::ReduceScatter)) {
+      Node* wait = soleWait(n);
+      if (!wait) continue;
+      FsdpGradChain c;
+      c.reduce_scatter = n;
+      c.wait = wait;
+      Node* cur = wait;
+      bool reached_output = false;
+      while (cur->uses().size() == 1) {
+        Node* u = cur->uses()[0].user;
+        if (u->op() == OpKind::Output) {
+          reached_output = output_pos[cur->id()] >= 0;
+          break;
+        }
+        if (isPlainCollective(u, CollectiveKind::AllReduce) && u->input(0) == cur &&
+            !c.all_reduce) {
+          Node* ar_wait = soleWait(u);
+          if (!ar_wait) break;
+          c.all_reduce = u;
+          c.post.push_back(u);
+          c.post.push_back(ar_wait);
+          cur = ar_wait;
+          continue;
+        }
+        OpCategory cat = u->info().category;
+        bool unary =
+            isPure(u) && u->inputs().size() == 1 &&
+            (cat == OpCategory::View || cat == OpCategory::Copy || cat == OpCategory::Elementwise);
+        if (!unary) break;
+        c.post.push_back(u);
+        cur = u;
+      }
+      if (!reached_output) continue;
+      c.output_index = static_cast<size_t>(output_pos[cur->id()]);
+      const auto& specs = g.outputSpecs();
+      if (c.output_index < specs.size() && specs[c.output_index].kind == OutputKind::Gradient)
+        c.param_fqn = specs[c.output_index].fqn;
+      for (Node* p = n->input(0);
+           p && p->uses().size() == 1 && isPure(p) && p->inputs().size() == 1 &&
+           (p->info().category == OpCategory::Copy || p->info().category == OpCategory::View);
+           p = p->input(0))
+        c.pre.push_back(p);
+      std::reverse(c.pre.begin(), c.pre.end());
+      a.role_[n->id()] = CollectiveRole::FsdpReduceGrad;
+      if (c.all_reduce) a.role_[c.all_reduce->id()] = CollectiveRole::FsdpGradAllReduce;
+      a.grads.push_back(std::move(c));
+    }
+  }
+  for (Node* n = g.first(); n; n = n->next())
+    if (a.role_[n->id()] == CollectiveRole::Other) a.other_collectives.push_back(n);
+  return a;
+}
+
+}  // namespace jfx

@@ -1,0 +1,170 @@
+#include "passes/analysis/memory.h"
+
+#include <algorithm>
+
+namespace jfx {
+namespace {
+
+struct Storage {
+  const Node* owner;
+  int32_t element;
+  int64_t bytes;
+  size_t born;      // step that allocates it
+  size_t last_use;  // step after which it can be freed
+  bool pinned;      // graph input or graph output: never freed
+  bool input;
+};
+
+// Storage ids of each node's outputs, flattened: elems[begin[id] .. begin[id] + count[id]).
+struct StorageMap {
+  std::vector<Storage> storages;
+  std::vector<uint32_t> begin, count;
+  std::vector<int32_t> elems;  // storage index, or -1 for a non-tensor element
+
+  int32_t first(const Node* n) const { return count[n->id()] ? elems[begin[n->id()]] : -1; }
+  int32_t element(const Node* n, int64_t i) const {
+    if (i < 0 || i >= static_cast<int64_t>(count[n->id()])) return -1;
+    return elems[begin[n->id()] + static_cast<size_t>(i)];
+  }
+};
+
+bool isMultiOutput(const Node* n) {
+  return n->val().kind == ValueMeta::Kind::List;
+}
+
+bool aliasesInput0(const Node* n) {
+  AliasKind a = n->info().alias;
+  return a == AliasKind::View || a == AliasKind::InPlace;
+}
+
+}  // namespace
+
+MemoryProfile analyzeMemory(const Graph& g, const PhaseInfo& phases, const MemoryOptions& opts) {
+  MemoryProfile prof;
+  const std::vector<Node*> order = g.nodes();
+  const size_t n_ids = g.maxId();
+  std::vector<size_t> step(n_ids, 0);
+  for (size_t t = 0; t < order.size(); ++t)
+    step[order[t]->id()] = t;
+
+  StorageMap m;
+  m.begin.assign(n_ids, 0);
+  m.count.assign(n_ids, 0);
+  auto fresh = [&](const Node* n, int32_t element, const ValueMeta& v, size_t t, bool input) {
+    if (v.kind != ValueMeta::Kind::Tensor && v.kind != ValueMeta::Kind::List) return int32_t{-1};
+    m.storages.push_back({n, element, v.bytes(), t, t, input, input});
+    return static_cast<int32_t>(m.storages.size() - 1);
+  };
+
+  // 1. Which storage each output names.
+  for (size_t t = 0; t < order.size(); ++t) {
+    const Node* n = order[t];
+    const ValueMeta& v = n->val();
+    const size_t k = isMultiOutput(n) ? v.items.size() : 1;
+    m.begin[n->id()] = static_cast<uint32_t>(m.elems.size());
+    m.count[n->id()] = static_cast<uint32_t>(k);
+    const bool is_input = n->op() == OpKind::Placeholder || n->op() == OpKind::GetAttr;
+    for (size_t i = 0; i < k; ++i) {
+      const ValueMeta& ev = isMultiOutput(n) ? v.items[i] : v;
+      int32_t s = -1;
+      const Node* in0 = n->input(0);
+      if (n->op() == OpKind::Output) {
+        s = -1;
+      } else if (is_input) {
+        s = fresh(n, static_cast<int32_t>(i), ev, t, true);
+      } else if (n->info().category == OpCategory::Getitem && in0 && n->numArgs() > 1 &&
+                 n->arg(1).isInt()) {
+        s = aliasesInput0(in0) ? m.first(in0) : m.element(in0, n->arg(1).toInt());
+      } else if (aliasesInput0(n) && in0) {
+        s = m.first(in0);
+      } else if (n->info().alias == AliasKind::Out) {
+        const Arg* out = n->kwarg("out");
+        s = out && out->node() ? m.first(out->node())
+                               : fresh(n, static_cast<int32_t>(i), ev, t, false);
+      } else {
+        s = fresh(n, static_cast<int32_t>(i), ev, t, false);
+      }
+      m.elems.push_back(s);
+    }
+  }
+
+  // 2. Last uses. A getitem reading a multi-output node reads only its element, whose storage
+  // it names itself, so it does not extend the other elements.
+  auto extend = [&](const Node* p, size_t t) {
+    for (uint32_t i = 0; i < m.count[p->id()]; ++i)
+      if (int32_t s = m.elems[m.begin[p->id()] + i]; s >= 0)
+        m.storages[s].last_use = std::max(m.storages[s].last_use, t);
+  };
+  for (size_t t = 0; t < order.size(); ++t) {
+    const Node* n = order[t];
+    const bool getitem = n->info().category == OpCategory::Getitem;
+    for (const Node* p : n->inputs()) {
+      if (n->op() == OpKind::Output) {
+        for (uint32_t i = 0; i < m.count[p->id()]; ++i)
+          if (int32_t s = m.elems[m.begin[p->id()] + i]; s >= 0) m.storages[s].pinned = true;
+        continue;
+      }
+      if (getitem && isMultiOutput(p)) continue;
+      extend(p, t);
+    }
+    // A collective's inputs stay live until its wait: the transfer reads them until then.
+    if (n->isWait() && n->input(0) && n->input(0)->isCollective())
+      for (const Node* q : n->input(0)->inputs())
+        extend(q, t);
+  }
+
+  // 3. Play the schedule. Frees are bucketed by step (a linked list per step).
+  const size_t n_steps = order.size();
+  std::vector<int32_t> die_head(n_steps, -1), die_next(m.storages.size(), -1);
+  std::vector<int32_t> born_head(n_steps, -1), born_next(m.storages.size(), -1);
+  for (size_t s = m.storages.size(); s-- > 0;) {
+    const Storage& st = m.storages[s];
+    born_next[s] = born_head[st.born];
+    born_head[st.born] = static_cast<int32_t>(s);
+    if (st.input) prof.input_bytes += st.bytes;
+    if (st.pinned) continue;
+    die_next[s] = die_head[st.last_use];
+    die_head[st.last_use] = static_cast<int32_t>(s);
+  }
+  int64_t live = 0;
+  size_t peak_step = 0;
+  prof.curve.reserve(n_steps);
+  for (size_t t = 0; t < n_steps; ++t) {
+    for (int32_t s = born_head[t]; s >= 0; s = born_next[s])
+      live += m.storages[s].bytes;
+    prof.curve.push_back({order[t], live});
+    if (live > prof.peak_bytes || !prof.peak_node) {
+      prof.peak_bytes = live;
+      prof.peak_node = order[t];
+      peak_step = t;
+    }
+    PhasePeak& pp = prof.phase_peaks[static_cast<size_t>(phases.of(order[t]))];
+    if (!pp.node || live > pp.bytes) pp = {live, order[t]};
+    for (int32_t s = die_head[t]; s >= 0; s = die_next[s])
+      live -= m.storages[s].bytes;
+  }
+
+  // 4. The largest tensors live at the peak: born at or before it, not freed before it.
+  std::vector<int32_t> at_peak;
+  for (size_t s = 0; s < m.storages.size(); ++s) {
+    const Storage& st = m.storages[s];
+    if (st.born <= peak_step && (st.pinned || st.last_use >= peak_step))
+      at_peak.push_back(static_cast<int32_t>(s));
+  }
+  auto larger = [&](int32_t a, int32_t b) {
+    const Storage &x = m.storages[a], &y = m.storages[b];
+    if (x.bytes != y.bytes) return x.bytes > y.bytes;
+    if (x.born != y.born) return x.born < y.born;
+    return x.element < y.element;
+  };
+  const size_t k = std::min(opts.top_k, at_peak.size());
+  std::partial_sort(at_peak.begin(), at_peak.begin() + static_cast<std::ptrdiff_t>(k),
+                    at_peak.end(), larger);
+  for (size_t i = 0; i < k; ++i) {
+    const Storage& st = m.storages[at_peak[i]];
+    prof.largest_at_peak.push_back({st.owner, st.element, st.bytes, st.input});
+  }
+  return prof;
+}
+
+}  // namespace jfx

@@ -1,0 +1,61 @@
+// Memory analysis: liveness over storages in program order, and the estimated peak.
+//
+// Model (what a caching allocator sees when the graph runs node by node):
+//  - A node that makes fresh tensors allocates one storage per output tensor (a tuple value has
+//    one per element), sized from its output meta.
+//  - Views share their base's storage: AliasKind::View ops (wait_tensor included), in-place ops
+//    (their input 0), `out=` ops (the out tensor), and getitems of view ops (split, unbind).
+//    A getitem of any other multi-output op names that op's element storage.
+//  - A storage is freed right after the last node that reads it or any of its aliases. Graph
+//    inputs (placeholders, get_attr) are never freed; values the output node returns live to the
+//    end; a collective's inputs live until its wait (the communication reads them until then).
+//  - The live bytes of a step count the node's fresh outputs together with everything still
+//    live, before that step's frees: the true high-water mark while the node runs.
+// Nodes without tensor meta allocate nothing. Cost: O(N + E), plus O(S log S) for the largest
+// tensors at the peak.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <vector>
+
+#include "ir/graph.h"
+#include "passes/analysis/phase.h"
+
+namespace jfx {
+
+struct MemoryOptions {
+  size_t top_k = 10;  // largest live tensors reported at the peak
+};
+
+struct LiveTensor {
+  const Node* owner = nullptr;  // the node that allocated the storage
+  int32_t element = 0;          // which output of a multi-output owner
+  int64_t bytes = 0;
+  bool is_input = false;  // a graph input (never freed)
+};
+
+struct PhasePeak {
+  int64_t bytes = 0;
+  const Node* node = nullptr;  // nullptr when the phase has no nodes
+};
+
+struct MemoryProfile {
+  int64_t peak_bytes = 0;
+  const Node* peak_node = nullptr;
+  int64_t input_bytes = 0;                  // graph inputs: live the whole step
+  std::vector<LiveTensor> largest_at_peak;  // by bytes, descending; ties by owner position
+  std::array<PhasePeak, 4> phase_peaks{};   // indexed by Phase
+  struct Point {
+    const Node* node;
+    int64_t live_bytes;
+  };
+  std::vector<Point> curve;  // one point per node, program order
+
+  const PhasePeak& peakOf(Phase p) const { return phase_peaks[static_cast<size_t>(p)]; }
+};
+
+MemoryProfile analyzeMemory(const Graph& g, const PhaseInfo& phases,
+                            const MemoryOptions& opts = {});
+
+}  // namespace jfx

@@ -1,0 +1,118 @@
+#include "passes/analysis/phase.h"
+
+#include <nlohmann/json.hpp>
+
+namespace jfx {
+namespace {
+
+bool isLossFqn(Symbol fqn) {
+  std::string_view s = fqn.str();
+  return s == "loss" || s.starts_with("loss.");
+}
+
+// The output list's node items with their kinds. Specs are used only when they line up with the
+// list and name a loss; otherwise the make_fx convention [loss, *grads] applies.
+void classifyOutputs(const Graph& g, Node*& loss, std::vector<Node*>& grads) {
+  Node* out = g.outputNode();
+  if (!out || out->numArgs() == 0) return;
+  std::vector<const Arg*> items;
+  const Arg& a = out->arg(0);
+  if (a.isSequence()) {
+    for (const Arg& item : a.items())
+      items.push_back(&item);
+  } else {
+    items.push_back(&a);
+  }
+  const auto& specs = g.outputSpecs();
+  bool use_specs = specs.size() == items.size();
+  if (use_specs) {
+    use_specs = false;
+    for (const auto& s : specs)
+      use_specs |= s.kind == OutputKind::Loss;
+  }
+  for (size_t i = 0; i < items.size(); ++i) {
+    Node* n = items[i]->node();
+    if (!n) continue;
+    OutputKind kind =
+        use_specs ? specs[i].kind : (i == 0 ? OutputKind::Loss : OutputKind::Gradient);
+    if (kind == OutputKind::Loss && !loss) loss = n;
+    if (kind == OutputKind::Gradient) grads.push_back(n);
+  }
+}
+
+}  // namespace
+
+bool hasAutogradBackwardFlag(const Node& n) {
+  const std::string& extra = n.meta().extra_json;
+  // Cheap filter first: parsing every node's extra meta would dominate on large graphs.
+  if (extra.find("\"autograd_backward\"") == std::string::npos) return false;
+  nlohmann::json j = nlohmann::json::parse(extra, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) return false;
+  auto it = j.find("autograd_backward");
+  return it != j.end() && it->is_boolean() && it->get<bool>();
+}
+
+PhaseInfo computePhases(const Graph& g) {
+  PhaseInfo info;
+  const size_t n_ids = g.maxId();
+  info.phases_.assign(n_ids, Phase::Unknown);
+
+  Node* loss = nullptr;
+  std::vector<Node*> grads;
+  classifyOutputs(g, loss, grads);
+  info.loss_ = loss;
+
+  // Ancestors of the loss and of the gradients: one reverse sweep each marks operands of marked
+  // nodes, which visits every edge once because operands precede their users.
+  std::vector<uint8_t> reaches_loss(n_ids, 0), feeds_grad(n_ids, 0), after_loss(n_ids, 0);
+  if (loss) reaches_loss[loss->id()] = 1;
+  for (Node* gr : grads)
+    feeds_grad[gr->id()] = 1;
+  for (Node* n = g.last(); n; n = n->prev()) {
+    if (n->op() == OpKind::Output) continue;
+    bool rl = reaches_loss[n->id()], fg = feeds_grad[n->id()];
+    if (!rl && !fg) continue;
+    for (Node* p : n->inputs()) {
+      if (rl) reaches_loss[p->id()] = 1;
+      if (fg) feeds_grad[p->id()] = 1;
+    }
+  }
+  // Descendants of the loss: one forward sweep.
+  if (loss) {
+    for (Node* n = loss->next(); n; n = n->next()) {
+      for (Node* p : n->inputs()) {
+        if (p == loss || after_loss[p->id()]) {
+          after_loss[n->id()] = 1;
+          break;
+        }
+      }
+    }
+  }
+
+  for (Node* n = g.first(); n; n = n->next()) {
+    if (n->op() != OpKind::CallFunction) continue;
+    Phase p = n->meta().phase;
+    if (p != Phase::Unknown) {
+      ++info.from_meta_;
+    } else if (hasAutogradBackwardFlag(*n)) {
+      p = Phase::Backward;
+      ++info.from_flag_;
+    } else {
+      ++info.from_structure_;
+      Node* producer = n->info().category == OpCategory::Getitem ? n->input(0) : nullptr;
+      if (producer && info.phases_[producer->id()] != Phase::Unknown) {
+        p = info.phases_[producer->id()];
+      } else if (reaches_loss[n->id()]) {
+        p = (n == loss || isLossFqn(n->meta().module_fqn)) ? Phase::Loss : Phase::Forward;
+      } else if (after_loss[n->id()] || feeds_grad[n->id()]) {
+        p = Phase::Backward;
+      } else {
+        p = Phase::Forward;
+      }
+    }
+    info.phases_[n->id()] = p;
+  }
+  return info;
+}
+
+}  // namespace jfx

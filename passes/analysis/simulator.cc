@@ -1,0 +1,198 @@
+#include "passes/analysis/simulator.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <unordered_map>
+
+#include "passes/analysis/memory.h"
+#include "passes/analysis/phase.h"
+
+namespace jfx {
+namespace {
+
+std::string fmtMs(double seconds) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.3f ms", seconds * 1e3);
+  return buf;
+}
+
+std::string fmtBytes(int64_t b) {
+  char buf[64];
+  double v = static_cast<double>(b);
+  if (b >= (int64_t{1} << 30))
+    std::snprintf(buf, sizeof buf, "%.2f GiB", v / (1 << 30));
+  else if (b >= (int64_t{1} << 20))
+    std::snprintf(buf, sizeof buf, "%.2f MiB", v / (1 << 20));
+  else if (b >= 1024)
+    std::snprintf(buf, sizeof buf, "%.2f KiB", v / 1024);
+  else
+    std::snprintf(buf, sizeof buf, "%lld B", static_cast<long long>(b));
+  return buf;
+}
+
+}  // namespace
+
+SimResult simulate(const Graph& g, const CostModel& cost, const SimOptions& opts) {
+  SimResult r;
+  r.streams.push_back({"compute", 0, 0});
+  // Group name -> stream index. Lookups only; the stream order is first use in program order.
+  std::unordered_map<std::string, uint32_t> stream_of;
+  std::vector<double> stream_free(1, 0.0);
+  std::vector<double> ready(g.maxId(), 0.0);  // when each node's value is available
+  std::vector<double> start_of;               // record_trace: compute-stream time at each node
+  if (opts.record_trace) start_of.assign(g.maxId(), 0.0);
+  double now = 0;  // compute stream
+
+  auto operandsReady = [&](const Node* n) {
+    double t = 0;
+    for (const Node* p : n->inputs())
+      t = std::max(t, ready[p->id()]);
+    return t;
+  };
+  auto stall = [&](const Node* n, double until) {
+    if (until <= now) return;
+    r.exposed_comm += until - now;
+    if (opts.record_trace) r.events.push_back({n, 0, now, until - now, true});
+    now = until;
+  };
+
+  for (const Node* n = g.first(); n; n = n->next()) {
+    if (opts.record_trace) start_of[n->id()] = now;
+    if (n->op() != OpKind::CallFunction) {
+      ready[n->id()] = n->op() == OpKind::Output ? now : 0;
+      continue;
+    }
+    if (n->isCollective()) {
+      std::string group(CostModel::groupName(*n));
+      auto [it, fresh] = stream_of.emplace(group, static_cast<uint32_t>(r.streams.size()));
+      if (fresh) {
+        r.streams.push_back({group.empty() ? "(no group)" : group, 0, 0});
+        stream_free.push_back(0);
+      }
+      uint32_t s = it->second;
+      double start = std::max({now, operandsReady(n), stream_free[s]});
+      double dur = cost.collectiveSeconds(*n, g);
+      ready[n->id()] = start + dur;
+      stream_free[s] = start + dur;
+      r.streams[s].busy += dur;
+      r.streams[s].ops += 1;
+      r.comm += dur;
+      r.num_collectives += 1;
+      r.collective_bytes += static_cast<int64_t>(CostModel::collectiveBytes(*n));
+      if (opts.record_trace) r.events.push_back({n, s, start, dur, false});
+      continue;
+    }
+    if (n->isWait()) {
+      // The compute stream waits for the collective (and anything else the wait reads).
+      stall(n, operandsReady(n));
+      ready[n->id()] = now;
+      continue;
+    }
+    // A compute node reading an unwaited collective result stalls like a wait would.
+    stall(n, operandsReady(n));
+    double dur = cost.computeSeconds(*n);
+    if (dur > 0) {
+      if (opts.record_trace) r.events.push_back({n, 0, now, dur, false});
+      r.compute += dur;
+      r.streams[0].busy += dur;
+      r.streams[0].ops += 1;
+      now += dur;
+    }
+    ready[n->id()] = now;
+  }
+  double end = now;
+  for (double t : stream_free)
+    end = std::max(end, t);
+  r.exposed_comm += end - now;  // collectives nobody waited for still hold up the step
+  r.step = end;
+
+  if (opts.memory) {
+    MemoryProfile mem = analyzeMemory(g, computePhases(g));
+    r.peak_memory_bytes = mem.peak_bytes;
+    if (opts.record_trace) {
+      int64_t last = -1;
+      for (const auto& p : mem.curve) {
+        if (p.live_bytes == last) continue;
+        last = p.live_bytes;
+        r.memory_track.emplace_back(start_of[p.node->id()], p.live_bytes);
+      }
+    }
+  }
+  return r;
+}
+
+std::string simulationTable(const SimResult& r, const HardwareProfile& hw) {
+  std::string out = "simulation (" + hw.name + "):\n";
+  char buf[256];
+  std::snprintf(buf, sizeof buf, "  step: %s\n  compute: %s\n", fmtMs(r.step).c_str(),
+                fmtMs(r.compute).c_str());
+  out += buf;
+  std::snprintf(buf, sizeof buf, "  communication: %s (%lld collectives, %s)\n",
+                fmtMs(r.comm).c_str(), static_cast<long long>(r.num_collectives),
+                fmtBytes(r.collective_bytes).c_str());
+  out += buf;
+  std::snprintf(buf, sizeof buf, "  exposed communication: %s (%.1f%% of step)\n",
+                fmtMs(r.exposed_comm).c_str(), 100 * r.exposedShare());
+  out += buf;
+  if (r.peak_memory_bytes >= 0)
+    out += "  peak memory (estimated): " + fmtBytes(r.peak_memory_bytes) + "\n";
+  out += "  streams:\n";
+  for (const SimStream& s : r.streams) {
+    std::snprintf(buf, sizeof buf, "    %s: %s busy, %lld %s\n", s.name.c_str(),
+                  fmtMs(s.busy).c_str(), static_cast<long long>(s.ops),
+                  &s == &r.streams.front() ? "kernels" : "collectives");
+    out += buf;
+  }
+  return out;
+}
+
+nlohmann::json simulationJson(const SimResult& r, const HardwareProfile& hw) {
+  nlohmann::json j;
+  j["hardware"] = hw.name;
+  j["step_s"] = r.step;
+  j["compute_s"] = r.compute;
+  j["comm_s"] = r.comm;
+  j["exposed_comm_s"] = r.exposed_comm;
+  j["exposed_comm_share"] = r.exposedShare();
+  j["num_collectives"] = r.num_collectives;
+  j["collective_bytes"] = r.collective_bytes;
+  if (r.peak_memory_bytes >= 0) j["peak_memory_bytes"] = r.peak_memory_bytes;
+  nlohmann::json streams = nlohmann::json::array();
+  for (const SimStream& s : r.streams)
+    streams.push_back({{"name", s.name}, {"busy_s", s.busy}, {"ops", s.ops}});
+  j["streams"] = streams;
+  return j;
+}
+
+std::string chromeTrace(const SimResult& r) {
+  using nlohmann::json;
+  json events = json::array();
+  for (size_t s = 0; s < r.streams.size(); ++s)
+    events.push_back(
+        {{"name", "thread_name"},
+         {"ph", "M"},
+         {"pid", 0},
+         {"tid", s},
+         {"args", {{"name", s == 0 ? std::string("compute") : "pg " + r.streams[s].name}}}});
+  for (const SimEvent& e : r.events) {
+    json ev = {{"name", e.stall ? "wait " + e.node->name() : e.node->name()},
+               {"ph", "X"},
+               {"pid", 0},
+               {"tid", e.stream},
+               {"ts", e.start * 1e6},
+               {"dur", e.duration * 1e6},
+               {"args", {{"target", std::string(e.node->target().str())}}}};
+    if (e.stall) ev["cat"] = "exposed";
+    events.push_back(std::move(ev));
+  }
+  for (const auto& [t, bytes] : r.memory_track)
+    events.push_back({{"name", "memory"},
+                      {"ph", "C"},
+                      {"pid", 0},
+                      {"ts", t * 1e6},
+                      {"args", {{"MiB", static_cast<double>(bytes) / (1 << 20)}}}});
+  json doc = {{"traceEvents", events}, {"displayTimeUnit", "ms"}};
+  return doc.dump() + "\n";
+}
+
+}  // namespace jfx

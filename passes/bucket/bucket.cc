@@ -1,0 +1,745 @@
+#include "passes/bucket/bucket.h"
+
+#include <algorithm>
+#include <limits>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
+#include <tuple>
+#include <unordered_map>
+
+#include "ir/error.h"
+#include "passes/analysis/cost_model.h"
+#include "passes/analysis/fsdp.h"
+#include "passes/analysis/phase.h"
+
+namespace jfx {
+namespace {
+
+constexpr int64_t kNever = std::numeric_limits<int64_t>::max();
+// A pure producer chain longer than this between a parameter and its all-gather is not a cast
+// chain; such a member is not hoisted (it starts a new bucket instead).
+constexpr size_t kMaxHoist = 64;
+
+// All-gathers are issued early, at the first member (their inputs are parameters); reduce-scatters
+// and all-reduces consume computed gradients, so they are issued at the last member.
+enum class Side { Gather, Data };
+
+// Ops that may be moved past other nodes: no effects, no aliasing writes, known to the table.
+bool isMovablePure(const Node* n) {
+  const OpInfo& info = n->info();
+  return n->op() == OpKind::CallFunction && info.category != OpCategory::Unknown &&
+         info.category != OpCategory::Collective && info.category != OpCategory::Wait &&
+         !info.random && !info.side_effect && info.alias != AliasKind::InPlace &&
+         info.alias != AliasKind::Out;
+}
+
+size_t distinctOperands(const Node* n) {
+  size_t k = 0;
+  const auto& ins = n->inputs();
+  for (size_t i = 0; i < ins.size(); ++i)
+    if (std::find(ins.begin(), ins.begin() + static_cast<std::ptrdiff_t>(i), ins[i]) ==
+        ins.begin() + static_cast<std::ptrdiff_t>(i))
+      ++k;
+  return k;
+}
+
+struct KeyTuple {
+  CollectiveKind kind;
+  uint32_t target;
+  std::string group;
+  int64_t group_size;
+  ScalarType dtype;
+  std::string reduce_op;
+  Phase phase;
+  auto tie() const { return std::tie(kind, target, group, group_size, dtype, reduce_op, phase); }
+  friend bool operator<(const KeyTuple& a, const KeyTuple& b) { return a.tie() < b.tie(); }
+};
+
+struct Member {
+  Node* coll = nullptr;
+  Node* wait = nullptr;
+  int64_t order = 0;          // payload order: parameter placeholder ordinal
+  int64_t pos = 0;            // program index at scan time
+  int64_t bytes = 0;          // max(in, out)
+  int64_t hard_use = kNever;  // data side: first user of the wait that cannot move down
+  std::vector<Node*> hoist;   // gather side: pure producers to move up to the bucket
+};
+
+struct Candidate {
+  size_t key = 0;
+  std::string block;
+  Member m;
+};
+
+struct Bucket {
+  uint32_t id = 0;
+  size_t key = 0;
+  std::string block;
+  std::vector<Member> members;  // program order
+  int64_t bytes = 0;
+  int64_t min_hard_use = kNever;
+};
+
+TensorMeta contiguousLike(const TensorMeta& like, std::vector<int64_t> shape) {
+  TensorMeta t;
+  t.dtype = like.dtype;
+  t.device = like.device;
+  t.stride = TensorMeta::contiguousStride(shape);
+  t.shape = std::move(shape);
+  return t;
+}
+
+std::string commonModulePrefix(const std::vector<Member>& members) {
+  std::string prefix(members.front().coll->meta().module_fqn.str());
+  for (const Member& m : members) {
+    std::string_view f = m.coll->meta().module_fqn.str();
+    size_t n = 0;
+    while (n < prefix.size() && n < f.size() && prefix[n] == f[n])
+      ++n;
+    // Cut back to a whole dotted component.
+    if (!(n == prefix.size() && (n == f.size() || f[n] == '.'))) {
+      while (n > 0 && prefix[n - 1] != '.')
+        --n;
+      if (n > 0) --n;  // drop the dot
+    }
+    prefix.resize(n);
+  }
+  return prefix;
+}
+
+// Meta of the nodes a bucket shares: the members' phase, their common module, and the rest of
+// the given member's meta (recompute tag, region, extra keys such as autograd_backward). No
+// seq_nr or stack trace: a shared node is no single op's.
+NodeMeta sharedMeta(const NodeMeta& from, Phase phase, const std::vector<Member>& members) {
+  NodeMeta m = from;
+  m.phase = phase;
+  m.module_fqn = Symbol::intern(commonModulePrefix(members));
+  m.seq_nr.reset();
+  m.stack_trace.clear();
+  return m;
+}
+
+std::string withBucketMeta(const std::string& extra, const char* key, std::string_view kind,
+                           const std::string& plan, size_t members) {
+  nlohmann::json j = extra.empty() ? nlohmann::json::object() : nlohmann::json::parse(extra);
+  j[key] = {{"kind", kind}, {"plan", plan}, {"members", members}};
+  return j.dump();
+}
+
+class Bucketer {
+ public:
+  Bucketer(Graph& g, const BucketOptions& opts, PassContext& ctx)
+      : g_(g), opts_(opts), ctx_(ctx), phases_(computePhases(g)), fsdp_(analyzeFsdp(g, phases_)) {}
+
+  bool run();
+
+ private:
+  bool enabled(CollectiveKind k) const {
+    return (k == CollectiveKind::AllGather && opts_.all_gather) ||
+           (k == CollectiveKind::ReduceScatter && opts_.reduce_scatter) ||
+           (k == CollectiveKind::AllReduce && opts_.all_reduce);
+  }
+  static Side sideOf(CollectiveKind k) {
+    return k == CollectiveKind::AllGather ? Side::Gather : Side::Data;
+  }
+  std::optional<Candidate> candidate(Node* n);
+  bool collectHoist(Node* in, int64_t first_pos, std::vector<Node*>& out) const;
+  int64_t hardUse(Node* wait) const;
+  void finalize(Bucket& b);
+  void finalizeGather(Bucket& b, const KeyTuple& key);
+  void finalizeData(Bucket& b, const KeyTuple& key);
+  Node* make(std::string_view target, std::vector<Arg> args, Node* before, std::string_view name,
+             ValueMeta val, const NodeMeta& meta);
+  // Moves every staged node before its anchor; consecutive nodes with one anchor keep their order.
+  void flush();
+  // Points the uses of a member's wait at its replacement. Uses by the output node are batched
+  // into one rewrite at the end (finishOutputs): Graph rewrites an operand by walking the user's
+  // argument tree, and the output node has one argument per gradient, so doing it per member
+  // would cost O(parameters) each time.
+  void replaceMember(Node* wait, Node* replacement);
+  // Erases a member's collective and wait, or queues them until their output uses are rewritten.
+  void retire(const Member& m);
+  void finishOutputs();
+
+  Graph& g_;
+  const BucketOptions& opts_;
+  PassContext& ctx_;
+  PhaseInfo phases_;
+  FsdpAnalysis fsdp_;
+  std::vector<int64_t> pos_;  // program index by node id, at scan time
+  std::vector<KeyTuple> keys_;
+  std::map<KeyTuple, size_t> key_index_;
+  std::unordered_map<std::string, int64_t> param_ordinal_by_fqn_;  // lookups only
+  std::vector<int64_t> param_ordinal_;                             // by node id
+  std::vector<int32_t> grad_chain_;                                // RS node id -> grads index
+  std::vector<Node*> out_replacement_;                             // by node id
+  std::vector<Node*> retired_;                                     // wait, collective pairs
+  std::vector<std::pair<Node*, Node*>> staged_;                    // (node, place before it)
+};
+
+std::optional<Candidate> Bucketer::candidate(Node* n) {
+  const OpInfo& info = n->info();
+  if (n->op() != OpKind::CallFunction || !n->isCollective() || !enabled(info.collective) ||
+      info.coalesced || info.alias != AliasKind::None)
+    return std::nullopt;
+  CollectiveRole role = fsdp_.roleOf(n);
+  bool fsdp = role == CollectiveRole::FsdpUnshard || role == CollectiveRole::FsdpReduceGrad ||
+              role == CollectiveRole::FsdpGradAllReduce;
+  if (opts_.fsdp_only && !fsdp) return std::nullopt;
+  if (n->uses().size() != 1 || !n->uses()[0].user->isWait()) return std::nullopt;
+  Node* wait = n->uses()[0].user;
+  Node* in = n->input(0);
+  if (!in || !in->val().isTensor() || !n->val().isTensor() || !wait->val().isTensor())
+    return std::nullopt;
+  std::string_view group = CostModel::groupName(*n);
+  if (group.empty()) return std::nullopt;
+  int64_t gsize = CostModel::groupSize(*n, g_);
+  const TensorMeta& tin = in->val().tensor;
+  const TensorMeta& tout = n->val().tensor;
+  if (tin.dtype != tout.dtype) return std::nullopt;
+  switch (info.collective) {
+    case CollectiveKind::AllGather:
+      if (tout.numel() != tin.numel() * gsize) return std::nullopt;
+      break;
+    case CollectiveKind::ReduceScatter:
+      if (tin.numel() % gsize != 0 || tout.numel() * gsize != tin.numel()) return std::nullopt;
+      break;
+    default:
+      if (tout.numel() != tin.numel()) return std::nullopt;
+      break;
+  }
+  KeyTuple key{info.collective,
+               n->target().id(),
+               std::string(group),
+               gsize,
+               tin.dtype,
+               info.reduce_op_arg >= 0 && n->arg(info.reduce_op_arg).isStr()
+                   ? std::string(n->arg(info.reduce_op_arg).str())
+                   : std::string(),
+               phases_.of(n)};
+  auto [it, fresh] = key_index_.emplace(key, keys_.size());
+  if (fresh) keys_.push_back(key);
+
+  Candidate c;
+  c.key = it->second;
+  c.m.coll = n;
+  c.m.wait = wait;
+  c.m.pos = pos_[n->id()];
+  c.m.bytes = std::max(tin.bytes(), tout.bytes());
+  // Payload order is parameter order: FSDP2 lays out its flat buffers that way, and a different
+  // order changes byte offsets and NCCL's ring order (torchtitan #3590). Non-parameter members
+  // follow, in program order.
+  c.m.order = kNever / 2 + c.m.pos;
+  std::string fqn;
+  if (role == CollectiveRole::FsdpUnshard) {
+    const FsdpUnshardChain* chain = fsdp_.unshardChainOf(n);
+    if (chain && chain->param) {
+      c.m.order = param_ordinal_[chain->param->id()];
+      fqn = chain->param->inputFqn();
+    }
+  } else if (role == CollectiveRole::FsdpReduceGrad && grad_chain_[n->id()] >= 0) {
+    const FsdpGradChain& chain = fsdp_.grads[static_cast<size_t>(grad_chain_[n->id()])];
+    fqn = chain.param_fqn;
+    auto p = param_ordinal_by_fqn_.find(fqn);
+    if (p != param_ordinal_by_fqn_.end()) c.m.order = p->second;
+  }
+  if (fqn.empty()) fqn = std::string(n->meta().module_fqn.str());
+  if (opts_.plan == BucketOptions::Plan::Blocks) c.block = blockOfFqn(fqn, opts_.head);
+  return c;
+}
+
+// Gather side: the pure producers of `in` that sit after the bucket's first member, which must
+// move up to it. False when one of them cannot move (an effect, a collective, a wait) or the chain
+// is too long to be a cast chain.
+bool Bucketer::collectHoist(Node* in, int64_t first_pos, std::vector<Node*>& out) const {
+  std::vector<Node*> work{in};
+  std::vector<Node*> seen;
+  while (!work.empty()) {
+    Node* x = work.back();
+    work.pop_back();
+    if (pos_[x->id()] < first_pos) continue;
+    if (std::find(seen.begin(), seen.end(), x) != seen.end()) continue;
+    if (!isMovablePure(x) || seen.size() >= kMaxHoist) return false;
+    seen.push_back(x);
+    for (Node* p : x->inputs())
+      work.push_back(p);
+  }
+  out = std::move(seen);
+  return true;
+}
+
+// Data side: the position of the first user of `wait` that cannot move below a new bucket wait.
+// Single-operand pure users (the views and casts between a gradient and the graph output) can
+// move, so the search continues through them.
+int64_t Bucketer::hardUse(Node* wait) const {
+  int64_t first = kNever;
+  std::vector<Node*> work{wait};
+  while (!work.empty()) {
+    Node* x = work.back();
+    work.pop_back();
+    for (const Use& u : x->uses()) {
+      Node* user = u.user;
+      if (isMovablePure(user) && distinctOperands(user) == 1)
+        work.push_back(user);
+      else
+        first = std::min(first, pos_[user->id()]);
+    }
+  }
+  return first;
+}
+
+// New nodes are made at the end of the graph and put in place by flush() (see placeBefore()).
+Node* Bucketer::make(std::string_view target, std::vector<Arg> args, Node* before,
+                     std::string_view name, ValueMeta val, const NodeMeta& meta) {
+  Node* n = g_.createCall(target, std::move(args), {}, nullptr, name);
+  n->val() = std::move(val);
+  n->meta() = meta;
+  staged_.emplace_back(n, before);
+  return n;
+}
+
+void Bucketer::replaceMember(Node* wait, Node* replacement) {
+  g_.replaceUsesWith(wait, replacement,
+                     [](const Use& u) { return u.user->op() != OpKind::Output; });
+  if (!wait->hasUses()) return;
+  if (out_replacement_.size() < g_.maxId()) out_replacement_.resize(g_.maxId(), nullptr);
+  out_replacement_[wait->id()] = replacement;
+}
+
+void Bucketer::retire(const Member& m) {
+  if (m.wait->hasUses()) {
+    retired_.push_back(m.wait);
+    retired_.push_back(m.coll);
+    return;
+  }
+  g_.erase(m.wait);
+  g_.erase(m.coll);
+}
+
+void Bucketer::finishOutputs() {
+  Node* out = g_.outputNode();
+  if (retired_.empty() || !out) return;
+  auto remap = [&](auto& self, Arg& a) -> void {
+    if (Node* n = a.node(); n && n->id() < out_replacement_.size() && out_replacement_[n->id()])
+      a = Arg::ofNode(out_replacement_[n->id()]);
+    for (Arg& item : a.items())
+      self(self, item);
+  };
+  std::vector<Arg> args = out->args();
+  Kwargs kwargs = out->kwargs();
+  for (Arg& a : args)
+    remap(remap, a);
+  for (auto& kv : kwargs)
+    remap(remap, kv.second);
+  g_.setArgs(out, std::move(args), std::move(kwargs));
+  for (Node* n : retired_)
+    g_.erase(n);
+  retired_.clear();
+}
+
+void Bucketer::flush() {
+  for (size_t i = 0; i < staged_.size();) {
+    size_t j = i;
+    std::vector<Node*> run;
+    while (j < staged_.size() && staged_[j].second == staged_[i].second)
+      run.push_back(staged_[j++].first);
+    placeBefore(g_, run, staged_[i].second);
+    i = j;
+  }
+  staged_.clear();
+}
+
+bool Bucketer::run() {
+  const std::vector<Node*> order = g_.nodes();
+  pos_.assign(g_.maxId(), 0);
+  for (size_t i = 0; i < order.size(); ++i)
+    pos_[order[i]->id()] = static_cast<int64_t>(i);
+  param_ordinal_.assign(g_.maxId(), kNever / 2);
+  int64_t ordinal = 0;
+  for (Node* n : order) {
+    if (n->op() != OpKind::Placeholder) continue;
+    param_ordinal_[n->id()] = ordinal;
+    if (!n->inputFqn().empty()) param_ordinal_by_fqn_.emplace(n->inputFqn(), ordinal);
+    ++ordinal;
+  }
+  grad_chain_.assign(g_.maxId(), -1);
+  for (size_t i = 0; i < fsdp_.grads.size(); ++i)
+    grad_chain_[fsdp_.grads[i].reduce_scatter->id()] = static_cast<int32_t>(i);
+
+  // Candidates are few; index them by node id rather than keeping one slot per node.
+  std::vector<Candidate> cands;
+  std::vector<int32_t> cand_of(g_.maxId(), -1);
+  int64_t before = 0;
+  for (Node* n : order) {
+    if (!n->isCollective()) continue;
+    ++before;
+    if (auto c = candidate(n)) {
+      cand_of[n->id()] = static_cast<int32_t>(cands.size());
+      cands.push_back(std::move(*c));
+    }
+  }
+  ctx_.stat("collectives-before", before);
+  const size_t nkeys = keys_.size();
+  if (nkeys == 0) {
+    ctx_.stat("collectives-after", before);
+    return false;
+  }
+
+  // taint[id * nkeys + k]: the newest bucket of key k that node id depends on (0 = none). Bucket
+  // ids grow, so the open bucket of a key is that key's newest: a node depends on it exactly
+  // when its taint equals the open bucket's id.
+  std::vector<uint32_t> taint(static_cast<size_t>(g_.maxId()) * nkeys, 0);
+  std::vector<std::optional<Bucket>> open(nkeys);
+  std::vector<Bucket> done;
+  uint32_t next_id = 1;
+  std::set<std::pair<size_t, std::string>> blocks_seen;  // (key, block) that had a bucket
+
+  auto close = [&](size_t k) {
+    if (open[k] && open[k]->members.size() >= 2) done.push_back(std::move(*open[k]));
+    open[k].reset();
+  };
+
+  for (Node* n : order) {
+    uint32_t* tn = &taint[static_cast<size_t>(n->id()) * nkeys];
+    for (Node* p : n->inputs()) {
+      const uint32_t* tp = &taint[static_cast<size_t>(p->id()) * nkeys];
+      for (size_t k = 0; k < nkeys; ++k)
+        tn[k] = std::max(tn[k], tp[k]);
+    }
+    if (cand_of[n->id()] < 0) continue;
+    Candidate* c = &cands[static_cast<size_t>(cand_of[n->id()])];
+    const size_t k = c->key;
+    const Side side = sideOf(keys_[k].kind);
+    if (side == Side::Data) c->m.hard_use = hardUse(c->m.wait);
+    std::optional<Bucket>& b = open[k];
+    const char* reject = nullptr;
+    if (b) {
+      if (b->block != c->block)
+        reject = "block";
+      else if (opts_.cap_bytes > 0 && b->bytes + c->m.bytes > opts_.cap_bytes)
+        reject = "cap";
+      else if (tn[k] == b->id)
+        reject = "dependency";
+      else if (side == Side::Gather &&
+               !collectHoist(n->input(0), b->members.front().pos, c->m.hoist))
+        reject = "placement";
+      else if (side == Side::Data && c->m.pos >= b->min_hard_use)
+        reject = "placement";
+      // Moving on to the next block is the plan working; coming back to a block that already
+      // had a bucket means blocks interleave, and the block gets a second bucket.
+      if (reject && std::string_view(reject) == "block")
+        reject = blocks_seen.count({k, c->block}) ? "interleaved" : nullptr;
+      if (reject) {
+        ctx_.stat(std::string("split.") + reject);
+        ctx_.remark("bucket: " + std::string(collectiveKindName(keys_[k].kind)) + " '" + n->name() +
+                    "' starts a new bucket (" + reject + ")");
+      }
+      if (reject || b->block != c->block) close(k);
+    }
+    if (!b) {
+      blocks_seen.insert({k, c->block});
+      b.emplace();
+      b->id = next_id++;
+      b->key = k;
+      b->block = c->block;
+      c->m.hoist.clear();
+    }
+    b->bytes += c->m.bytes;
+    b->min_hard_use = std::min(b->min_hard_use, c->m.hard_use);
+    b->members.push_back(std::move(c->m));
+    tn[k] = b->id;
+  }
+  for (size_t k = 0; k < nkeys; ++k)
+    close(k);
+
+  // Rewrites run after the scan so every decision above saw the original positions. Buckets are
+  // disjoint, and a rewrite only moves pure producers up and pure consumers down, which keeps
+  // the other buckets' placements legal.
+  std::sort(done.begin(), done.end(), [](const Bucket& a, const Bucket& b) { return a.id < b.id; });
+  for (Bucket& b : done)
+    finalize(b);
+  finishOutputs();
+
+  int64_t after = 0;
+  for (Node* n = g_.first(); n; n = n->next())
+    if (n->isCollective()) ++after;
+  ctx_.stat("collectives-after", after);
+  return !done.empty();
+}
+
+void Bucketer::finalize(Bucket& b) {
+  const KeyTuple& key = keys_[b.key];
+  std::string kind(collectiveKindName(key.kind));
+  ctx_.stat("buckets." + kind);
+  ctx_.stat("members." + kind, static_cast<int64_t>(b.members.size()));
+  if (sideOf(key.kind) == Side::Gather)
+    finalizeGather(b, key);
+  else
+    finalizeData(b, key);
+}
+
+void Bucketer::finalizeGather(Bucket& b, const KeyTuple& key) {
+  Node* first = b.members.front().coll;
+  // Move the members' cast chains up to the first member, in program order.
+  std::vector<Node*> hoist;
+  for (const Member& m : b.members)
+    for (Node* x : m.hoist)
+      if (first->isBefore(x) && std::find(hoist.begin(), hoist.end(), x) == hoist.end())
+        hoist.push_back(x);
+  std::sort(hoist.begin(), hoist.end(),
+            [](const Node* a, const Node* c) { return a->isBefore(c); });
+  for (Node* x : hoist)
+    staged_.emplace_back(x, first);
+  ctx_.stat("hoisted", static_cast<int64_t>(hoist.size()));
+
+  std::vector<Member> payload = b.members;
+  std::stable_sort(payload.begin(), payload.end(),
+                   [](const Member& a, const Member& c) { return a.order < c.order; });
+  const int64_t G = key.group_size;
+  const TensorMeta& like = first->input(0)->val().tensor;
+
+  NodeMeta shared = sharedMeta(first->meta(), key.phase, b.members);
+  const std::string plan = opts_.plan == BucketOptions::Plan::Blocks ? b.block : "size";
+
+  std::vector<Arg> flats;
+  std::vector<int64_t> sizes;
+  int64_t total = 0;
+  for (const Member& m : payload) {
+    Node* in = m.coll->input(0);
+    const TensorMeta& t = in->val().tensor;
+    NodeMeta meta = m.coll->meta();
+    meta.phase = key.phase;
+    // view when the shard is contiguous (a free alias); reshape copies otherwise.
+    Node* flat = make(t.isContiguous() ? "aten.view.default" : "aten.reshape.default",
+                      {Arg::ofNode(in), Arg::ofInts({-1})}, first, in->name() + "_flat",
+                      ValueMeta::ofTensor(contiguousLike(t, {t.numel()})), meta);
+    flats.push_back(Arg::ofNode(flat));
+    sizes.push_back(t.numel());
+    total += t.numel();
+  }
+  Node* cat = make("aten.cat.default", {Arg::ofList(std::move(flats))}, first, "ag_bucket_cat",
+                   ValueMeta::ofTensor(contiguousLike(like, {total})), shared);
+  NodeMeta coll_meta = shared;
+  coll_meta.extra_json = withBucketMeta(
+      shared.extra_json, fsdp_.roleOf(first) == CollectiveRole::Other ? "bucket" : "fsdp_bucket",
+      collectiveKindName(key.kind), plan, b.members.size());
+  Node* ag =
+      make(first->target().str(), {Arg::ofNode(cat), Arg::ofInt(G), Arg::ofStr(key.group)}, first,
+           "ag_bucket", ValueMeta::ofTensor(contiguousLike(like, {G * total})), coll_meta);
+
+  Node* w0 = b.members.front().wait;
+  for (const Member& m : b.members)
+    if (m.wait->isBefore(w0)) w0 = m.wait;
+  NodeMeta wait_meta = sharedMeta(w0->meta(), key.phase, b.members);
+  Node* wait = make(w0->target().str(), {Arg::ofNode(ag)}, w0, "ag_bucket_wait",
+                    ValueMeta::ofTensor(contiguousLike(like, {G * total})), wait_meta);
+  Node* rows =
+      make("aten.view.default", {Arg::ofNode(wait), Arg::ofInts({G, -1})}, w0, "ag_bucket_rows",
+           ValueMeta::ofTensor(contiguousLike(like, {G, total})), wait_meta);
+  std::vector<ValueMeta> pieces;
+  for (int64_t s : sizes) {
+    TensorMeta t = contiguousLike(like, {G, s});
+    t.stride = {total, 1};  // columns of the [G, total] rows: not contiguous
+    pieces.push_back(ValueMeta::ofTensor(t));
+  }
+  Node* split =
+      make("aten.split_with_sizes.default", {Arg::ofNode(rows), Arg::ofInts(sizes), Arg::ofInt(1)},
+           w0, "ag_bucket_split", ValueMeta::ofList(pieces), wait_meta);
+  for (size_t i = 0; i < payload.size(); ++i) {
+    const Member& m = payload[i];
+    NodeMeta meta = m.wait->meta();
+    meta.phase = key.phase;
+    Node* piece =
+        make("operator.getitem", {Arg::ofNode(split), Arg::ofInt(static_cast<int64_t>(i))}, w0,
+             m.wait->name() + "_piece", pieces[i], meta);
+    // Each piece is rank-major ([G, numel_i]); reshape copies it into the gathered layout.
+    const TensorMeta& out = m.coll->val().tensor;
+    Node* full =
+        make("aten.reshape.default", {Arg::ofNode(piece), Arg::ofInts(out.shape)}, w0,
+             m.wait->name() + "_out", ValueMeta::ofTensor(contiguousLike(out, out.shape)), meta);
+    replaceMember(m.wait, full);
+  }
+  flush();
+  for (const Member& m : b.members)
+    retire(m);
+}
+
+void Bucketer::finalizeData(Bucket& b, const KeyTuple& key) {
+  Node* last = b.members.back().coll;
+  std::vector<Member> payload = b.members;
+  std::stable_sort(payload.begin(), payload.end(),
+                   [](const Member& a, const Member& c) { return a.order < c.order; });
+  const bool rs = key.kind == CollectiveKind::ReduceScatter;
+  const int64_t G = key.group_size;
+  const TensorMeta& like = last->input(0)->val().tensor;
+  const char* prefix = rs ? "rs_bucket" : "ar_bucket";
+  const std::string p(prefix);
+
+  NodeMeta shared = sharedMeta(last->meta(), key.phase, b.members);
+  const std::string plan = opts_.plan == BucketOptions::Plan::Blocks ? b.block : "size";
+
+  // Reduce-scatter: rank r's output is row r of every input viewed as [G, numel_i / G], so the
+  // inputs are concatenated along dim 1. All-reduce: plain flatten and concatenate.
+  std::vector<Arg> parts;
+  std::vector<int64_t> sizes;
+  int64_t total = 0;
+  for (const Member& m : payload) {
+    Node* in = m.coll->input(0);
+    const TensorMeta& t = in->val().tensor;
+    NodeMeta meta = m.coll->meta();
+    meta.phase = key.phase;
+    int64_t cols = rs ? t.numel() / G : t.numel();
+    std::vector<int64_t> shape = rs ? std::vector<int64_t>{G, cols} : std::vector<int64_t>{cols};
+    std::vector<int64_t> view_arg = rs ? std::vector<int64_t>{G, -1} : std::vector<int64_t>{-1};
+    Node* v = make(t.isContiguous() ? "aten.view.default" : "aten.reshape.default",
+                   {Arg::ofNode(in), Arg::ofInts(view_arg)}, last, in->name() + "_rows",
+                   ValueMeta::ofTensor(contiguousLike(t, shape)), meta);
+    parts.push_back(Arg::ofNode(v));
+    sizes.push_back(cols);
+    total += cols;
+  }
+  Node* payload_node = nullptr;
+  if (rs) {
+    Node* cat = make("aten.cat.default", {Arg::ofList(std::move(parts)), Arg::ofInt(1)}, last,
+                     p + "_cat", ValueMeta::ofTensor(contiguousLike(like, {G, total})), shared);
+    payload_node =
+        make("aten.view.default", {Arg::ofNode(cat), Arg::ofInts({-1})}, last, p + "_flat",
+             ValueMeta::ofTensor(contiguousLike(like, {G * total})), shared);
+  } else {
+    payload_node = make("aten.cat.default", {Arg::ofList(std::move(parts))}, last, p + "_cat",
+                        ValueMeta::ofTensor(contiguousLike(like, {total})), shared);
+  }
+  NodeMeta coll_meta = shared;
+  coll_meta.extra_json = withBucketMeta(
+      shared.extra_json, fsdp_.roleOf(last) == CollectiveRole::Other ? "bucket" : "fsdp_bucket",
+      collectiveKindName(key.kind), plan, b.members.size());
+  std::vector<Arg> args;
+  if (rs)
+    args = {Arg::ofNode(payload_node), Arg::ofStr(key.reduce_op), Arg::ofInt(G),
+            Arg::ofStr(key.group)};
+  else
+    args = {Arg::ofNode(payload_node), Arg::ofStr(key.reduce_op), Arg::ofStr(key.group)};
+  Node* coll = make(last->target().str(), std::move(args), last, p,
+                    ValueMeta::ofTensor(contiguousLike(like, {total})), coll_meta);
+
+  Node* w0 = b.members.front().wait;
+  for (const Member& m : b.members)
+    if (m.wait->isBefore(w0)) w0 = m.wait;
+  // The new wait goes where the earliest member waited, unless that was before the bucket could
+  // be issued: then right after the bucket (the schedule pass defers it).
+  Node* anchor = last->isBefore(w0) ? w0 : last;
+  NodeMeta wait_meta = sharedMeta(w0->meta(), key.phase, b.members);
+  Node* wait = make(w0->target().str(), {Arg::ofNode(coll)}, anchor, p + "_wait",
+                    ValueMeta::ofTensor(contiguousLike(like, {total})), wait_meta);
+  std::vector<ValueMeta> pieces;
+  for (int64_t s : sizes)
+    pieces.push_back(ValueMeta::ofTensor(contiguousLike(like, {s})));
+  Node* split = make("aten.split_with_sizes.default", {Arg::ofNode(wait), Arg::ofInts(sizes)},
+                     anchor, p + "_split", ValueMeta::ofList(pieces), wait_meta);
+  for (size_t i = 0; i < payload.size(); ++i) {
+    const Member& m = payload[i];
+    NodeMeta meta = m.wait->meta();
+    meta.phase = key.phase;
+    Node* piece =
+        make("operator.getitem", {Arg::ofNode(split), Arg::ofInt(static_cast<int64_t>(i))}, anchor,
+             m.wait->name() + "_piece", pieces[i], meta);
+    const TensorMeta& out = m.coll->val().tensor;
+    Node* shaped =
+        make("aten.view.default", {Arg::ofNode(piece), Arg::ofInts(out.shape)}, anchor,
+             m.wait->name() + "_out", ValueMeta::ofTensor(contiguousLike(out, out.shape)), meta);
+    // Pure users of the old wait that ran before the new one move below it, in program order.
+    if (anchor == last) {
+      std::vector<Node*> movers;
+      std::vector<Node*> work{m.wait};
+      while (!work.empty()) {
+        Node* x = work.back();
+        work.pop_back();
+        for (Node* u : x->users())
+          if (u->isBefore(last) && std::find(movers.begin(), movers.end(), u) == movers.end()) {
+            movers.push_back(u);
+            work.push_back(u);
+          }
+      }
+      std::sort(movers.begin(), movers.end(),
+                [](const Node* a, const Node* c) { return a->isBefore(c); });
+      for (Node* u : movers)
+        staged_.emplace_back(u, last);
+      ctx_.stat("moved-down", static_cast<int64_t>(movers.size()));
+    }
+    replaceMember(m.wait, shaped);
+  }
+  flush();
+  for (const Member& m : b.members)
+    retire(m);
+}
+
+}  // namespace
+
+std::string blockOfFqn(std::string_view fqn, const std::vector<std::string>& head) {
+  // The first component that is an index ends the block name: "layers.3.attention.wq" ->
+  // "layers.3", "model.blocks.0.mlp" -> "model.blocks.0".
+  size_t start = 0;
+  while (start < fqn.size()) {
+    size_t end = fqn.find('.', start);
+    if (end == std::string_view::npos) end = fqn.size();
+    std::string_view part = fqn.substr(start, end - start);
+    bool digits = !part.empty() && std::all_of(part.begin(), part.end(),
+                                               [](char ch) { return ch >= '0' && ch <= '9'; });
+    if (digits && start > 0) return std::string(fqn.substr(0, end));
+    start = end + 1;
+  }
+  std::string_view top = fqn.substr(0, fqn.find('.'));
+  for (const std::string& h : head)
+    if (top == h) return "head";
+  return std::string(top);
+}
+
+void placeBefore(Graph& g, const std::vector<Node*>& nodes, Node* anchor) {
+  // Bisection order: the middle node first, then each half into its own side of it.
+  auto place = [&](auto& self, size_t lo, size_t hi, Node* right) -> void {
+    if (lo >= hi) return;
+    size_t mid = lo + (hi - lo) / 2;
+    g.moveBefore(nodes[mid], right);
+    self(self, lo, mid, nodes[mid]);
+    self(self, mid + 1, hi, right);
+  };
+  place(place, 0, nodes.size(), anchor);
+}
+
+bool hasFsdpBucketMeta(const Node& n) {
+  const std::string& extra = n.meta().extra_json;
+  if (extra.find("\"fsdp_bucket\"") == std::string::npos) return false;
+  auto j = nlohmann::json::parse(extra, nullptr, false);
+  return j.is_object() && j.contains("fsdp_bucket");
+}
+
+void BucketPass::configure(PassOptions& options) {
+  std::string plan = options.getEnum("plan", {"blocks", "size"}, "blocks");
+  opts_.plan = plan == "size" ? BucketOptions::Plan::Size : BucketOptions::Plan::Blocks;
+  int64_t cap_mb = options.getInt("cap-mb", opts_.plan == BucketOptions::Plan::Size ? 64 : 0);
+  if (cap_mb < 0) throw JfxError({}, "pass 'bucket': option 'cap-mb' must be >= 0");
+  opts_.cap_bytes = cap_mb * 1024 * 1024;
+  std::vector<std::string> kinds = options.getList("kinds", {"ag", "rs", "ar"});
+  opts_.all_gather = opts_.reduce_scatter = opts_.all_reduce = false;
+  for (const std::string& k : kinds) {
+    if (k == "ag")
+      opts_.all_gather = true;
+    else if (k == "rs")
+      opts_.reduce_scatter = true;
+    else if (k == "ar")
+      opts_.all_reduce = true;
+    else
+      throw JfxError(
+          {}, "pass 'bucket': option 'kinds': unknown kind '" + k + "' (expected ag, rs, ar)");
+  }
+  opts_.fsdp_only = options.getBool("fsdp-only", true);
+  opts_.head = options.getList("head", opts_.head);
+}
+
+bool bucketCollectives(Graph& g, const BucketOptions& opts, PassContext& ctx) {
+  return Bucketer(g, opts, ctx).run();
+}
+
+}  // namespace jfx

@@ -1,0 +1,412 @@
+#include "passes/bucket/schedule.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cstdint>
+#include <cstdio>
+#include <map>
+#include <optional>
+#include <vector>
+
+#include "ir/error.h"
+#include "passes/analysis/cost_model.h"
+#include "passes/analysis/fsdp.h"
+#include "passes/analysis/memory.h"
+#include "passes/analysis/phase.h"
+#include "passes/bucket/bucket.h"
+
+namespace jfx {
+namespace {
+
+// A launch chain longer than this is not parameter preparation; stop there.
+constexpr size_t kMaxChain = 1024;
+
+// Range add / range max over the steps of the original order, for the memory limit. Each node's
+// max is the max of its children plus its own pending add, so no push-down is needed.
+class MaxTree {
+ public:
+  explicit MaxTree(const std::vector<int64_t>& base) : n_(std::max<size_t>(1, base.size())) {
+    mx_.assign(4 * n_, 0);
+    add_.assign(4 * n_, 0);
+    build(1, 0, n_, base);
+  }
+  void add(size_t l, size_t r, int64_t v) {
+    if (l < r) add(1, 0, n_, l, r, v);
+  }
+  int64_t max(size_t l, size_t r) const { return l < r ? max(1, 0, n_, l, r) : INT64_MIN; }
+  int64_t max() const { return mx_[1]; }
+
+ private:
+  void build(size_t k, size_t lo, size_t hi, const std::vector<int64_t>& base) {
+    if (hi - lo == 1) {
+      mx_[k] = lo < base.size() ? base[lo] : 0;
+      return;
+    }
+    size_t mid = (lo + hi) / 2;
+    build(2 * k, lo, mid, base);
+    build(2 * k + 1, mid, hi, base);
+    mx_[k] = std::max(mx_[2 * k], mx_[2 * k + 1]);
+  }
+  void add(size_t k, size_t lo, size_t hi, size_t l, size_t r, int64_t v) {
+    if (r <= lo || hi <= l) return;
+    if (l <= lo && hi <= r) {
+      mx_[k] += v;
+      add_[k] += v;
+      return;
+    }
+    size_t mid = (lo + hi) / 2;
+    add(2 * k, lo, mid, l, r, v);
+    add(2 * k + 1, mid, hi, l, r, v);
+    mx_[k] = std::max(mx_[2 * k], mx_[2 * k + 1]) + add_[k];
+  }
+  int64_t max(size_t k, size_t lo, size_t hi, size_t l, size_t r) const {
+    if (r <= lo || hi <= l) return INT64_MIN;
+    if (l <= lo && hi <= r) return mx_[k];
+    size_t mid = (lo + hi) / 2;
+    int64_t m = std::max(max(2 * k, lo, mid, l, r), max(2 * k + 1, mid, hi, l, r));
+    return m == INT64_MIN ? m : m + add_[k];
+  }
+  size_t n_;
+  std::vector<int64_t> mx_, add_;
+};
+
+// Parameter preparation that may run earlier than written: casts, views, flattens, the bucket's
+// cat, zero padding. Everything else is compute and stays where it is.
+bool isLaunchPrep(const Node* n) {
+  const OpInfo& info = n->info();
+  if (n->op() != OpKind::CallFunction || info.random || info.side_effect ||
+      info.alias == AliasKind::InPlace || info.alias == AliasKind::Out)
+    return false;
+  switch (info.category) {
+    case OpCategory::View:
+    case OpCategory::Copy:
+    case OpCategory::Getitem:
+    case OpCategory::Index:
+      return true;
+    case OpCategory::Factory:
+      return n->inputs().empty();
+    default:
+      return false;
+  }
+}
+
+// Users of a deferred wait that may move down with it: views and casts with one operand.
+bool isMovableDown(const Node* n) {
+  if (!isLaunchPrep(n) &&
+      !(n->op() == OpKind::CallFunction && n->info().category == OpCategory::Elementwise &&
+        !n->info().random && n->info().alias == AliasKind::None))
+    return false;
+  const auto& ins = n->inputs();
+  for (const Node* p : ins)
+    if (p != ins.front()) return false;
+  return !ins.empty();
+}
+
+int64_t freshBytes(const Node* n) {
+  switch (n->info().category) {
+    case OpCategory::View:
+    case OpCategory::Getitem:
+    case OpCategory::Wait:
+      return 0;
+    default:
+      return n->val().bytes();
+  }
+}
+
+std::string fmtBytes(int64_t b) {
+  char buf[64];
+  double v = static_cast<double>(b);
+  if (b >= (int64_t{1} << 30))
+    std::snprintf(buf, sizeof buf, "%.2f GiB", v / (1 << 30));
+  else if (b >= (int64_t{1} << 20))
+    std::snprintf(buf, sizeof buf, "%.2f MiB", v / (1 << 20));
+  else if (b >= 1024)
+    std::snprintf(buf, sizeof buf, "%.2f KiB", v / 1024);
+  else
+    std::snprintf(buf, sizeof buf, "%lld B", static_cast<long long>(b));
+  return buf;
+}
+
+struct Unit {
+  Node* coll;
+  Node* wait;
+};
+
+class Scheduler {
+ public:
+  Scheduler(Graph& g, const ScheduleOptions& opts, PassContext& ctx)
+      : g_(g), opts_(opts), ctx_(ctx), phases_(computePhases(g)), fsdp_(analyzeFsdp(g, phases_)) {}
+  bool run();
+
+ private:
+  // The original step of the first node at or after `x` that this pass has not moved.
+  size_t stepAt(Node* x) const {
+    while (x && moved_[x->id()])
+      x = x->next();
+    return x ? idx_[x->id()] : idx_.size();
+  }
+  bool fits(size_t lo, size_t hi, int64_t delta) const {
+    if (!tree_ || delta <= 0 || lo >= hi) return true;
+    // Also rejects any growth of a region that is over the limit already (the input's own peak).
+    return tree_->max(lo, hi) + delta <= opts_.memory_limit;
+  }
+  void charge(size_t lo, size_t hi, int64_t delta) {
+    if (tree_ && delta > 0) tree_->add(lo, hi, delta);
+  }
+  bool prefetch(const std::vector<Unit>& seq);
+  bool deferWaits(const std::vector<Unit>& seq);
+  // The launch chain of `coll` if it moved before `at`; `at` moves down past non-movable producers.
+  std::vector<Node*> launchChain(Node* coll, Node*& at) const;
+
+  Graph& g_;
+  const ScheduleOptions& opts_;
+  PassContext& ctx_;
+  PhaseInfo phases_;
+  FsdpAnalysis fsdp_;
+  std::vector<size_t> idx_;             // original step by node id
+  std::vector<uint8_t> moved_;          // by node id
+  std::vector<Node*> prev_same_group_;  // by node id: the previous collective of its group
+  std::optional<MaxTree> tree_;
+};
+
+std::vector<Node*> Scheduler::launchChain(Node* coll, Node*& at) const {
+  for (;;) {
+    std::vector<Node*> chain{coll};
+    std::vector<Node*> work(coll->inputs().begin(), coll->inputs().end());
+    Node* barrier = nullptr;
+    while (!work.empty()) {
+      Node* p = work.back();
+      work.pop_back();
+      if (p->isBefore(at) || std::find(chain.begin(), chain.end(), p) != chain.end()) continue;
+      if (!isLaunchPrep(p) || chain.size() >= kMaxChain) {
+        if (!barrier || barrier->isBefore(p)) barrier = p;
+        continue;
+      }
+      chain.push_back(p);
+      work.insert(work.end(), p->inputs().begin(), p->inputs().end());
+    }
+    if (!barrier) {
+      std::sort(chain.begin(), chain.end(),
+                [](const Node* a, const Node* b) { return a->isBefore(b); });
+      return chain;
+    }
+    at = barrier->next();  // the chain can start only after what it reads
+  }
+}
+
+bool Scheduler::prefetch(const std::vector<Unit>& seq) {
+  bool changed = false;
+  for (size_t j = 1; j < seq.size(); ++j) {
+    Node* coll = seq[j].coll;
+    // Try the full distance first, then shorter ones while the memory limit says no.
+    int64_t k = opts_.prefetch;
+    bool limited = false;
+    for (; k >= 1; --k) {
+      size_t anchor = j >= static_cast<size_t>(k) ? j - static_cast<size_t>(k) : 0;
+      Node* at = seq[anchor].wait;
+      // Stay behind the previous collective of the same group (one NCCL stream, fixed order).
+      if (Node* prev = prev_same_group_[coll->id()]; prev && !prev->isBefore(at)) at = prev->next();
+      if (!at->isBefore(coll)) break;  // already issued at least this early
+      std::vector<Node*> chain = launchChain(coll, at);
+      // Chain nodes already sitting at the insertion point stay; the rest move up before `at`.
+      while (at && std::find(chain.begin(), chain.end(), at) != chain.end())
+        at = at->next();
+      std::vector<Node*> movers;
+      for (Node* x : chain)
+        if (at->isBefore(x)) movers.push_back(x);
+      if (movers.empty()) break;
+      int64_t delta = 0;
+      for (Node* x : movers)
+        delta += freshBytes(x);
+      size_t lo = stepAt(at), hi = idx_[coll->id()];
+      if (!fits(lo, hi, delta)) {
+        limited = true;
+        continue;
+      }
+      placeBefore(g_, movers, at);
+      for (Node* x : movers)
+        moved_[x->id()] = 1;
+      charge(lo, hi, delta);
+      ctx_.stat("prefetched");
+      ctx_.stat("moved-nodes", static_cast<int64_t>(movers.size()));
+      changed = true;
+      break;
+    }
+    if (limited) {
+      ctx_.stat("prefetch-lowered");
+      ctx_.remark("schedule: prefetch of '" + coll->name() + "' lowered from " +
+                  std::to_string(opts_.prefetch) + " to " +
+                  std::to_string(std::max<int64_t>(k, 0)) + " (memory-limit " +
+                  fmtBytes(opts_.memory_limit) + ")");
+    }
+  }
+  return changed;
+}
+
+bool Scheduler::deferWaits(const std::vector<Unit>& seq) {
+  bool changed = false;
+  for (size_t i = 0; i + 1 < seq.size(); ++i) {
+    Node* wait = seq[i].wait;
+    Node* next_launch = seq[i + 1].coll;
+    if (!wait->isBefore(next_launch)) continue;
+    // Move the wait and its movable users to just after the next launch, or to just before the
+    // first user that cannot move, whichever comes first.
+    Node* at = next_launch->next();
+    std::vector<Node*> movers{wait};
+    std::vector<Node*> work{wait};
+    while (!work.empty()) {
+      Node* x = work.back();
+      work.pop_back();
+      for (Node* u : x->users()) {
+        if (!u->isBefore(at) || std::find(movers.begin(), movers.end(), u) != movers.end())
+          continue;
+        if (isMovableDown(u)) {
+          movers.push_back(u);
+          work.push_back(u);
+        } else {
+          at = u;  // a compute user (or the next launch itself) bounds the deferral
+        }
+      }
+    }
+    std::erase_if(movers, [&](Node* x) { return !x->isBefore(at); });
+    if (movers.empty() || movers.front() != wait) continue;
+    std::sort(movers.begin(), movers.end(),
+              [](const Node* a, const Node* b) { return a->isBefore(b); });
+    if (at == wait->next() && movers.size() == 1) continue;  // nothing to gain
+    // The collective's input stays alive until its wait.
+    int64_t delta = seq[i].coll->input(0) ? seq[i].coll->input(0)->val().bytes() : 0;
+    size_t lo = idx_[wait->id()], hi = stepAt(at);
+    if (!fits(lo, hi, delta)) {
+      ctx_.stat("defer-skipped-memory");
+      ctx_.remark("schedule: wait of '" + seq[i].coll->name() + "' not deferred (memory-limit " +
+                  fmtBytes(opts_.memory_limit) + ")");
+      continue;
+    }
+    placeBefore(g_, movers, at);
+    for (Node* x : movers)
+      moved_[x->id()] = 1;
+    charge(lo, hi, delta);
+    ctx_.stat("waits-deferred");
+    ctx_.stat("moved-nodes", static_cast<int64_t>(movers.size()));
+    changed = true;
+  }
+  return changed;
+}
+
+bool Scheduler::run() {
+  const std::vector<Node*> order = g_.nodes();
+  idx_.assign(g_.maxId(), 0);
+  moved_.assign(g_.maxId(), 0);
+  prev_same_group_.assign(g_.maxId(), nullptr);
+  for (size_t i = 0; i < order.size(); ++i)
+    idx_[order[i]->id()] = i;
+
+  // Units: FSDP all-gathers per (group, side), FSDP gradient collectives per (kind, group).
+  std::map<std::pair<std::string, bool>, std::vector<Unit>> gathers;
+  std::map<std::pair<int, std::string>, std::vector<Unit>> reductions;
+  std::map<std::string, Node*> last_of_group;
+  for (Node* n : order) {
+    if (!n->isCollective()) continue;
+    std::string group(CostModel::groupName(*n));
+    Node*& last = last_of_group[group];
+    prev_same_group_[n->id()] = last;
+    last = n;
+    if (n->uses().size() != 1 || !n->uses()[0].user->isWait()) continue;
+    Unit u{n, n->uses()[0].user};
+    CollectiveRole role = fsdp_.roleOf(n);
+    CollectiveKind kind = n->info().collective;
+    bool bucket = hasFsdpBucketMeta(*n);
+    if (kind == CollectiveKind::AllGather && (role == CollectiveRole::FsdpUnshard || bucket))
+      gathers[{group, phases_.isBackward(n)}].push_back(u);
+    else if ((kind == CollectiveKind::ReduceScatter || kind == CollectiveKind::AllReduce) &&
+             (role == CollectiveRole::FsdpReduceGrad || role == CollectiveRole::FsdpGradAllReduce ||
+              bucket))
+      reductions[{static_cast<int>(kind), group}].push_back(u);
+  }
+
+  if (opts_.memory_limit > 0) {
+    MemoryProfile prof = analyzeMemory(g_, phases_);
+    std::vector<int64_t> base(order.size(), 0);
+    for (size_t i = 0; i < prof.curve.size() && i < base.size(); ++i)
+      base[i] = prof.curve[i].live_bytes;
+    tree_.emplace(base);
+    ctx_.stat("memory-peak-before", prof.peak_bytes);
+    if (prof.peak_bytes > opts_.memory_limit)
+      ctx_.remark("schedule: the input's estimated peak " + fmtBytes(prof.peak_bytes) +
+                  " already exceeds memory-limit " + fmtBytes(opts_.memory_limit) +
+                  "; moves may not raise it further");
+  }
+
+  bool changed = false;
+  // Forward side first, then backward: each side is its own sequence, so no prefetch crosses
+  // the loss (the backward's first re-gather is not pulled into the forward).
+  if (opts_.prefetch > 0) {
+    for (bool backward : {false, true})
+      for (auto& [key, seq] : gathers)
+        if (key.second == backward) changed |= prefetch(seq);
+  }
+  if (opts_.defer_reduce_scatter)
+    for (auto& [key, seq] : reductions)
+      changed |= deferWaits(seq);
+  if (tree_) ctx_.stat("memory-peak-estimate", tree_->max());
+  return changed;
+}
+
+}  // namespace
+
+int64_t parseByteSize(const std::string& text) {
+  size_t i = 0;
+  while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.'))
+    ++i;
+  std::string num = text.substr(0, i), unit = text.substr(i);
+  double mult = 1;
+  if (unit == "" || unit == "B")
+    mult = 1;
+  else if (unit == "K" || unit == "KiB" || unit == "Ki")
+    mult = 1024.0;
+  else if (unit == "M" || unit == "MiB" || unit == "Mi")
+    mult = 1024.0 * 1024;
+  else if (unit == "G" || unit == "GiB" || unit == "Gi")
+    mult = 1024.0 * 1024 * 1024;
+  else if (unit == "T" || unit == "TiB" || unit == "Ti")
+    mult = 1024.0 * 1024 * 1024 * 1024;
+  else if (unit == "KB")
+    mult = 1e3;
+  else if (unit == "MB")
+    mult = 1e6;
+  else if (unit == "GB")
+    mult = 1e9;
+  else if (unit == "TB")
+    mult = 1e12;
+  else
+    num.clear();
+  double v = 0;
+  try {
+    size_t used = 0;
+    v = num.empty() ? -1 : std::stod(num, &used);
+    if (used != num.size()) v = -1;
+  } catch (const std::exception&) {
+    v = -1;
+  }
+  if (v < 0)
+    throw JfxError({}, "bad byte size '" + text + "' (expected e.g. 80GiB, 512M, 1000000)");
+  return static_cast<int64_t>(v * mult);
+}
+
+void SchedulePass::configure(PassOptions& options) {
+  opts_.prefetch = options.getInt("prefetch", 1);
+  if (opts_.prefetch < 0) throw JfxError({}, "pass 'schedule': option 'prefetch' must be >= 0");
+  opts_.defer_reduce_scatter = options.getBool("defer-rs", true);
+  std::string limit = options.getString("memory-limit", "0");
+  try {
+    opts_.memory_limit = parseByteSize(limit);
+  } catch (const JfxError& e) {
+    throw JfxError({}, "pass 'schedule': option 'memory-limit': " + e.message());
+  }
+}
+
+bool scheduleCollectives(Graph& g, const ScheduleOptions& opts, PassContext& ctx) {
+  return Scheduler(g, opts, ctx).run();
+}
+
+}  // namespace jfx

@@ -1,0 +1,54 @@
+// schedule: overlaps FSDP communication with compute by moving collective chains only; the order
+// of compute nodes is left exactly as it was.
+//
+// Does, per phase side (forward + loss, then backward), over the FSDP all-gathers in program order
+// (buckets from `bucket`, or single FSDP all-gathers): the launch chain of all-gather j (the
+// collective and the pure producers it needs: casts, flattens, the bucket's cat) moves to just
+// before the wait of all-gather j - K, so it is issued before the compute of the K-th bucket
+// ahead of it. Backward re-gathers come in reverse block order and get the same treatment. Then
+// the wait of each FSDP reduce-scatter / all-reduce (with the views below it) moves down to just
+// after the next one's launch: deferred by one bucket.
+// Never: moves a collective past another collective of its process group (NCCL runs one group's
+// collectives in issue order on every rank; passing split-comm-groups first gives all-gathers and
+// reduce-scatters separate groups and so more room), moves a launch later or a wait earlier, or
+// moves a compute node (a chain stops at the first non-pure producer).
+// memory-limit=BYTES is a hard limit on the estimated peak (passes/analysis/memory.h): each move
+// adds the chain's fresh bytes over the steps it spans (a segment tree over the original order,
+// range add / range max, O(log N) a move); a move that would exceed the limit is retried with a
+// smaller prefetch distance, down to none, with a remark naming the collective. When the input
+// already exceeds the limit, no move raises the peak further.
+// Options: prefetch=K (default 1; 0 = no all-gather moves), defer-rs=true, memory-limit=BYTES
+// (suffixes K, M, G, Ki, Mi, Gi with optional B; 0 = no limit). O(N log N).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "passes/pass.h"
+
+namespace jfx {
+
+struct ScheduleOptions {
+  int64_t prefetch = 1;
+  bool defer_reduce_scatter = true;
+  int64_t memory_limit = 0;  // bytes; 0 = none
+};
+
+// Statistics: prefetched, prefetch-lowered, waits-deferred, defer-skipped-memory, moved-nodes,
+// memory-peak-before, memory-peak-estimate.
+bool scheduleCollectives(Graph& g, const ScheduleOptions& opts, PassContext& ctx);
+
+// "80GiB", "512M", "1000000" -> bytes. Throws JfxError on anything else.
+int64_t parseByteSize(const std::string& text);
+
+class SchedulePass : public Pass {
+ public:
+  std::string_view name() const override { return "schedule"; }
+  void configure(PassOptions& options) override;
+  bool run(Graph& g, PassContext& ctx) override { return scheduleCollectives(g, opts_, ctx); }
+
+ private:
+  ScheduleOptions opts_;
+};
+
+}  // namespace jfx

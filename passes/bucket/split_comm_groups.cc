@@ -1,0 +1,93 @@
+#include "passes/bucket/split_comm_groups.h"
+
+#include <map>
+#include <vector>
+
+#include "ir/error.h"
+#include "passes/analysis/cost_model.h"
+#include "passes/analysis/fsdp.h"
+#include "passes/analysis/phase.h"
+#include "passes/bucket/bucket.h"
+
+namespace jfx {
+
+void SplitCommGroupsPass::configure(PassOptions& options) {
+  suffix_ = options.getString("suffix", "_rs");
+  if (suffix_.empty())
+    throw JfxError({}, "pass 'split-comm-groups': option 'suffix' must not be empty");
+  move_all_reduce_ = false;
+  for (const std::string& k : options.getList("kinds", {"rs"})) {
+    if (k == "ar")
+      move_all_reduce_ = true;
+    else if (k != "rs")
+      throw JfxError({}, "pass 'split-comm-groups': option 'kinds': unknown kind '" + k +
+                             "' (expected rs, ar)");
+  }
+}
+
+bool SplitCommGroupsPass::run(Graph& g, PassContext& ctx) {
+  PhaseInfo phases = computePhases(g);
+  FsdpAnalysis fsdp = analyzeFsdp(g, phases);
+
+  struct Use {
+    bool gather = false;
+    std::vector<Node*> moving;  // program order
+    int64_t size = 0;
+  };
+  // Keyed by group name for lookups; new groups are created in header order below.
+  std::map<std::string, Use> groups;
+  for (Node* n = g.first(); n; n = n->next()) {
+    if (!n->isCollective()) continue;
+    CollectiveRole role = fsdp.roleOf(n);
+    CollectiveKind kind = n->info().collective;
+    bool bucket = hasFsdpBucketMeta(*n);
+    std::string name(CostModel::groupName(*n));
+    if (name.empty()) continue;
+    if (kind == CollectiveKind::AllGather && (role == CollectiveRole::FsdpUnshard || bucket)) {
+      groups[name].gather = true;
+    } else if ((kind == CollectiveKind::ReduceScatter &&
+                (role == CollectiveRole::FsdpReduceGrad || bucket)) ||
+               (move_all_reduce_ && kind == CollectiveKind::AllReduce &&
+                (role == CollectiveRole::FsdpGradAllReduce || bucket))) {
+      Use& u = groups[name];
+      u.moving.push_back(n);
+      u.size = CostModel::groupSize(*n, g);
+    }
+  }
+
+  // Header order first, then groups the header lacks (the verifier reports those) by name.
+  std::vector<std::string> order;
+  for (const ProcessGroupInfo& pg : g.processGroups())
+    order.push_back(pg.name);
+  for (const auto& [name, u] : groups)
+    if (!g.findProcessGroup(name)) order.push_back(name);
+
+  bool changed = false;
+  for (const std::string& name : order) {
+    auto it = groups.find(name);
+    if (it == groups.end() || !it->second.gather || it->second.moving.empty()) continue;
+    std::string fresh = name + suffix_;
+    for (int k = 1; g.findProcessGroup(fresh); ++k)
+      fresh = name + suffix_ + "_" + std::to_string(k);
+    ProcessGroupInfo info;
+    if (const ProcessGroupInfo* pg = g.findProcessGroup(name))
+      info = *pg;
+    else
+      info.size = it->second.size;
+    info.name = fresh;
+    g.processGroups().push_back(info);
+    for (Node* n : it->second.moving) {
+      std::vector<Arg> args = n->args();
+      args[static_cast<size_t>(n->info().group_name_arg)] = Arg::ofStr(fresh);
+      g.setArgs(n, std::move(args));
+    }
+    ctx.stat("groups-added");
+    ctx.stat("collectives-moved", static_cast<int64_t>(it->second.moving.size()));
+    ctx.remark("split-comm-groups: " + std::to_string(it->second.moving.size()) +
+               " collective(s) moved from group '" + name + "' to new group '" + fresh + "'");
+    changed = true;
+  }
+  return changed;
+}
+
+}  // namespace jfx

@@ -1,0 +1,150 @@
+#include "passes/fsdp/dedup_fsdp_unshard.h"
+
+#include <algorithm>
+#include <functional>
+#include <vector>
+
+#include "passes/analysis/fsdp.h"
+#include "passes/analysis/phase.h"
+
+namespace jfx {
+namespace {
+
+using NodeMap = std::function<Node*(Node*)>;
+
+// Structural equality of two argument trees where node references in `b` are first mapped.
+bool sameArg(const Arg& a, const Arg& b, const NodeMap& map) {
+  if (a.kind() != b.kind()) return false;
+  if (a.isNode()) return a.node() == map(b.node());
+  if (a.isSequence()) {
+    if (a.items().size() != b.items().size()) return false;
+    for (size_t i = 0; i < a.items().size(); ++i)
+      if (!sameArg(a.items()[i], b.items()[i], map)) return false;
+    return true;
+  }
+  return a == b;
+}
+
+// Same op, constants and (mapped) operands: `b` computes what `a` computes.
+bool sameComputation(const Node* a, const Node* b, const NodeMap& map) {
+  if (a->op() != b->op() || a->target() != b->target() || a->numArgs() != b->numArgs() ||
+      a->kwargs().size() != b->kwargs().size())
+    return false;
+  for (size_t i = 0; i < a->numArgs(); ++i)
+    if (!sameArg(a->arg(i), b->arg(i), map)) return false;
+  for (size_t i = 0; i < a->kwargs().size(); ++i)
+    if (a->kwargs()[i].first != b->kwargs()[i].first ||
+        !sameArg(a->kwargs()[i].second, b->kwargs()[i].second, map))
+      return false;
+  return true;
+}
+
+// The duplicate gathers the same bytes as the kept chain: its pre ops and all-gather match
+// position by position, operands mapped onto the kept chain's.
+bool sameGather(const FsdpUnshardChain& keep, const FsdpUnshardChain& dup) {
+  if (keep.pre.size() != dup.pre.size()) return false;
+  auto map_pre = [&](size_t upto) {
+    return [&keep, &dup, upto](Node* n) -> Node* {
+      for (size_t i = 0; i < upto; ++i)
+        if (dup.pre[i] == n) return keep.pre[i];
+      return n;  // the parameter, or a padding factory shared by both
+    };
+  };
+  for (size_t i = 0; i < dup.pre.size(); ++i)
+    if (dup.pre[i] != keep.pre[i] && !sameComputation(keep.pre[i], dup.pre[i], map_pre(i)))
+      return false;
+  return sameComputation(keep.all_gather, dup.all_gather, map_pre(dup.pre.size()));
+}
+
+bool isMergeable(const Node* n) {
+  const OpInfo& info = n->info();
+  if (n->op() != OpKind::CallFunction || info.random || info.side_effect ||
+      info.alias == AliasKind::InPlace || info.alias == AliasKind::Out)
+    return false;
+  OpCategory c = info.category;
+  return c == OpCategory::View || c == OpCategory::Copy || c == OpCategory::Getitem ||
+         n->is("aten.cat.default") || n->is("aten.stack.default");
+}
+
+}  // namespace
+
+bool DedupFsdpUnshardPass::run(Graph& g, PassContext& ctx) {
+  PhaseInfo phases = computePhases(g);
+  FsdpAnalysis fsdp = analyzeFsdp(g, phases);
+
+  // Group chains by (parameter position, side); within a group, the earliest wait first.
+  std::vector<const FsdpUnshardChain*> order;
+  for (const auto& c : fsdp.unshard)
+    order.push_back(&c);
+  std::sort(order.begin(), order.end(), [&](const FsdpUnshardChain* a, const FsdpUnshardChain* b) {
+    if (a->param != b->param) return a->param->isBefore(b->param);
+    bool ba = phases.isBackward(a->all_gather), bb = phases.isBackward(b->all_gather);
+    if (ba != bb) return !ba;
+    return a->wait->isBefore(b->wait);
+  });
+
+  // Nodes that used to belong to a duplicate chain: only merges involving one of them are made,
+  // so the pass never rewrites views it did not create.
+  std::vector<uint8_t> from_dup(g.maxId(), 0);
+  bool changed = false;
+  for (size_t i = 0; i < order.size();) {
+    size_t j = i + 1;
+    while (j < order.size() && order[j]->param == order[i]->param &&
+           phases.isBackward(order[j]->all_gather) == phases.isBackward(order[i]->all_gather))
+      ++j;
+    const FsdpUnshardChain& keep = *order[i];
+    for (size_t d = i + 1; d < j; ++d) {
+      const FsdpUnshardChain& dup = *order[d];
+      if (!sameGather(keep, dup)) {
+        ctx.stat("mismatched");
+        ctx.remark("dedup-fsdp-unshard: '" + dup.all_gather->name() + "' gathers '" +
+                   keep.param->name() + "' differently from '" + keep.all_gather->name() +
+                   "'; left alone");
+        continue;
+      }
+      for (Node* n : dup.post)
+        from_dup[n->id()] = 1;
+      g.replaceAllUsesWith(dup.wait, keep.wait);
+      ctx.stat("chains-merged");
+      changed = true;
+
+      // Merge identical users level by level: after the wait's users are shared, two t(W) may
+      // read the same W; the earlier one stays and takes the later one's uses.
+      std::vector<Node*> work{keep.wait};
+      while (!work.empty()) {
+        Node* x = work.back();
+        work.pop_back();
+        std::vector<Node*> users = x->users();
+        std::sort(users.begin(), users.end(),
+                  [](const Node* a, const Node* b) { return a->isBefore(b); });
+        for (size_t a = 0; a < users.size(); ++a) {
+          Node* ua = users[a];
+          if (ua->isDead() || !isMergeable(ua)) continue;
+          for (size_t b = a + 1; b < users.size(); ++b) {
+            Node* ub = users[b];
+            if (ub->isDead() || !(from_dup[ua->id()] || from_dup[ub->id()])) continue;
+            if (phases.isBackward(ua) != phases.isBackward(ub)) continue;
+            if (!sameComputation(ua, ub, [](Node* n) { return n; })) continue;
+            g.replaceAllUsesWith(ub, ua);
+            g.erase(ub);
+            ctx.stat("nodes-erased");
+            work.push_back(ua);
+          }
+        }
+      }
+      // The duplicate's wait, gather and exclusive pre ops are dead now (users before producers).
+      std::vector<Node*> dead{dup.wait, dup.all_gather};
+      for (size_t k = dup.pre.size(); k-- > 0;)
+        dead.push_back(dup.pre[k]);
+      for (Node* n : dead) {
+        if (n->isDead() || n->hasUses()) continue;
+        g.erase(n);
+        ctx.stat("nodes-erased");
+      }
+    }
+    i = j;
+  }
+  return changed;
+}
+
+}  // namespace jfx

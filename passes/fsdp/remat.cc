@@ -1,0 +1,130 @@
+#include "passes/fsdp/remat.h"
+
+#include <algorithm>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "ir/error.h"
+#include "passes/analysis/phase.h"
+
+namespace jfx {
+namespace {
+
+bool isRecomputeTag(Recompute r) {
+  return r == Recompute::MustRecompute || r == Recompute::PreferRecompute;
+}
+
+// Visits the recomputable closure of `start` in post order (producers before users), each node
+// at most once overall thanks to `done`. Iterative: SAC regions can make chains thousands deep.
+template <typename Visit>
+void postOrder(Node* start, const std::vector<uint8_t>& recomputable, std::vector<uint8_t>& done,
+               Visit&& visit) {
+  std::vector<std::pair<Node*, bool>> stack{{start, false}};
+  while (!stack.empty()) {
+    auto [n, expanded] = stack.back();
+    if (done[n->id()]) {
+      stack.pop_back();
+      continue;
+    }
+    if (!expanded) {
+      stack.back().second = true;
+      const auto& ins = n->inputs();
+      for (size_t k = ins.size(); k-- > 0;)
+        if (recomputable[ins[k]->id()] && !done[ins[k]->id()]) stack.push_back({ins[k], false});
+      continue;
+    }
+    stack.pop_back();
+    done[n->id()] = 1;
+    visit(n);
+  }
+}
+
+}  // namespace
+
+bool RematPass::run(Graph& g, PassContext& ctx) {
+  PhaseInfo phases = computePhases(g);
+  const size_t n_ids = g.maxId();
+
+  // Tagged forward nodes; untagged getitems inherit from their producer (program order makes the
+  // producer's answer available first).
+  std::vector<uint8_t> tagged(n_ids, 0);
+  for (Node* n = g.first(); n; n = n->next()) {
+    if (n->op() != OpKind::CallFunction || !phases.isForwardOrLoss(n)) continue;
+    Recompute r = n->meta().recompute;
+    if (isRecomputeTag(r)) {
+      tagged[n->id()] = 1;
+    } else if (r == Recompute::Unset && n->info().category == OpCategory::Getitem && n->input(0)) {
+      tagged[n->id()] = tagged[n->input(0)->id()];
+    }
+  }
+  // SAC boundary: a value flowing into a later checkpoint region is that region's input, which
+  // PyTorch saves rather than recomputing across regions.
+  std::vector<uint8_t> recomputable(tagged);
+  for (Node* n = g.first(); n; n = n->next()) {
+    if (!tagged[n->id()] || !n->meta().ac_graph_id) continue;
+    for (const Use& u : n->uses()) {
+      const Node* user = u.user;
+      if (tagged[user->id()] && user->meta().ac_graph_id &&
+          *user->meta().ac_graph_id > *n->meta().ac_graph_id) {
+        recomputable[n->id()] = 0;
+        ctx.stat("sac-boundary-saved");
+        break;
+      }
+    }
+  }
+
+  std::vector<Node*> backward;
+  for (Node* n = g.first(); n; n = n->next())
+    if (n->op() == OpKind::CallFunction && phases.isBackward(n)) backward.push_back(n);
+
+  // Dry run: find everything to clone and reject random ops before touching the graph.
+  std::vector<uint8_t> needed(n_ids, 0);
+  for (Node* b : backward) {
+    for (Node* p : b->inputs()) {
+      if (!recomputable[p->id()]) continue;
+      postOrder(p, recomputable, needed, [&](Node* x) {
+        if (x->info().random)
+          throw JfxError(SourceLocation::atNode(x->name()),
+                         "cannot recompute '" + x->name() + "' (" + std::string(x->target().str()) +
+                             "): it draws random numbers, so a backward copy would differ from "
+                             "the forward value (needed by backward node '" +
+                             b->name() + "'); tag it MUST_SAVE or drop its recompute tag");
+      });
+    }
+  }
+
+  std::vector<Node*> clone_of(n_ids, nullptr);
+  std::vector<uint8_t> cloned(n_ids, 0);
+  std::vector<Node*> originals;
+  auto remap = [&](Node* ref) -> Node* {
+    return ref->id() < n_ids ? clone_of[ref->id()] : nullptr;
+  };
+  for (Node* b : backward) {
+    for (uint32_t k = 0; k < b->inputs().size(); ++k) {
+      Node* p = b->input(k);
+      if (p->id() >= n_ids || !recomputable[p->id()]) continue;
+      postOrder(p, recomputable, cloned, [&](Node* x) {
+        Node* c = g.cloneBefore(x, b, remap, x->name() + "_recomputed");
+        c->meta().phase = Phase::Backward;
+        clone_of[x->id()] = c;
+        originals.push_back(x);
+        ctx.stat("nodes-cloned");
+      });
+      g.replaceInput(b, k, clone_of[p->id()]);
+      ctx.stat("uses-rewired");
+    }
+  }
+
+  // Erase originals nothing reads any more, users before producers.
+  std::sort(originals.begin(), originals.end(),
+            [](const Node* a, const Node* b) { return a->isBefore(b); });
+  for (size_t i = originals.size(); i-- > 0;) {
+    if (originals[i]->hasUses()) continue;
+    g.erase(originals[i]);
+    ctx.stat("originals-erased");
+  }
+  return !originals.empty();
+}
+
+}  // namespace jfx

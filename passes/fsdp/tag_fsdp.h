@@ -1,0 +1,49 @@
+// tag-fsdp: writes the reshard-after-forward policy onto FSDP unshard chains as recompute tags.
+//
+// Does: for each forward unshard chain (passes/analysis/fsdp.h), reshard -> MUST_RECOMPUTE on the
+// pre-gather cast/views, the all-gather, the wait and the wait's view chain; keep -> MUST_SAVE on
+// the chain's save points (its last non-view nodes). Tags only: `remat` realizes them.
+// Assumes: a joint graph; nothing about activation checkpointing. Collectives that are not FSDP
+// unshard chains (TP, EP, backward gathers) are untouched.
+//
+// Options:
+//   reshard=always|never|default   (default: default)
+//   keep-last=K                    (default: 1; read by reshard=default only)
+// reshard=default reshards every block except the last K transformer blocks ("layers.N" in the
+// parameter FQN; the K largest N present). Parameters outside layers.N: those gathered after the
+// last layer block (final norm, output projection) count with the last block and are kept when
+// K >= 1, because backward needs them first (torchtitan does the same); the others (embeddings)
+// form one block before layers.0, kept only when K exceeds the number of layer blocks. So K = 0
+// is reshard=always and a K past the depth is reshard=never. A graph with no layers.N at all
+// uses top-level modules (the first FQN component) as blocks, ordered by their first gather, and
+// keeps the last K.
+//
+// Precedence: a MUST_SAVE or MUST_RECOMPUTE already on a node is the user's decision and wins.
+// A PREFER_SAVE / PREFER_RECOMPUTE is overridden: SAC and full AC put PREFER_* on every op of a
+// region (all-gathers included), and letting that decide would silently undo reshard=never.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "passes/pass.h"
+
+namespace jfx {
+
+class TagFsdpPass : public Pass {
+ public:
+  enum class Reshard { Always, Never, Default };
+
+  TagFsdpPass() = default;
+  TagFsdpPass(Reshard reshard, int64_t keep_last) : reshard_(reshard), keep_last_(keep_last) {}
+
+  std::string_view name() const override { return "tag-fsdp"; }
+  void configure(PassOptions& options) override;
+  bool run(Graph& g, PassContext& ctx) override;
+
+ private:
+  Reshard reshard_ = Reshard::Default;
+  int64_t keep_last_ = 1;
+};
+
+}  // namespace jfx

@@ -1,0 +1,387 @@
+#include "passes/pass_manager.h"
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "ir/hash.h"
+#include "ir/text_format.h"
+#include "passes/registry.h"
+
+namespace jfx {
+namespace {
+
+std::string knownPasses() {
+  std::string s;
+  for (const auto& r : passRegistry())
+    s += (s.empty() ? "" : ", ") + std::string(r.name);
+  return s.empty() ? "none" : s;
+}
+
+bool isNameChar(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
+         c == '_';
+}
+bool isSpace(char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r';
+}
+
+std::string trim(std::string_view s) {
+  size_t b = 0, e = s.size();
+  while (b < e && isSpace(s[b]))
+    ++b;
+  while (e > b && isSpace(s[e - 1]))
+    --e;
+  return std::string(s.substr(b, e - b));
+}
+
+// A recursive-descent parser over the pipeline text; every error carries the 1-based column.
+class PipelineParser {
+ public:
+  explicit PipelineParser(std::string_view spec) : s_(spec) {}
+
+  std::vector<PipelineEntry> parse() {
+    std::vector<PipelineEntry> out;
+    skipSpace();
+    if (pos_ == s_.size()) return out;  // an empty pipeline runs nothing (load, verify, save)
+    for (;;) {
+      out.push_back(entry());
+      skipSpace();
+      if (pos_ == s_.size()) return out;
+      if (s_[pos_] != ',') fail("expected ',' between passes or the end of the pipeline");
+      ++pos_;
+      skipSpace();
+    }
+  }
+
+ private:
+  PipelineEntry entry() {
+    size_t start = pos_;
+    while (pos_ < s_.size() && isNameChar(s_[pos_]))
+      ++pos_;
+    if (pos_ == start) fail("expected a pass name");
+    std::string name(s_.substr(start, pos_ - start));
+    bool known = false;
+    for (const auto& r : passRegistry())
+      known = known || r.name == name;
+    if (!known) fail("unknown pass '" + name + "' (known passes: " + knownPasses() + ")", start);
+    skipSpace();
+    std::map<std::string, std::string> values;
+    if (pos_ < s_.size() && s_[pos_] == '{') options(name, values);
+    return {name, PassOptions(name, std::move(values))};
+  }
+
+  // `{k=v, k2=a,b}`: items split at commas; an item without '=' continues the previous value, so
+  // list values need no quoting.
+  void options(const std::string& pass, std::map<std::string, std::string>& values) {
+    size_t open = pos_++;
+    std::string last_key;
+    for (;;) {
+      size_t start = pos_;
+      while (pos_ < s_.size() && s_[pos_] != ',' && s_[pos_] != '}') {
+        if (s_[pos_] == '{') fail("unexpected '{' inside the options of '" + pass + "'");
+        ++pos_;
+      }
+      if (pos_ == s_.size()) fail("unterminated '{' for the options of '" + pass + "'", open);
+      std::string_view item = s_.substr(start, pos_ - start);
+      size_t item_col = start;
+      while (item_col < pos_ && isSpace(s_[item_col]))
+        ++item_col;
+      bool close = s_[pos_] == '}';
+      ++pos_;
+      std::string text = trim(item);
+      if (text.empty()) {
+        if (close && last_key.empty() && values.empty()) return;  // `{}`
+        fail("empty option in the options of '" + pass + "'", item_col);
+      }
+      size_t eq = text.find('=');
+      if (eq == std::string::npos) {
+        if (last_key.empty()) fail("expected key=value in the options of '" + pass + "'", item_col);
+        values[last_key] += "," + text;
+      } else {
+        std::string key = trim(std::string_view(text).substr(0, eq));
+        bool ok = !key.empty();
+        for (char c : key)
+          ok = ok && isNameChar(c);
+        if (!ok) fail("bad option name '" + key + "' for '" + pass + "'", item_col);
+        if (values.count(key))
+          fail("option '" + key + "' given twice for '" + pass + "'", item_col);
+        values[key] = trim(std::string_view(text).substr(eq + 1));
+        last_key = key;
+      }
+      if (close) return;
+    }
+  }
+
+  void skipSpace() {
+    while (pos_ < s_.size() && isSpace(s_[pos_]))
+      ++pos_;
+  }
+
+  [[noreturn]] void fail(const std::string& what) { fail(what, pos_); }
+  [[noreturn]] void fail(const std::string& what, size_t at) {
+    SourceLocation loc;
+    loc.file = "pipeline";
+    loc.line = 1;
+    loc.column = static_cast<int>(at) + 1;
+    throw JfxError(loc, what);
+  }
+
+  std::string_view s_;
+  size_t pos_ = 0;
+};
+
+std::string optionValue(const nlohmann::json& v, const std::string& file, const std::string& ptr) {
+  auto bad = [&]() -> JfxError {
+    SourceLocation loc;
+    loc.file = file;
+    loc.json_pointer = ptr;
+    return JfxError(loc, "expected a string, number, boolean or array of them");
+  };
+  if (v.is_string()) return v.get<std::string>();
+  if (v.is_boolean()) return v.get<bool>() ? "true" : "false";
+  if (v.is_number()) return v.dump();
+  if (v.is_array()) {
+    std::string s;
+    for (size_t i = 0; i < v.size(); ++i) {
+      if (v[i].is_array() || v[i].is_object() || v[i].is_null()) throw bad();
+      s += (i ? "," : "") + optionValue(v[i], file, ptr + "/" + std::to_string(i));
+    }
+    return s;
+  }
+  throw bad();
+}
+
+std::string issuesText(const std::vector<VerifyIssue>& issues, size_t limit) {
+  std::string s;
+  for (size_t i = 0; i < issues.size() && i < limit; ++i)
+    s += "\n  " + issues[i].str();
+  if (issues.size() > limit) s += "\n  ... and " + std::to_string(issues.size() - limit) + " more";
+  return s;
+}
+
+std::string fixed(double v, int digits) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.*f", digits, v);
+  return buf;
+}
+
+void printTiming(std::ostream& out, const PipelineResult& r) {
+  size_t width = 4;
+  for (const auto& p : r.passes)
+    width = std::max(width, p.name.size() + p.options.size());
+  auto pad = [](std::string s, size_t w, bool left) {
+    std::string fill(w > s.size() ? w - s.size() : 0, ' ');
+    return left ? s + fill : fill + s;
+  };
+  out << "===== pass timing (total " << fixed(r.total_seconds, 6) << " s) =====\n";
+  out << pad("#", 3, false) << "  " << pad("pass", width, true) << "  " << pad("seconds", 10, false)
+      << "  " << pad("%", 6, false) << "  changed\n";
+  for (size_t i = 0; i < r.passes.size(); ++i) {
+    const PassRecord& p = r.passes[i];
+    double pct = r.total_seconds > 0 ? 100.0 * p.seconds / r.total_seconds : 0.0;
+    out << pad(std::to_string(i + 1), 3, false) << "  " << pad(p.name + p.options, width, true)
+        << "  " << pad(fixed(p.seconds, 6), 10, false) << "  " << pad(fixed(pct, 1), 6, false)
+        << "  " << (p.changed ? "yes" : "no") << "\n";
+  }
+}
+
+}  // namespace
+
+std::vector<PipelineEntry> parsePipeline(std::string_view spec) {
+  return PipelineParser(spec).parse();
+}
+
+std::vector<PipelineEntry> loadPipelineFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw JfxError({path, 0, 0, "", ""}, "cannot open pipeline file");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  nlohmann::json doc;
+  try {
+    doc = nlohmann::json::parse(ss.str());
+  } catch (const nlohmann::json::parse_error& e) {
+    throw JfxError({path, 0, 0, "", ""},
+                   "invalid JSON at byte " + std::to_string(e.byte) + ": " + e.what());
+  }
+  auto fail = [&](const std::string& ptr, const std::string& what) -> JfxError {
+    SourceLocation loc;
+    loc.file = path;
+    loc.json_pointer = ptr;
+    return JfxError(loc, what);
+  };
+  if (!doc.is_object() || !doc.contains("passes") || !doc["passes"].is_array())
+    throw fail("", "expected an object {\"passes\": [...]}");
+  for (const auto& [key, v] : doc.items())
+    if (key != "passes" && key != "description")
+      throw fail("/" + key, "unknown key (expected \"passes\" or \"description\")");
+  std::vector<PipelineEntry> out;
+  const auto& passes = doc["passes"];
+  for (size_t i = 0; i < passes.size(); ++i) {
+    std::string ptr = "/passes/" + std::to_string(i);
+    const auto& e = passes[i];
+    if (!e.is_object()) throw fail(ptr, "expected {\"name\": ..., \"options\": {...}}");
+    for (const auto& [key, v] : e.items())
+      if (key != "name" && key != "options")
+        throw fail(ptr + "/" + key, "unknown key (expected \"name\" or \"options\")");
+    if (!e.contains("name") || !e["name"].is_string())
+      throw fail(ptr + "/name", "expected the pass name as a string");
+    std::string name = e["name"].get<std::string>();
+    if (!createPass(name))
+      throw fail(ptr + "/name",
+                 "unknown pass '" + name + "' (known passes: " + knownPasses() + ")");
+    std::map<std::string, std::string> values;
+    if (e.contains("options")) {
+      const auto& opts = e["options"];
+      if (!opts.is_object()) throw fail(ptr + "/options", "expected an object");
+      for (const auto& [key, v] : opts.items())
+        values[key] = optionValue(v, path, ptr + "/options/" + key);
+    }
+    out.push_back({name, PassOptions(name, std::move(values))});
+  }
+  return out;
+}
+
+std::vector<PipelineEntry> resolvePipeline(const std::string& spec_or_path) {
+  std::error_code ec;
+  bool json_name =
+      spec_or_path.size() > 5 && spec_or_path.compare(spec_or_path.size() - 5, 5, ".json") == 0;
+  if (json_name || std::filesystem::is_regular_file(spec_or_path, ec)) {
+    if (!std::filesystem::exists(spec_or_path, ec))
+      throw JfxError({spec_or_path, 0, 0, "", ""}, "pipeline file not found");
+    return loadPipelineFile(spec_or_path);
+  }
+  return parsePipeline(spec_or_path);
+}
+
+std::vector<ConfiguredPass> buildPipeline(const std::vector<PipelineEntry>& pipeline) {
+  std::vector<ConfiguredPass> out;
+  out.reserve(pipeline.size());
+  for (const PipelineEntry& e : pipeline) {
+    std::unique_ptr<Pass> pass = createPass(e.name);
+    if (!pass)
+      throw JfxError({}, "unknown pass '" + e.name + "' (known passes: " + knownPasses() + ")");
+    PassOptions options = e.options;
+    pass->configure(options);
+    std::vector<std::string> unread = options.unreadKeys();
+    if (!unread.empty()) {
+      std::string keys;
+      for (const auto& k : unread)
+        keys += (keys.empty() ? "'" : ", '") + k + "'";
+      std::string known;
+      for (const auto& k : options.readKeys())
+        known += (known.empty() ? "" : ", ") + k;
+      throw JfxError({}, "pass '" + e.name + "' has no option " + keys +
+                             (known.empty() ? " (it takes none)" : " (it takes: " + known + ")"));
+    }
+    out.push_back({std::move(pass), options.str()});
+  }
+  return out;
+}
+
+PipelineResult runPipeline(Graph& g, const std::vector<PipelineEntry>& pipeline,
+                           const PassManagerOptions& opts) {
+  std::vector<ConfiguredPass> passes = buildPipeline(pipeline);
+  return runPasses(g, passes, opts);
+}
+
+PipelineResult runPasses(Graph& g, std::vector<ConfiguredPass>& passes,
+                         const PassManagerOptions& opts) {
+  using Clock = std::chrono::steady_clock;
+  std::ostream& out = opts.out ? *opts.out : std::cerr;
+  constexpr size_t kIssuesShown = 10;
+
+  for (const std::string& name : opts.print_ir_after) {
+    bool found = false;
+    for (const auto& p : passes)
+      found = found || p.pass->name() == name;
+    if (!found) throw JfxError({}, "print-ir-after: no pass '" + name + "' in the pipeline");
+  }
+
+  if (opts.verify_each) {
+    auto issues = verifyGraph(g, opts.verify);
+    if (!issues.empty())
+      throw PipelineVerifyError(
+          "", issues, "input graph fails verification:" + issuesText(issues, kIssuesShown));
+  }
+
+  PipelineResult result;
+  uint64_t hash = 0;  // the current graph's hash, when hash_known
+  bool hash_known = false;
+  size_t count = passes.size();
+  if (opts.stop_after >= 0 && static_cast<size_t>(opts.stop_after) < count)
+    count = static_cast<size_t>(opts.stop_after);
+  auto pipeline_start = Clock::now();
+  for (size_t i = 0; i < count; ++i) {
+    Pass& pass = *passes[i].pass;
+    std::string name(pass.name());
+    std::string label = "pass '" + name + "' (#" + std::to_string(i + 1) + ")";
+    if (opts.check_unchanged_hash && !hash_known) {
+      hash = structuralHash(g);
+      hash_known = true;
+    }
+
+    PassContext ctx;
+    ctx.log = opts.remarks ? &out : nullptr;
+    PassRecord rec;
+    rec.name = name;
+    rec.options = passes[i].options;
+    auto start = Clock::now();
+    try {
+      rec.changed = pass.run(g, ctx);
+    } catch (const JfxError& e) {
+      throw JfxError(e.location(), label + " failed: " + e.message());
+    } catch (const std::exception& e) {
+      throw JfxError({}, label + " failed: internal error: " + e.what());
+    }
+    rec.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    rec.stats = std::move(ctx.stats);
+
+    if (opts.check_unchanged_hash) {
+      if (rec.changed) {
+        hash_known = false;
+      } else if (structuralHash(g) != hash) {
+        throw JfxError({}, label + " reported no change, but the graph changed");
+      }
+    }
+    if (rec.changed && opts.verify_each) {
+      auto issues = verifyGraph(g, opts.verify);
+      if (!issues.empty())
+        throw PipelineVerifyError(
+            name, issues,
+            "verification failed after " + label + ":" + issuesText(issues, kIssuesShown));
+    }
+    bool print = opts.print_ir_after_all;
+    for (const auto& n : opts.print_ir_after)
+      print = print || n == name;
+    if (print) {
+      out << "# ---- IR after " << label << (rec.changed ? "" : " (unchanged)") << " ----\n"
+          << printTextGraph(g);
+    }
+    result.passes.push_back(std::move(rec));
+  }
+  result.total_seconds = std::chrono::duration<double>(Clock::now() - pipeline_start).count();
+
+  if (count < passes.size())
+    out << "# stop-after=" << count << ": skipped " << passes.size() - count << " of "
+        << passes.size() << " passes, starting at '" << passes[count].pass->name() << "'\n";
+  if (opts.timing) printTiming(out, result);
+  if (opts.stats) {
+    // Summed over repeated runs of a pass, so one counter per name.
+    std::map<std::string, int64_t> total;
+    for (const auto& p : result.passes)
+      for (const auto& [k, v] : p.stats)
+        total[p.name + "." + k] += v;
+    out << "===== statistics =====\n";
+    for (const auto& [k, v] : total)
+      out << k << " = " << v << "\n";
+  }
+  return result;
+}
+
+}  // namespace jfx

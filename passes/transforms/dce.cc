@@ -1,0 +1,43 @@
+#include "passes/transforms/dce.h"
+
+#include <vector>
+
+namespace jfx {
+
+void Dce::configure(PassOptions& options) {
+  remove_random_ = options.getBool("remove-random", false);
+}
+
+bool Dce::isRemovable(const Node& n, bool remove_random) {
+  if (n.op() == OpKind::GetAttr) return true;
+  if (n.op() != OpKind::CallFunction) return false;
+  const OpInfo& info = n.info();
+  if (info.category == OpCategory::Unknown) return false;
+  if (info.side_effect || info.category == OpCategory::Collective ||
+      info.category == OpCategory::Wait)
+    return false;
+  if (info.alias == AliasKind::InPlace || info.alias == AliasKind::Out) return false;
+  if (n.kwarg("out") != nullptr) return false;  // an out= overload writes its argument
+  if (info.random && !remove_random) return false;
+  return true;
+}
+
+bool Dce::run(Graph& g, PassContext& ctx) {
+  // Count live uses instead of erasing during the walk: erasing one at a time searches use lists
+  // and is quadratic when one node loses many users. Users come after their operands, so by the
+  // time the reverse walk reaches a node, every user's fate is known.
+  std::vector<size_t> dead_uses(g.maxId(), 0);
+  std::vector<Node*> dead;
+  for (Node* n = g.last(); n; n = n->prev()) {
+    if (n->uses().size() == dead_uses[n->id()] && isRemovable(*n, remove_random_)) {
+      dead.push_back(n);
+      for (Node* in : n->inputs())
+        ++dead_uses[in->id()];
+    }
+  }
+  g.eraseAll(dead);
+  ctx.stat("nodes-removed", static_cast<int64_t>(dead.size()));
+  return !dead.empty();
+}
+
+}  // namespace jfx

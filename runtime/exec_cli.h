@@ -1,0 +1,52 @@
+// The command-line options `jointfx exec` and `jointfx parity` share (CLI11). Header-only and
+// torch-free: the CLI includes it whether or not the runtime is built.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include "runtime/exec_command.h"
+
+namespace jfx::rt {
+
+// Everything of ExecOptions but the graph and the outputs (exec adds those itself; parity sets
+// them per run).
+inline void addRunOptions(CLI::App* cmd, ExecOptions& o) {
+  cmd->add_option("--nproc", o.nproc,
+                  "Ranks to launch on this host (ignored when RANK/WORLD_SIZE are set, as under "
+                  "torchrun)")
+      ->check(CLI::Range(1, 4096));
+  cmd->add_option("--steps", o.steps, "Training steps")->check(CLI::PositiveNumber);
+  cmd->add_option("--device", o.device, "cpu (gloo) or cuda (NCCL)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
+  cmd->add_option("--timeout-s", o.timeout_s,
+                  "Seconds before a rendezvous or collective gives up (a failed rank never "
+                  "leaves the others hanging longer)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--seed", o.seed, "Seed of the generated parameters and batches");
+  cmd->add_option("--params", o.params,
+                  "safetensors file of full parameters (and buffers) by FQN; default: seeded "
+                  "init, the same on every rank");
+  cmd->add_option("--batch", o.batch,
+                  "safetensors file of user inputs by placeholder name (the local batch, or "
+                  "the global batch along dim 0); default: seeded per step");
+  cmd->add_option("--optimizer", o.optimizer, "sgd, adamw or none")
+      ->check(CLI::IsMember({"sgd", "adamw", "none"}));
+  cmd->add_option("--lr", o.lr, "Learning rate");
+  cmd->add_option("--momentum", o.momentum, "SGD momentum");
+  cmd->add_option("--weight-decay", o.weight_decay, "Weight decay (SGD and AdamW)");
+  cmd->add_option("--beta1", o.beta1, "AdamW beta1");
+  cmd->add_option("--beta2", o.beta2, "AdamW beta2");
+  cmd->add_option("--eps", o.eps, "AdamW epsilon");
+  cmd->add_option("--int-high", o.int_high,
+                  "Exclusive bound of generated integer inputs (default: from the graph: "
+                  "embedding rows, loss classes)");
+  cmd->add_option("--threads", o.threads, "Intra-op threads per rank (default: cores / ranks)");
+  cmd->add_flag("!--no-check-meta", o.check_meta,
+                "Do not compare op outputs with the graph's tensor meta");
+  // Failure injection for the launcher's tests; hidden from --help.
+  cmd->add_option("--debug-fail-rank", o.debug_fail_rank)->group("");
+  cmd->add_option("--debug-fail-step", o.debug_fail_step)->group("");
+  cmd->add_option("--debug-fail-mode", o.debug_fail_mode)->group("");
+}
+
+}  // namespace jfx::rt

@@ -1,0 +1,343 @@
+// `jointfx exec` (launcher or rank) and `jointfx parity`. Torch-free: everything that needs
+// LibTorch is behind runtime/trainer.h.
+#include "runtime/exec_command.h"
+
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <set>
+
+#include "ir/error.h"
+#include "ir/io.h"
+#include "passes/pass_manager.h"
+#include "runtime/launcher.h"
+#include "runtime/safetensors.h"
+#include "runtime/trainer.h"
+
+namespace jfx::rt {
+namespace {
+
+void printError(const char* cmd, const std::string& message) {
+  std::fprintf(stderr, "jointfx %s: %s\n", cmd, message.c_str());
+}
+
+std::string validate(const ExecOptions& o) {
+  if (o.graph.empty()) return "no input graph";
+  if (o.nproc < 1 || o.nproc > 4096) return "--nproc must be in [1, 4096]";
+  if (o.steps < 1) return "--steps must be at least 1";
+  if (o.timeout_s < 1) return "--timeout-s must be at least 1";
+  if (o.optimizer != "sgd" && o.optimizer != "adamw" && o.optimizer != "none")
+    return "--optimizer must be sgd, adamw or none";
+  if (o.progress != "auto" && o.progress != "always" && o.progress != "never")
+    return "--progress must be auto, always or never";
+  if (o.device != "cpu" && o.device != "cuda") return "--device must be cpu or cuda";
+  if (o.debug_fail_mode != "exit" && o.debug_fail_mode != "kill" && o.debug_fail_mode != "hang" &&
+      o.debug_fail_mode != "throw")
+    return "--debug-fail-mode must be exit, kill, hang or throw";
+  if (!(o.lr >= 0) || !std::isfinite(o.lr)) return "--lr must be a finite number >= 0";
+  return {};
+}
+
+std::string num(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
+}
+
+bool inWorker() {
+  return std::getenv("RANK") && std::getenv("WORLD_SIZE");
+}
+
+}  // namespace
+
+std::vector<std::string> execArgs(const ExecOptions& o) {
+  std::vector<std::string> a{"exec", o.graph};
+  auto add = [&](const char* flag, const std::string& v) {
+    a.push_back(flag);
+    a.push_back(v);
+  };
+  add("--steps", std::to_string(o.steps));
+  add("--device", o.device);
+  add("--timeout-s", std::to_string(o.timeout_s));
+  add("--seed", std::to_string(o.seed));
+  if (!o.params.empty()) add("--params", o.params);
+  if (!o.batch.empty()) add("--batch", o.batch);
+  add("--optimizer", o.optimizer);
+  add("--lr", num(o.lr));
+  add("--momentum", num(o.momentum));
+  add("--weight-decay", num(o.weight_decay));
+  add("--beta1", num(o.beta1));
+  add("--beta2", num(o.beta2));
+  add("--eps", num(o.eps));
+  add("--int-high", std::to_string(o.int_high));
+  add("--threads", std::to_string(o.threads));
+  if (!o.save_grads.empty()) add("--save-grads", o.save_grads);
+  if (!o.save.empty()) add("--save", o.save);
+  if (!o.log.empty()) add("--log", o.log);
+  add("--progress", o.progress);
+  if (!o.check_meta) a.push_back("--no-check-meta");
+  if (o.quiet) a.push_back("--quiet");
+  if (o.debug_fail_rank >= 0) {
+    add("--debug-fail-rank", std::to_string(o.debug_fail_rank));
+    add("--debug-fail-step", std::to_string(o.debug_fail_step));
+    add("--debug-fail-mode", o.debug_fail_mode);
+  }
+  return a;
+}
+
+int runExec(const ExecOptions& o) {
+  try {
+    if (std::string e = validate(o); !e.empty()) {
+      printError("exec", e);
+      return kExecInputError;
+    }
+    if (std::string e = deviceProblem(o.device); !e.empty()) {
+      printError("exec", e);
+      return kExecInputError;
+    }
+    // Started by torchrun or by our own launcher, or a single process: be the rank.
+    if (inWorker() || o.nproc == 1) return runRank(o);
+
+    // A graph that cannot run fails here once, not in every rank.
+    if (std::string e = preflight(o); !e.empty()) {
+      printError("exec", e);
+      return kExecInputError;
+    }
+    LaunchSpec spec;
+    spec.exe = selfExecutable();
+    spec.args = execArgs(o);
+    spec.nproc = o.nproc;
+    LaunchResult r = launchRanks(spec);
+    if (r.exit_code == 0) return kExecOk;
+    printError("exec", r.message + (r.failed_rank >= 0 ? "; stopped the other ranks" : ""));
+    if (r.exit_code == kExecInputError) return kExecInputError;
+    return r.failed_rank >= 0 ? kExecRankFailed : r.exit_code;
+  } catch (const JfxError& e) {
+    printError("exec", e.what());
+  } catch (const std::exception& e) {
+    printError("exec", e.what());
+  }
+  return kExecRankFailed;
+}
+
+// ---------------------------------------------------------------------------------- parity
+
+namespace {
+
+float halfToFloat(uint16_t h) {
+  uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
+  uint32_t exp = (h >> 10) & 0x1f;
+  uint32_t mant = h & 0x3ff;
+  uint32_t bits;
+  if (exp == 0) {
+    if (mant == 0) {
+      bits = sign;
+    } else {  // subnormal: renormalize
+      exp = 127 - 15 + 1;
+      while (!(mant & 0x400)) {
+        mant <<= 1;
+        --exp;
+      }
+      bits = sign | (exp << 23) | ((mant & 0x3ff) << 13);
+    }
+  } else if (exp == 31) {
+    bits = sign | 0x7f800000 | (mant << 13);
+  } else {
+    bits = sign | ((exp + 127 - 15) << 23) | (mant << 13);
+  }
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+// Element i of a floating-point entry as double; nullopt for other dtypes.
+std::optional<double> element(ScalarType t, std::string_view bytes, size_t i) {
+  switch (t) {
+    case ScalarType::Float32: {
+      float f;
+      std::memcpy(&f, bytes.data() + 4 * i, 4);
+      return f;
+    }
+    case ScalarType::Float64: {
+      double d;
+      std::memcpy(&d, bytes.data() + 8 * i, 8);
+      return d;
+    }
+    case ScalarType::BFloat16: {
+      uint16_t h;
+      std::memcpy(&h, bytes.data() + 2 * i, 2);
+      uint32_t bits = static_cast<uint32_t>(h) << 16;
+      float f;
+      std::memcpy(&f, &bits, 4);
+      return f;
+    }
+    case ScalarType::Float16: {
+      uint16_t h;
+      std::memcpy(&h, bytes.data() + 2 * i, 2);
+      return halfToFloat(h);
+    }
+    default:
+      return std::nullopt;
+  }
+}
+
+std::string describeDiff(const SafetensorsEntry& ea, std::string_view a, std::string_view b) {
+  size_t item = static_cast<size_t>(dtypeItemSize(ea.dtype));
+  size_t n = item ? a.size() / item : 0;
+  size_t differ = 0;
+  double max_abs = 0;
+  bool numeric = true;
+  for (size_t i = 0; i < n; ++i) {
+    if (std::memcmp(a.data() + i * item, b.data() + i * item, item) == 0) continue;
+    ++differ;
+    auto x = element(ea.dtype, a, i), y = element(ea.dtype, b, i);
+    if (!x || !y) {
+      numeric = false;
+      continue;
+    }
+    double d = std::fabs(*x - *y);
+    if (std::isnan(d)) d = INFINITY;
+    max_abs = std::max(max_abs, d);
+  }
+  char buf[160];
+  if (numeric)
+    std::snprintf(buf, sizeof buf, "%zu of %zu elements differ (max |a-b| %.3g)", differ, n,
+                  max_abs);
+  else
+    std::snprintf(buf, sizeof buf, "%zu of %zu elements differ", differ, n);
+  return buf;
+}
+
+std::string gradFile(const std::string& dir, int step, int rank) {
+  return dir + "/grads.step" + std::to_string(step) + ".rank" + std::to_string(rank) +
+         ".safetensors";
+}
+
+}  // namespace
+
+bool compareGradDirs(const std::string& dir_a, const std::string& dir_b, int nproc, int steps,
+                     std::vector<std::string>& report) {
+  bool same = true;
+  for (int step = 1; step <= steps; ++step)
+    for (int rank = 0; rank < nproc; ++rank) {
+      std::string where = "step " + std::to_string(step) + " rank " + std::to_string(rank);
+      std::optional<SafetensorsFile> fa, fb;
+      try {
+        fa = SafetensorsFile::read(gradFile(dir_a, step, rank));
+        fb = SafetensorsFile::read(gradFile(dir_b, step, rank));
+      } catch (const JfxError& e) {
+        report.push_back(where + ": " + e.what());
+        same = false;
+        continue;
+      }
+      std::set<std::string> names;
+      for (const auto& e : fa->entries())
+        names.insert(e.name);
+      for (const auto& e : fb->entries())
+        names.insert(e.name);
+      for (const std::string& name : names) {
+        const SafetensorsEntry* ea = fa->find(name);
+        const SafetensorsEntry* eb = fb->find(name);
+        std::string what = where + " '" + name + "': ";
+        if (!ea || !eb) {
+          report.push_back(what + "only in " + (ea ? "A" : "B"));
+          same = false;
+        } else if (ea->dtype != eb->dtype || ea->shape != eb->shape) {
+          report.push_back(what + "dtype/shape differ");
+          same = false;
+        } else if (fa->bytes(*ea) != fb->bytes(*eb)) {
+          report.push_back(what + describeDiff(*ea, fa->bytes(*ea), fb->bytes(*eb)));
+          same = false;
+        }
+      }
+    }
+  return same;
+}
+
+int runParity(const ParityOptions& o) {
+  namespace fs = std::filesystem;
+  std::string work;
+  bool remove_work = false;
+  try {
+    if (o.a.empty()) {
+      printError("parity", "no reference graph");
+      return kExecInputError;
+    }
+    if (!o.b.empty() && !o.pipeline.empty()) {
+      printError("parity", "give either a second graph or --pipeline, not both");
+      return kExecInputError;
+    }
+    if (!o.keep.empty()) {
+      work = o.keep;
+      fs::create_directories(work);
+    } else {
+      std::string tmpl = (fs::temp_directory_path() / "jointfx-parity-XXXXXX").string();
+      if (!::mkdtemp(tmpl.data())) {
+        printError("parity", "cannot create a temporary directory");
+        return kExecInputError;
+      }
+      work = tmpl;
+      remove_work = true;
+    }
+    std::string b = o.b;
+    if (b.empty()) {
+      // B is A after the pipeline (the empty pipeline: A written back, a format round trip).
+      std::unique_ptr<Graph> g = loadGraph(o.a);
+      if (!o.pipeline.empty()) {
+        PassManagerOptions pm;
+        runPipeline(*g, resolvePipeline(o.pipeline), pm);
+      }
+      b = work + "/b.json";
+      saveGraph(*g, b, GraphFormat::Json);
+    }
+    int code = kExecOk;
+    for (int which = 0; which < 2 && code == kExecOk; ++which) {
+      ExecOptions e = o.exec;
+      e.graph = which == 0 ? o.a : b;
+      std::string dir = work + (which == 0 ? "/a" : "/b");
+      e.save_grads = dir;
+      e.log = dir + "/loss.rank{rank}.jsonl";
+      e.save.clear();
+      e.quiet = true;
+      e.progress = "never";
+      code = runExec(e);
+      if (code != kExecOk)
+        printError("parity",
+                   std::string("running ") + (which == 0 ? "A (" : "B (") + e.graph + ") failed");
+    }
+    if (code != kExecOk) {
+      std::fprintf(stderr, "jointfx parity: run directories kept in %s\n", work.c_str());
+      return code;
+    }
+    std::vector<std::string> report;
+    bool same = compareGradDirs(work + "/a", work + "/b", o.exec.nproc, o.exec.steps, report);
+    std::string label = o.a + " vs " + (o.b.empty() ? "'" + o.pipeline + "'" : o.b);
+    if (same) {
+      std::printf("parity: %s: loss and gradients bitwise identical (%d rank%s, %d step%s)\n",
+                  label.c_str(), o.exec.nproc, o.exec.nproc == 1 ? "" : "s", o.exec.steps,
+                  o.exec.steps == 1 ? "" : "s");
+    } else {
+      std::printf("parity: %s: DIFFERENT (%zu difference%s)\n", label.c_str(), report.size(),
+                  report.size() == 1 ? "" : "s");
+      for (size_t i = 0; i < report.size() && i < 50; ++i)
+        std::printf("  %s\n", report[i].c_str());
+      if (report.size() > 50) std::printf("  ... %zu more\n", report.size() - 50);
+      std::printf("  run directories kept in %s\n", work.c_str());
+      remove_work = false;
+    }
+    std::fflush(stdout);
+    if (remove_work) fs::remove_all(work);
+    return same ? kExecOk : kExecMismatch;
+  } catch (const JfxError& e) {
+    printError("parity", e.what());
+  } catch (const std::exception& e) {
+    printError("parity", e.what());
+  }
+  return kExecInputError;
+}
+
+}  // namespace jfx::rt

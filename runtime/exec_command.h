@@ -1,0 +1,73 @@
+// Entry points of `jointfx exec` and `jointfx parity`. Torch-free, so the CLI's translation units
+// never include LibTorch headers; docs/executor.md describes the options and files.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace jfx::rt {
+
+// Exit codes of exec and parity (the CLI's 0/1/2 plus one for a failed rank).
+enum ExecExit : int {
+  kExecOk = 0,
+  kExecMismatch = 1,    // parity: results differ
+  kExecInputError = 2,  // bad options, unreadable graph or data, plan error, no CUDA device
+  kExecRankFailed = 3,  // a rank failed at run time (op error, collective timeout, killed)
+};
+
+struct ExecOptions {
+  std::string graph;  // .json or .jfx
+  int nproc = 1;      // ignored when RANK/WORLD_SIZE are already set (torchrun)
+  int steps = 1;
+  std::string device = "cpu";  // "cpu" (gloo) or "cuda" (NCCL)
+  int timeout_s = 300;         // rendezvous, every collective, the end-of-run barrier
+  uint64_t seed = 0;
+  std::string params;             // safetensors of full parameters by FQN; empty: seeded init
+  std::string batch;              // safetensors of user inputs by placeholder name; empty: seeded
+  std::string optimizer = "sgd";  // sgd | adamw | none
+  double lr = 1e-3;
+  double momentum = 0.0;
+  double weight_decay = 0.0;
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+  int int_high = 0;  // exclusive bound of generated integer inputs; 0: inferred from the graph
+  int threads = 0;   // intra-op threads per rank; 0: cores / ranks
+  std::string save_grads;         // directory: grads.step<S>.rank<R>.safetensors (+ "__loss__")
+  std::string save;               // directory: state.rank<R>.safetensors after the last step
+  std::string log;                // JSONL of losses; "{rank}" in the path gives one file per rank
+  std::string progress = "auto";  // auto (a TTY) | always | never; rank 0 only, on stderr
+  bool check_meta = true;         // compare every op's output with the graph's tensor meta
+  bool quiet = false;             // no per-step loss lines on stdout
+  // Failure injection for tests: rank `debug_fail_rank` at step `debug_fail_step` exits
+  // ("exit"), SIGKILLs itself ("kill"), hangs ("hang") or throws ("throw").
+  int debug_fail_rank = -1;
+  int debug_fail_step = 1;
+  std::string debug_fail_mode = "exit";
+};
+
+// Validates `o`, then either runs this process as one rank (RANK/WORLD_SIZE set, or nproc 1) or
+// launches nproc ranks of this executable and waits for them. Prints errors to stderr as
+// "jointfx exec: ..." and returns an ExecExit code. Never throws.
+int runExec(const ExecOptions& o);
+
+// The argv (after the program name) that makes a rank process run `o`.
+std::vector<std::string> execArgs(const ExecOptions& o);
+
+struct ParityOptions {
+  std::string a;         // the reference graph
+  std::string b;         // the graph to compare; empty: `a` after `pipeline`
+  std::string pipeline;  // pass pipeline text or configs/pipelines/*.json
+  std::string keep;      // keep the run directories here (default: a temp dir, removed)
+  ExecOptions exec;  // nproc, steps, seed, data, optimizer... (graph and outputs are set per run)
+};
+
+// Runs both graphs with identical options and compares the loss and every gradient of every
+// step on every rank bit for bit. 0 identical, 1 different, 2/3 as runExec.
+int runParity(const ParityOptions& o);
+
+// Byte-level comparison of two directories written by --save-grads (used by runParity; exposed
+// for tests). Appends one line per difference to `report`; returns true when identical.
+bool compareGradDirs(const std::string& dir_a, const std::string& dir_b, int nproc, int steps,
+                     std::vector<std::string>& report);
+
+}  // namespace jfx::rt

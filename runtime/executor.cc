@@ -1,0 +1,767 @@
+#include "runtime/executor.h"
+
+#include <ATen/core/Tensor.h>
+#include <ATen/core/TensorBody.h>
+#include <ATen/ops/scalar_tensor.h>
+#include <c10/core/GradMode.h>
+#include <c10/core/Layout.h>
+#include <c10/core/MemoryFormat.h>
+#include <torch/csrc/distributed/c10d/GroupRegistry.hpp>
+
+#include <algorithm>
+#include <unordered_map>
+
+#include "ir/error.h"
+#include "runtime/tensor_io.h"
+
+namespace jfx::rt {
+namespace {
+
+// One element of a list argument that mixes node references and constants (Tensor[] of nodes,
+// int[] of sizes some of which are computed).
+struct ListItem {
+  int64_t slot = -1;  // >= 0: read the value of this slot
+  c10::IValue constant;
+};
+
+// A stack position filled per run from the value table.
+struct DynamicArg {
+  enum class Kind : uint8_t { Value, TensorList, OptionalTensorList, IntList, FloatList, BoolList };
+  size_t pos = 0;
+  Kind kind = Kind::Value;
+  int64_t slot = -1;  // Kind::Value
+  std::vector<ListItem> items;
+};
+
+[[noreturn]] void failAt(const Node& n, const std::string& message) {
+  throw JfxError(SourceLocation::atNode(n.name()), std::string(n.target().str()) + ": " + message);
+}
+
+// Why a constant does not fit a schema type; thrown inside conversion, rewrapped with the node.
+struct ConvertError {
+  std::string message;
+};
+
+std::string argKindName(const Arg& a) {
+  switch (a.kind()) {
+    case Arg::Kind::None:
+      return "None";
+    case Arg::Kind::Bool:
+      return "bool";
+    case Arg::Kind::Int:
+      return "int";
+    case Arg::Kind::Float:
+      return "float";
+    case Arg::Kind::Str:
+      return "str";
+    case Arg::Kind::Node:
+      return "node";
+    case Arg::Kind::Dtype:
+      return "dtype";
+    case Arg::Kind::Device:
+      return "device";
+    case Arg::Kind::Layout:
+      return "layout";
+    case Arg::Kind::MemoryFormat:
+      return "memory_format";
+    case Arg::Kind::List:
+      return "list";
+    case Arg::Kind::Tuple:
+      return "tuple";
+    case Arg::Kind::Opaque:
+      return "opaque " + std::string(a.str());
+  }
+  return "?";
+}
+
+[[noreturn]] void mismatch(const Arg& a, const c10::TypePtr& t) {
+  throw ConvertError{"cannot pass a " + argKindName(a) + " as " + t->str()};
+}
+
+c10::ScalarType toAten(ScalarType t) {
+  if (t == ScalarType::Undefined) throw ConvertError{"undefined dtype"};
+  return atenDtype(t);
+}
+
+c10::Layout layoutFromName(std::string_view s) {
+  if (s.starts_with("torch.")) s.remove_prefix(6);
+  if (s == "strided") return c10::kStrided;
+  if (s == "sparse_coo") return c10::kSparse;
+  if (s == "sparse_csr") return c10::kSparseCsr;
+  if (s == "_mkldnn") return c10::kMkldnn;
+  throw ConvertError{"unknown layout '" + std::string(s) + "'"};
+}
+
+c10::MemoryFormat memoryFormatFromName(std::string_view s) {
+  if (s.starts_with("torch.")) s.remove_prefix(6);
+  if (s == "contiguous_format") return c10::MemoryFormat::Contiguous;
+  if (s == "preserve_format") return c10::MemoryFormat::Preserve;
+  if (s == "channels_last") return c10::MemoryFormat::ChannelsLast;
+  if (s == "channels_last_3d") return c10::MemoryFormat::ChannelsLast3d;
+  throw ConvertError{"unknown memory format '" + std::string(s) + "'"};
+}
+
+// A constant (no node inside) as an IValue of schema type `t`.
+c10::IValue constantToIValue(const Arg& a, const c10::TypePtr& t, const c10::Device& device) {
+  using K = c10::TypeKind;
+  switch (t->kind()) {
+    case K::OptionalType:
+      if (a.isNone()) return c10::IValue();
+      return constantToIValue(a, t->castRaw<c10::OptionalType>()->getElementType(), device);
+    case K::NoneType:
+      if (a.isNone()) return c10::IValue();
+      mismatch(a, t);
+    case K::IntType:
+    case K::SymIntType:
+      if (a.kind() == Arg::Kind::Int) return c10::IValue(a.toInt());
+      if (a.kind() == Arg::Kind::Bool) return c10::IValue(static_cast<int64_t>(a.toBool()));
+      // FX writes dtype/layout/memory_format as such even where a schema says int.
+      if (a.kind() == Arg::Kind::Dtype) return c10::IValue(toAten(a.dtype()));
+      mismatch(a, t);
+    case K::FloatType:
+    case K::SymFloatType:
+      if (a.kind() == Arg::Kind::Float) return c10::IValue(a.toFloat());
+      if (a.kind() == Arg::Kind::Int) return c10::IValue(static_cast<double>(a.toInt()));
+      mismatch(a, t);
+    case K::BoolType:
+    case K::SymBoolType:
+      if (a.kind() == Arg::Kind::Bool) return c10::IValue(a.toBool());
+      if (a.kind() == Arg::Kind::Int) return c10::IValue(a.toInt() != 0);
+      mismatch(a, t);
+    case K::NumberType:  // Scalar: keep the Python type, it decides type promotion
+      if (a.kind() == Arg::Kind::Int) return c10::IValue(a.toInt());
+      if (a.kind() == Arg::Kind::Float) return c10::IValue(a.toFloat());
+      if (a.kind() == Arg::Kind::Bool) return c10::IValue(a.toBool());
+      mismatch(a, t);
+    case K::StringType:
+      if (a.kind() == Arg::Kind::Str) return c10::IValue(std::string(a.str()));
+      mismatch(a, t);
+    case K::ScalarTypeType:
+      if (a.kind() == Arg::Kind::Dtype) return c10::IValue(toAten(a.dtype()));
+      if (a.kind() == Arg::Kind::Int) return c10::IValue(a.toInt());
+      mismatch(a, t);
+    case K::LayoutType:
+      if (a.kind() == Arg::Kind::Layout) return c10::IValue(layoutFromName(a.str()));
+      if (a.kind() == Arg::Kind::Int) return c10::IValue(a.toInt());
+      mismatch(a, t);
+    case K::MemoryFormatType:
+      if (a.kind() == Arg::Kind::MemoryFormat) return c10::IValue(memoryFormatFromName(a.str()));
+      if (a.kind() == Arg::Kind::Int) return c10::IValue(a.toInt());
+      mismatch(a, t);
+    case K::DeviceObjType:
+      // Note [Devices]: the run device, whatever the trace said.
+      if (a.kind() == Arg::Kind::Device || a.kind() == Arg::Kind::Str) return c10::IValue(device);
+      mismatch(a, t);
+    case K::AnyType:  // _c10d_functional's group_name / reduce_op are `Any` in newer torch
+      switch (a.kind()) {
+        case Arg::Kind::None:
+          return c10::IValue();
+        case Arg::Kind::Str:
+          return c10::IValue(std::string(a.str()));
+        case Arg::Kind::Int:
+          return c10::IValue(a.toInt());
+        case Arg::Kind::Float:
+          return c10::IValue(a.toFloat());
+        case Arg::Kind::Bool:
+          return c10::IValue(a.toBool());
+        default:
+          mismatch(a, t);
+      }
+    case K::GeneratorType:
+      if (a.isNone()) return c10::IValue();
+      mismatch(a, t);
+    case K::ListType: {
+      if (!a.isSequence()) {
+        // torch accepts a single int where int[N] is expected (e.g. sum(x, 1)): broadcast it.
+        if (a.kind() == Arg::Kind::Int) return c10::IValue(c10::List<int64_t>({a.toInt()}));
+        mismatch(a, t);
+      }
+      const auto& elem = t->castRaw<c10::ListType>()->getElementType();
+      switch (elem->kind()) {
+        case K::IntType:
+        case K::SymIntType: {
+          c10::List<int64_t> l;
+          for (const auto& i : a.items())
+            l.push_back(constantToIValue(i, elem, device).toInt());
+          return c10::IValue(std::move(l));
+        }
+        case K::FloatType: {
+          c10::List<double> l;
+          for (const auto& i : a.items())
+            l.push_back(constantToIValue(i, elem, device).toDouble());
+          return c10::IValue(std::move(l));
+        }
+        case K::BoolType: {
+          c10::List<bool> l;
+          for (const auto& i : a.items())
+            l.push_back(constantToIValue(i, elem, device).toBool());
+          return c10::IValue(std::move(l));
+        }
+        case K::TensorType:
+          if (a.items().empty()) return c10::IValue(c10::List<at::Tensor>());
+          mismatch(a, t);
+        case K::OptionalType: {
+          // Tensor?[] of all-None (aten.index with no indices) is rare but legal.
+          c10::List<std::optional<at::Tensor>> l;
+          for (const auto& i : a.items()) {
+            if (!i.isNone()) mismatch(i, elem);
+            l.push_back(std::nullopt);
+          }
+          return c10::IValue(std::move(l));
+        }
+        default: {
+          c10::impl::GenericList l(elem);
+          for (const auto& i : a.items())
+            l.push_back(constantToIValue(i, elem, device));
+          return c10::IValue(std::move(l));
+        }
+      }
+    }
+    case K::TensorType: {
+      // make_fx keeps Python scalars where a schema wants a Tensor (add.Tensor(x, 1e-05)).
+      // Python's arg parser turns them into 0-dim "wrapped number" tensors, which take no part
+      // in type promotion; do the same so results match eager bit for bit.
+      at::Tensor w;
+      if (a.kind() == Arg::Kind::Float)
+        w = at::scalar_tensor(a.toFloat(), at::TensorOptions().dtype(c10::kDouble));
+      else if (a.kind() == Arg::Kind::Int)
+        w = at::scalar_tensor(a.toInt(), at::TensorOptions().dtype(c10::kLong));
+      else if (a.kind() == Arg::Kind::Bool)
+        w = at::scalar_tensor(a.toBool(), at::TensorOptions().dtype(c10::kBool));
+      else
+        mismatch(a, t);
+      w.unsafeGetTensorImpl()->set_wrapped_number(true);
+      return c10::IValue(std::move(w));
+    }
+    default:
+      throw ConvertError{"unsupported schema type " + t->str()};
+  }
+}
+
+}  // namespace
+
+struct Executor::Step {
+  enum class Kind : uint8_t { Call, Getitem };
+  Kind kind = Kind::Call;
+  std::string name;
+  std::string target;
+  std::optional<c10::OperatorHandle> op;
+  std::vector<c10::IValue> stack;  // constants in place; dynamic positions filled per run
+  std::vector<DynamicArg> dynamic;
+  size_t num_returns = 0;
+  uint32_t out_slot = 0;
+  int64_t src_slot = -1;  // getitem
+  int64_t index = 0;      // getitem
+  std::vector<uint32_t> free_after;
+  ValueMeta expected;
+};
+
+std::optional<std::pair<std::string, std::string>> dispatcherName(std::string_view target) {
+  if (target.starts_with("torch.ops.")) target.remove_prefix(10);
+  auto first = target.find('.');
+  auto last = target.rfind('.');
+  if (first == std::string_view::npos || first == last || first == 0 || last + 1 == target.size())
+    return std::nullopt;
+  std::string name = std::string(target.substr(0, first)) +
+                     "::" + std::string(target.substr(first + 1, last - first - 1));
+  std::string overload(target.substr(last + 1));
+  if (overload == "default") overload.clear();
+  return std::make_pair(std::move(name), std::move(overload));
+}
+
+namespace {
+
+// A node's args and kwargs after lowering (prims -> aten) and the op to call.
+struct ResolvedCall {
+  c10::OperatorHandle op;
+  std::vector<Arg> args;
+  Kwargs kwargs;
+};
+
+std::optional<c10::OperatorHandle> lookup(const std::string& name, const std::string& overload) {
+  return c10::Dispatcher::singleton().findSchema(c10::OperatorName(name, overload));
+}
+
+ResolvedCall resolve(const Node& n) {
+  std::string_view target = n.target().str();
+  // prims ops are registered from Python only (torch/_prims), so a C++ process has no schema for
+  // them. convert_element_type(a, dtype) is empty_like(a, dtype) + copy_, which is exactly
+  // aten::_to_copy(a, dtype=dtype): same values, same strides.
+  if (target == "prims.convert_element_type.default") {
+    auto op = lookup("aten::_to_copy", "");
+    if (!op) failAt(n, "aten::_to_copy is not registered");
+    if (n.numArgs() + n.kwargs().size() != 2)
+      failAt(n, "prims.convert_element_type takes (a, dtype)");
+    std::vector<Arg> args;
+    Kwargs kwargs;
+    const Arg* a = n.numArgs() > 0 ? &n.arg(0) : n.kwarg("a");
+    const Arg* dtype = n.numArgs() > 1 ? &n.arg(1) : n.kwarg("dtype");
+    if (!a || !dtype) failAt(n, "prims.convert_element_type takes (a, dtype)");
+    args.push_back(*a);
+    kwargs.emplace_back(Symbol::intern("dtype"), *dtype);
+    return {*op, std::move(args), std::move(kwargs)};
+  }
+  auto name = dispatcherName(target);
+  if (!name) failAt(n, "not an operator name (expected namespace.op.overload)");
+  auto op = lookup(name->first, name->second);
+  // Inductor passes sometimes emit the legacy c10d_functional namespace; it is the same op.
+  if (!op && name->first.starts_with("c10d_functional::"))
+    op = lookup("_" + name->first, name->second);
+  if (!op)
+    failAt(n, "no such operator in the c10 dispatcher (" + name->first +
+                  (name->second.empty() ? "" : "." + name->second) +
+                  "); Python-only ops (torch.library custom ops, prims, higher-order ops) "
+                  "cannot run in the C++ executor");
+  return {*op, n.args(), n.kwargs()};
+}
+
+bool hasNode(const Arg& a) {
+  bool found = false;
+  a.forEachNode([&](Node*) { found = true; });
+  return found;
+}
+
+}  // namespace
+
+Executor::Executor(const Graph& g, ExecutorOptions opts) : opts_(std::move(opts)) {
+  // Slots: one per node that produces a value, in program order.
+  std::unordered_map<const Node*, uint32_t> slot_of;
+  std::vector<const Node*> slot_node;
+  auto slotOf = [&](const Node& user, const Node* producer) -> uint32_t {
+    auto it = slot_of.find(producer);
+    if (it == slot_of.end())
+      failAt(user, "reads '" + producer->name() + "', which is not defined before it");
+    return it->second;
+  };
+  auto newSlot = [&](const Node* n) {
+    uint32_t s = static_cast<uint32_t>(slot_node.size());
+    slot_of.emplace(n, s);
+    slot_node.push_back(n);
+    return s;
+  };
+
+  const Node* output = nullptr;
+  std::vector<std::vector<uint32_t>> reads;  // per step, the slots it reads
+  for (const Node* n = g.first(); n; n = n->next()) {
+    switch (n->op()) {
+      case OpKind::Placeholder: {
+        GraphInput in;
+        in.name = n->name();
+        in.kind = n->inputKind();
+        in.fqn = n->inputFqn();
+        in.meta = n->val();
+        inputs_.push_back(std::move(in));
+        input_slots_.push_back(newSlot(n));
+        break;
+      }
+      case OpKind::GetAttr:
+        failAt(*n, "get_attr nodes are not supported: export constants as graph inputs");
+      case OpKind::Output:
+        if (output) failAt(*n, "a graph has one output node");
+        output = n;
+        break;
+      case OpKind::CallFunction: {
+        if (output) failAt(*n, "node after the output node");
+        Step step;
+        step.name = n->name();
+        step.target = std::string(n->target().str());
+        step.expected = n->val();
+        std::vector<uint32_t> step_reads;
+        if (n->target().str() == "operator.getitem") {
+          if (n->numArgs() != 2 || !n->arg(0).isNode() || !n->arg(1).isInt())
+            failAt(*n, "getitem takes (node, int)");
+          step.kind = Step::Kind::Getitem;
+          step.src_slot = slotOf(*n, n->arg(0).node());
+          step.index = n->arg(1).toInt();
+          step_reads.push_back(static_cast<uint32_t>(step.src_slot));
+        } else {
+          ResolvedCall rc = resolve(*n);
+          const c10::FunctionSchema& schema = rc.op.schema();
+          const auto& sargs = schema.arguments();
+          if (schema.is_vararg()) failAt(*n, "vararg schemas are not supported");
+          size_t num_positional = 0;
+          while (num_positional < sargs.size() && !sargs[num_positional].kwarg_only())
+            ++num_positional;
+          if (rc.args.size() > num_positional)
+            failAt(*n, "takes at most " + std::to_string(num_positional) +
+                           " positional arguments (" + schema.name() + "), got " +
+                           std::to_string(rc.args.size()));
+          std::vector<const Arg*> bound(sargs.size(), nullptr);
+          for (size_t i = 0; i < rc.args.size(); ++i)
+            bound[i] = &rc.args[i];
+          for (const auto& [key, value] : rc.kwargs) {
+            auto it = std::find_if(sargs.begin(), sargs.end(),
+                                   [&](const c10::Argument& a) { return a.name() == key.str(); });
+            if (it == sargs.end())
+              failAt(*n, "unknown keyword argument '" + std::string(key.str()) + "' for " +
+                             c10::toString(schema));
+            size_t i = static_cast<size_t>(it - sargs.begin());
+            if (bound[i]) failAt(*n, "argument '" + std::string(key.str()) + "' given twice");
+            bound[i] = &value;
+          }
+          step.stack.resize(sargs.size());
+          for (size_t i = 0; i < sargs.size(); ++i) {
+            const c10::Argument& sa = sargs[i];
+            const c10::TypePtr& type = sa.real_type();
+            if (!bound[i]) {
+              if (sa.default_value()) {
+                step.stack[i] = *sa.default_value();
+              } else if (type->kind() == c10::TypeKind::OptionalType) {
+                step.stack[i] = c10::IValue();
+              } else {
+                failAt(*n, "missing argument '" + sa.name() + "' of " + c10::toString(schema));
+              }
+              continue;
+            }
+            const Arg& a = *bound[i];
+            try {
+              if (!hasNode(a)) {
+                step.stack[i] = constantToIValue(a, type, opts_.device);
+                if (opts_.check_groups && sa.name() == "group_name" && a.isStr() &&
+                    !c10d::is_process_group_registered(std::string(a.str())))
+                  failAt(*n, "process group '" + std::string(a.str()) +
+                                 "' is not registered (is this rank in it, and does the graph "
+                                 "header list it?)");
+                continue;
+              }
+              DynamicArg d;
+              d.pos = i;
+              if (a.isNode()) {
+                d.kind = DynamicArg::Kind::Value;
+                d.slot = slotOf(*n, a.node());
+                step_reads.push_back(static_cast<uint32_t>(d.slot));
+              } else if (a.isSequence()) {
+                c10::TypePtr lt = type;
+                if (lt->kind() == c10::TypeKind::OptionalType)
+                  lt = lt->castRaw<c10::OptionalType>()->getElementType();
+                if (lt->kind() != c10::TypeKind::ListType) mismatch(a, type);
+                const auto& elem = lt->castRaw<c10::ListType>()->getElementType();
+                switch (elem->kind()) {
+                  case c10::TypeKind::TensorType:
+                    d.kind = DynamicArg::Kind::TensorList;
+                    break;
+                  case c10::TypeKind::OptionalType:
+                    d.kind = DynamicArg::Kind::OptionalTensorList;
+                    break;
+                  case c10::TypeKind::IntType:
+                  case c10::TypeKind::SymIntType:
+                    d.kind = DynamicArg::Kind::IntList;
+                    break;
+                  case c10::TypeKind::FloatType:
+                    d.kind = DynamicArg::Kind::FloatList;
+                    break;
+                  case c10::TypeKind::BoolType:
+                    d.kind = DynamicArg::Kind::BoolList;
+                    break;
+                  default:
+                    throw ConvertError{"node references inside a " + type->str() +
+                                       " are not supported"};
+                }
+                for (const Arg& item : a.items()) {
+                  ListItem li;
+                  if (item.isNode()) {
+                    li.slot = slotOf(*n, item.node());
+                    step_reads.push_back(static_cast<uint32_t>(li.slot));
+                  } else if (hasNode(item)) {
+                    throw ConvertError{"nested lists of nodes are not supported"};
+                  } else if (d.kind == DynamicArg::Kind::TensorList) {
+                    mismatch(item, elem);
+                  } else if (d.kind != DynamicArg::Kind::OptionalTensorList || !item.isNone()) {
+                    li.constant = constantToIValue(item, elem, opts_.device);
+                  }
+                  d.items.push_back(std::move(li));
+                }
+              } else {
+                mismatch(a, type);
+              }
+              step.dynamic.push_back(std::move(d));
+            } catch (const ConvertError& e) {
+              failAt(*n, "argument '" + sa.name() + "': " + e.message);
+            }
+          }
+          step.num_returns = schema.returns().size();
+          step.op = rc.op;
+        }
+        step.out_slot = newSlot(n);
+        reads.push_back(std::move(step_reads));
+        steps_.push_back(std::move(step));
+        break;
+      }
+    }
+  }
+  if (!output) throw JfxError({}, "graph has no output node");
+
+  // Output list.
+  std::vector<uint32_t> output_reads;
+  {
+    std::vector<Arg> outs;
+    if (output->numArgs() == 1 && output->arg(0).isSequence())
+      outs = output->arg(0).items();
+    else
+      outs = output->args();
+    for (const Arg& a : outs) {
+      if (a.isNode()) {
+        uint32_t s = slotOf(*output, a.node());
+        output_slots_.push_back(s);
+        output_reads.push_back(s);
+      } else if (a.isNone()) {
+        output_slots_.push_back(-1);
+      } else {
+        failAt(*output, "graph outputs must be nodes or None");
+      }
+    }
+    num_outputs_ = output_slots_.size();
+  }
+  num_slots_ = slot_node.size();
+
+  // Note [Lifetimes]: last reader of every slot, in step positions; outputs never die.
+  const size_t kNever = steps_.size();
+  std::vector<int64_t> last(num_slots_, -1);
+  for (size_t s = 0; s < steps_.size(); ++s)
+    for (uint32_t r : reads[s])
+      last[r] = std::max<int64_t>(last[r], static_cast<int64_t>(s));
+  for (uint32_t r : output_reads)
+    last[r] = static_cast<int64_t>(kNever);
+  // A collective's completion is its latest wait, reached directly or through getitems of a
+  // coalesced collective; its inputs live until then.
+  std::vector<int64_t> step_of_slot(num_slots_, -1);
+  for (size_t s = 0; s < steps_.size(); ++s)
+    step_of_slot[steps_[s].out_slot] = static_cast<int64_t>(s);
+  {
+    std::vector<int64_t> completion(num_slots_, -1);  // for collective output slots
+    for (size_t s = 0; s < steps_.size(); ++s) {
+      const Node* n = slot_node[steps_[s].out_slot];
+      if (!n->isWait()) continue;
+      for (uint32_t r : reads[s]) {
+        uint32_t src = r;
+        // Walk back through getitems to the collective.
+        while (step_of_slot[src] >= 0 &&
+               steps_[static_cast<size_t>(step_of_slot[src])].kind == Step::Kind::Getitem)
+          src = static_cast<uint32_t>(steps_[static_cast<size_t>(step_of_slot[src])].src_slot);
+        completion[src] = std::max<int64_t>(completion[src], static_cast<int64_t>(s));
+      }
+    }
+    for (size_t s = 0; s < steps_.size(); ++s) {
+      const Node* n = slot_node[steps_[s].out_slot];
+      int64_t done = completion[steps_[s].out_slot];
+      if (!n->isCollective() || done < 0) continue;
+      for (uint32_t r : reads[s])
+        last[r] = std::max(last[r], done);
+      last[steps_[s].out_slot] = std::max(last[steps_[s].out_slot], done);
+    }
+  }
+  for (size_t slot = 0; slot < num_slots_; ++slot) {
+    if (last[slot] == static_cast<int64_t>(kNever)) continue;
+    if (last[slot] < 0) {
+      // Nobody reads it: placeholders are dropped before the first step, op results right after
+      // their own step.
+      int64_t own = step_of_slot[slot];
+      if (own < 0)
+        free_after_inputs_.push_back(static_cast<uint32_t>(slot));
+      else
+        steps_[static_cast<size_t>(own)].free_after.push_back(static_cast<uint32_t>(slot));
+      continue;
+    }
+    steps_[static_cast<size_t>(last[slot])].free_after.push_back(static_cast<uint32_t>(slot));
+  }
+  stats_.steps = steps_.size();
+}
+
+Executor::~Executor() = default;
+
+namespace {
+
+std::string describe(const c10::IValue& v) {
+  if (v.isTensor()) {
+    const auto& t = v.toTensor();
+    if (!t.defined()) return "undefined tensor";
+    return std::string(c10::toString(t.scalar_type())) + c10::str(t.sizes());
+  }
+  return v.tagKind();
+}
+
+std::string describe(const TensorMeta& m) {
+  std::string s(dtypeName(m.dtype));
+  s += "[";
+  for (size_t i = 0; i < m.shape.size(); ++i)
+    s += (i ? ", " : "") + std::to_string(m.shape[i]);
+  return s + "]";
+}
+
+// Empty when `v` matches the graph's meta, else what differs.
+std::string checkMeta(const c10::IValue& v, const ValueMeta& m) {
+  if (m.kind == ValueMeta::Kind::Tensor) {
+    if (!v.isTensor() || !v.toTensor().defined())
+      return "expected a tensor " + describe(m.tensor) + ", got " + describe(v);
+    const at::Tensor& t = v.toTensor();
+    if (m.tensor.dtype != ScalarType::Undefined && t.scalar_type() != toAten(m.tensor.dtype))
+      return "output " + describe(v) + " does not match the graph's " + describe(m.tensor);
+    if (t.sizes() != c10::IntArrayRef(m.tensor.shape))
+      return "output " + describe(v) + " does not match the graph's " + describe(m.tensor);
+    return {};
+  }
+  if (m.kind == ValueMeta::Kind::List) {
+    std::vector<c10::IValue> items;
+    if (v.isTuple()) {
+      const auto& e = v.toTupleRef().elements();
+      items.assign(e.begin(), e.end());
+    } else if (v.isList()) {
+      for (const c10::IValue& i : v.toListRef())
+        items.push_back(i);
+    } else {
+      return "expected " + std::to_string(m.items.size()) + " outputs, got " + describe(v);
+    }
+    if (items.size() != m.items.size())
+      return "expected " + std::to_string(m.items.size()) + " outputs, got " +
+             std::to_string(items.size());
+    for (size_t i = 0; i < items.size(); ++i) {
+      std::string e = checkMeta(items[i], m.items[i]);
+      if (!e.empty()) return "output " + std::to_string(i) + ": " + e;
+    }
+  }
+  return {};
+}
+
+[[noreturn]] void throwStepError(const std::string& name, const std::string& target,
+                                 const std::string& message) {
+  throw JfxError(SourceLocation::atNode(name), target + ": " + message);
+}
+
+}  // namespace
+
+std::vector<c10::IValue> Executor::run(std::vector<c10::IValue> inputs) {
+  if (inputs.size() != inputs_.size())
+    throw JfxError({}, "the graph takes " + std::to_string(inputs_.size()) + " inputs, got " +
+                           std::to_string(inputs.size()));
+  // The graph is already the backward: nothing here may record autograd history.
+  c10::AutoGradMode no_grad(false);
+  std::vector<c10::IValue> values(num_slots_);
+  size_t live = 0, max_live = 0;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    values[input_slots_[i]] = std::move(inputs[i]);
+    ++live;
+  }
+  for (uint32_t s : free_after_inputs_) {
+    values[s] = c10::IValue();
+    --live;
+  }
+  max_live = live;
+
+  std::vector<c10::IValue> stack;
+  for (Step& step : steps_) {
+    c10::IValue result;
+    if (step.kind == Step::Kind::Getitem) {
+      const c10::IValue& src = values[static_cast<size_t>(step.src_slot)];
+      int64_t size = src.isTuple()  ? static_cast<int64_t>(src.toTupleRef().elements().size())
+                     : src.isList() ? static_cast<int64_t>(src.toListRef().size())
+                                    : -1;
+      if (size < 0) throwStepError(step.name, step.target, "getitem of " + describe(src));
+      int64_t i = step.index < 0 ? step.index + size : step.index;
+      if (i < 0 || i >= size)
+        throwStepError(step.name, step.target,
+                       "index " + std::to_string(step.index) + " out of range for " +
+                           std::to_string(size) + " values");
+      result = src.isTuple() ? src.toTupleRef().elements()[static_cast<size_t>(i)]
+                             : src.toListRef()[static_cast<size_t>(i)];
+    } else {
+      stack = step.stack;  // copies constants: IValue copies of scalars/lists are refcount bumps
+      for (const DynamicArg& d : step.dynamic) {
+        switch (d.kind) {
+          case DynamicArg::Kind::Value:
+            stack[d.pos] = values[static_cast<size_t>(d.slot)];
+            break;
+          case DynamicArg::Kind::TensorList: {
+            c10::List<at::Tensor> l;
+            l.reserve(d.items.size());
+            for (const ListItem& li : d.items) {
+              const c10::IValue& v = values[static_cast<size_t>(li.slot)];
+              if (!v.isTensor())
+                throwStepError(step.name, step.target,
+                               "list item is " + describe(v) + ", not a tensor");
+              l.push_back(v.toTensor());
+            }
+            stack[d.pos] = c10::IValue(std::move(l));
+            break;
+          }
+          case DynamicArg::Kind::OptionalTensorList: {
+            c10::List<std::optional<at::Tensor>> l;
+            l.reserve(d.items.size());
+            for (const ListItem& li : d.items) {
+              if (li.slot < 0) {
+                l.push_back(std::nullopt);
+                continue;
+              }
+              const c10::IValue& v = values[static_cast<size_t>(li.slot)];
+              if (!v.isTensor())
+                throwStepError(step.name, step.target,
+                               "list item is " + describe(v) + ", not a tensor");
+              l.push_back(v.toTensor());
+            }
+            stack[d.pos] = c10::IValue(std::move(l));
+            break;
+          }
+          case DynamicArg::Kind::IntList: {
+            c10::List<int64_t> l;
+            for (const ListItem& li : d.items)
+              l.push_back(li.slot < 0 ? li.constant.toInt()
+                                      : values[static_cast<size_t>(li.slot)].toInt());
+            stack[d.pos] = c10::IValue(std::move(l));
+            break;
+          }
+          case DynamicArg::Kind::FloatList: {
+            c10::List<double> l;
+            for (const ListItem& li : d.items)
+              l.push_back(li.slot < 0 ? li.constant.toDouble()
+                                      : values[static_cast<size_t>(li.slot)].toDouble());
+            stack[d.pos] = c10::IValue(std::move(l));
+            break;
+          }
+          case DynamicArg::Kind::BoolList: {
+            c10::List<bool> l;
+            for (const ListItem& li : d.items)
+              l.push_back(li.slot < 0 ? li.constant.toBool()
+                                      : values[static_cast<size_t>(li.slot)].toBool());
+            stack[d.pos] = c10::IValue(std::move(l));
+            break;
+          }
+        }
+      }
+      try {
+        step.op->callBoxed(stack);
+      } catch (const c10::Error& e) {
+        throwStepError(step.name, step.target, e.what_without_backtrace());
+      } catch (const std::exception& e) {
+        throwStepError(step.name, step.target, e.what());
+      }
+      if (stack.size() != step.num_returns)
+        throwStepError(step.name, step.target,
+                       "returned " + std::to_string(stack.size()) + " values, schema says " +
+                           std::to_string(step.num_returns));
+      if (step.num_returns == 1)
+        result = std::move(stack[0]);
+      else
+        result = c10::ivalue::Tuple::create(std::move(stack));
+      stack.clear();
+    }
+    if (opts_.check_meta && step.expected.kind != ValueMeta::Kind::Absent) {
+      std::string e = checkMeta(result, step.expected);
+      if (!e.empty()) throwStepError(step.name, step.target, e);
+    }
+    values[step.out_slot] = std::move(result);
+    ++live;
+    max_live = std::max(max_live, live);
+    for (uint32_t s : step.free_after) {
+      values[s] = c10::IValue();
+      --live;
+    }
+  }
+  stats_.max_live_values = max_live;
+
+  std::vector<c10::IValue> out;
+  out.reserve(output_slots_.size());
+  for (int64_t s : output_slots_)
+    out.push_back(s < 0 ? c10::IValue() : values[static_cast<size_t>(s)]);
+  return out;
+}
+
+}  // namespace jfx::rt

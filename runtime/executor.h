@@ -1,0 +1,91 @@
+// The graph executor, modelled on torch/nativert: plan a Graph once against the c10 dispatcher,
+// then run it any number of times with callBoxed.
+//
+// Planning resolves every call_function target to a c10::OperatorHandle ("aten.mm.default" ->
+// aten::mm overload ""), converts each node's args and kwargs to IValues by the op's schema
+// (positional, then kwargs by name, then schema defaults), prefills every constant, and computes
+// which values die after each node. Anything it cannot do fails at plan time with a JfxError that
+// names the node and its target, so a bad graph never gets as far as a collective.
+//
+// Note [Lifetimes]
+// A value is dropped right after its last reader runs, so peak memory follows the graph's own
+// order (that is what the scheduling passes optimize). A functional collective's input and output
+// stay alive until its wait_tensor has run: the collective may still be reading the input and
+// writing the output on the backend's thread until then. Graph outputs live until the end.
+//
+// Note [Devices]
+// Device arguments (factory ops' device=) are rewritten to the executor's device, so a graph
+// traced on "cpu" or on fake "cuda:0" runs wherever the executor runs.
+#pragma once
+
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/ivalue.h>
+#include <c10/core/Device.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ir/graph.h"
+
+namespace jfx::rt {
+
+struct ExecutorOptions {
+  c10::Device device = c10::Device(c10::kCPU);
+  // After every op, compare the output's dtype and shape with the node's val meta; a mismatch is
+  // an error naming the node. Cheap next to the op itself, and it catches mistranslated args.
+  bool check_meta = true;
+  // Check at plan time that every constant group_name of a collective is registered with c10d.
+  bool check_groups = true;
+};
+
+// A placeholder as the executor sees it: its position among the graph inputs, name, kind, FQN
+// and expected tensor meta (dtype Undefined when the graph has none).
+struct GraphInput {
+  std::string name;
+  InputKind kind = InputKind::None;
+  std::string fqn;
+  ValueMeta meta;
+};
+
+struct ExecutorStats {
+  size_t steps = 0;            // call_function and getitem nodes executed per run
+  size_t max_live_values = 0;  // most values held at once in the last run (for lifetime tests)
+};
+
+class Executor {
+ public:
+  // Plans `g`. The Executor keeps no reference to `g`. Throws JfxError.
+  explicit Executor(const Graph& g, ExecutorOptions opts = {});
+  ~Executor();
+  Executor(const Executor&) = delete;
+  Executor& operator=(const Executor&) = delete;
+
+  const std::vector<GraphInput>& inputs() const { return inputs_; }
+  size_t numOutputs() const { return num_outputs_; }
+
+  // Runs the graph on one value per placeholder (in placeholder order) and returns the output
+  // node's list. A failing op throws JfxError naming the node, its target and LibTorch's message.
+  std::vector<c10::IValue> run(std::vector<c10::IValue> inputs);
+
+  const ExecutorStats& stats() const { return stats_; }
+
+ private:
+  struct Step;  // one planned node (defined in executor.cc)
+  ExecutorOptions opts_;
+  std::vector<GraphInput> inputs_;
+  std::vector<uint32_t> input_slots_;
+  std::vector<Step> steps_;
+  std::vector<int64_t> output_slots_;        // -1: a constant None in the output list
+  std::vector<uint32_t> free_after_inputs_;  // placeholders nobody reads
+  size_t num_slots_ = 0;
+  size_t num_outputs_ = 0;
+  ExecutorStats stats_;
+};
+
+// Splits "aten.mm.default" into ("aten::mm", "") and "aten.add.Tensor" into ("aten::add",
+// "Tensor"); accepts a leading "torch.ops.". nullopt if the target has fewer than three parts.
+std::optional<std::pair<std::string, std::string>> dispatcherName(std::string_view target);
+
+}  // namespace jfx::rt

@@ -1,0 +1,691 @@
+#include "runtime/trainer.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Context.h>
+#include <ATen/Parallel.h>
+#include <ATen/ops/ones.h>
+#include <ATen/ops/randint.h>
+#include <ATen/ops/randn.h>
+#include <ATen/ops/zeros.h>
+#include <c10/core/GradMode.h>
+#if JFX_WITH_CUDA
+#include <c10/cuda/CUDAFunctions.h>
+#endif
+#include <torch/optim/adamw.h>
+#include <torch/optim/sgd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <thread>
+
+#include "ir/error.h"
+#include "ir/io.h"
+#include "runtime/executor.h"
+#include "runtime/process_groups.h"
+#include "runtime/safetensors.h"
+#include "runtime/tensor_io.h"
+
+namespace jfx::rt {
+namespace {
+
+// An error with the exit code it should produce.
+struct RankError {
+  int code;
+  std::string message;
+};
+
+[[noreturn]] void inputError(const std::string& m) {
+  throw RankError{kExecInputError, m};
+}
+
+// FNV-1a over the parts: seeds that depend only on names, never on process or pointer state.
+uint64_t mixSeed(uint64_t seed, std::initializer_list<std::string_view> parts) {
+  uint64_t h = 1469598103934665603ull ^ seed;
+  for (std::string_view p : parts) {
+    for (unsigned char c : p) {
+      h ^= c;
+      h *= 1099511628211ull;
+    }
+    h ^= 0xff;  // separator, so ("ab","c") != ("a","bc")
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+at::Generator generator(uint64_t seed) {
+  return at::make_generator<at::CPUGeneratorImpl>(seed);
+}
+
+std::string shapeStr(c10::IntArrayRef s) {
+  return c10::str(s);
+}
+
+bool isDataFlow(const Node* n) {
+  auto c = n->info().category;
+  return c == OpCategory::View || c == OpCategory::Copy;
+}
+
+// The first all-gather fed by `ph` through casts, views and concatenations: the FSDP unshard
+// chain (DESIGN.md section 5), also after `bucket` flattened it into a cat. nullptr: the input
+// is not sharded.
+const Node* findGather(const Node* ph) {
+  std::vector<const Node*> frontier{ph};
+  for (int depth = 0; depth < 8 && !frontier.empty(); ++depth) {
+    std::vector<const Node*> next;
+    const Node* best = nullptr;
+    for (const Node* n : frontier)
+      for (const Node* u : n->users()) {
+        auto c = u->info().category;
+        if (u->isCollective() && u->info().collective == CollectiveKind::AllGather) {
+          if (!best || u->isBefore(best)) best = u;
+        } else if (c == OpCategory::View || c == OpCategory::Copy || c == OpCategory::Index) {
+          next.push_back(u);
+        }
+      }
+    if (best) return best;
+    frontier = std::move(next);
+  }
+  return nullptr;
+}
+
+std::string groupNameOf(const Node* collective) {
+  int i = collective->info().group_name_arg;
+  if (i >= 0 && static_cast<size_t>(i) < collective->numArgs() && collective->arg(i).isStr())
+    return std::string(collective->arg(i).str());
+  if (const Arg* a = collective->kwarg("group_name"); a && a->isStr()) return std::string(a->str());
+  return {};
+}
+
+// Exclusive upper bound for an integer input: an embedding's row count, or the class count of a
+// loss it is the target of. 0 when the graph does not say.
+int64_t inferIntBound(const Node* ph) {
+  int64_t bound = 0;
+  auto take = [&](int64_t b) {
+    if (b > 0) bound = bound ? std::min(bound, b) : b;
+  };
+  std::vector<const Node*> frontier{ph};
+  for (int depth = 0; depth < 6 && !frontier.empty(); ++depth) {
+    std::vector<const Node*> next;
+    for (const Node* n : frontier)
+      for (const Node* u : n->users()) {
+        auto metaOf = [](const Node* x) -> const TensorMeta* {
+          return x && x->val().isTensor() ? &x->val().tensor : nullptr;
+        };
+        if (u->is("aten.embedding.default") && u->numArgs() >= 2 && u->arg(1).node() == n) {
+          if (const TensorMeta* w = metaOf(u->arg(0).node()); w && !w->shape.empty())
+            take(w->shape[0]);
+        } else if ((u->is("aten.nll_loss_forward.default") || u->is("aten.nll_loss.default") ||
+                    u->is("aten.nll_loss2d_forward.default") ||
+                    u->is("aten.cross_entropy_loss.default")) &&
+                   u->numArgs() >= 2 && u->arg(1).node() == n) {
+          if (const TensorMeta* x = metaOf(u->arg(0).node()); x && !x->shape.empty())
+            take(x->shape.size() >= 2 ? x->shape[1] : x->shape[0]);
+        } else if (isDataFlow(u) && u->input(0) == n) {
+          next.push_back(u);
+        }
+      }
+    frontier = std::move(next);
+  }
+  return bound;
+}
+
+// How one parameter or buffer is laid out across ranks.
+struct Layout {
+  std::vector<int64_t> local_shape;  // the placeholder: this rank's padded shard
+  std::string group;                 // FSDP group ("" when not sharded)
+  int group_rank = 0;
+  int group_size = 1;
+};
+
+struct Input {
+  GraphInput info;
+  const Node* node = nullptr;
+  Layout layout;
+  at::Tensor value;  // parameters and buffers: the local shard (the optimizer updates it)
+  int64_t int_bound = 0;
+};
+
+// This rank's shard of a full tensor: first its TP piece (torch.chunk) of any dim the graph's
+// local tensor is smaller in, then rows [i*s, (i+1)*s) of dim 0 zero-padded to s*G rows, as the
+// tracer shards (python/jointfx/trace.py: shard_param). Throws when `full` cannot shard to the
+// placeholder's shape on this mesh.
+at::Tensor shard(const at::Tensor& full, const Input& in, const ProcessGroups& pgs,
+                 const std::string& tp_group) {
+  const Layout& l = in.layout;
+  const int64_t G = l.group_size;
+  auto mismatch = [&] {
+    inputError("'" + in.info.fqn + "': full shape " + shapeStr(full.sizes()) +
+               " does not shard to the graph's " + shapeStr(l.local_shape) + " over " +
+               std::to_string(G) + " FSDP rank(s)" +
+               (tp_group.empty() ? "" : " and group '" + tp_group + "'"));
+  };
+  if (full.dim() != static_cast<int64_t>(l.local_shape.size())) mismatch();
+  at::Tensor t = full;
+  auto tpPiece = [&](int64_t d, int64_t want) {
+    auto tp_rank = pgs.rankIn(tp_group);
+    auto tp_size = pgs.sizeOf(tp_group);
+    if (tp_group.empty() || !tp_rank || !tp_size || want * *tp_size != t.size(d)) mismatch();
+    t = t.narrow(d, *tp_rank * want, want);
+  };
+  for (int64_t d = 1; d < t.dim(); ++d)
+    if (t.size(d) != l.local_shape[static_cast<size_t>(d)])
+      tpPiece(d, l.local_shape[static_cast<size_t>(d)]);
+  if (t.dim() == 0) return t.clone();
+  const int64_t s = l.local_shape[0];
+  auto fits = [&](int64_t rows) { return G == 1 ? rows == s : (rows + G - 1) / G == s; };
+  if (!fits(t.size(0))) {
+    // Larger than FSDP padding explains: TP-sharded on dim 0 too.
+    auto tp_size = pgs.sizeOf(tp_group);
+    if (!tp_size || t.size(0) % *tp_size || !fits(t.size(0) / *tp_size)) mismatch();
+    tpPiece(0, t.size(0) / *tp_size);
+  }
+  if (G == 1) return t.contiguous().clone();
+  at::Tensor out = at::zeros(l.local_shape, t.options());
+  int64_t begin = std::min<int64_t>(l.group_rank * s, t.size(0));
+  int64_t end = std::min<int64_t>(begin + s, t.size(0));
+  if (end > begin) out.narrow(0, 0, end - begin).copy_(t.narrow(0, begin, end - begin));
+  return out;
+}
+
+std::string formatLoss(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.9g", v);
+  return buf;
+}
+
+class ProgressBar {
+ public:
+  ProgressBar(bool enabled, int total) : enabled_(enabled), total_(total) {}
+  void update(int step, double loss, double seconds_per_step) {
+    if (!enabled_) return;
+    constexpr int kWidth = 24;
+    int filled = total_ ? step * kWidth / total_ : kWidth;
+    std::string bar(static_cast<size_t>(filled), '#');
+    bar.append(static_cast<size_t>(kWidth - filled), '.');
+    std::fprintf(stderr, "\r  [%s] %d/%d  loss %s  %.3f s/step", bar.c_str(), step, total_,
+                 formatLoss(loss).c_str(), seconds_per_step);
+    std::fflush(stderr);
+    drawn_ = true;
+  }
+  // Erases the bar so a line printed next (stdout may be the same terminal) starts clean.
+  void clear() {
+    if (!drawn_) return;
+    std::fputs("\r\033[K", stderr);
+    std::fflush(stderr);
+    drawn_ = false;
+  }
+  // Leaves the last state on screen and moves below it.
+  void finish() {
+    if (drawn_) std::fputc('\n', stderr);
+    drawn_ = false;
+  }
+  ~ProgressBar() { finish(); }
+
+ private:
+  bool enabled_;
+  int total_;
+  bool drawn_ = false;
+};
+
+std::string replaceRank(std::string path, int rank) {
+  auto p = path.find("{rank}");
+  if (p != std::string::npos) path.replace(p, 6, std::to_string(rank));
+  return path;
+}
+
+void makeDirs(const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) inputError("cannot create directory '" + dir + "': " + ec.message());
+}
+
+void debugFail(const ExecOptions& o, int rank, int step) {
+  if (o.debug_fail_rank != rank || o.debug_fail_step != step) return;
+  std::fprintf(stderr, "jointfx exec: rank %d: --debug-fail-mode %s at step %d\n", rank,
+               o.debug_fail_mode.c_str(), step);
+  std::fflush(stderr);
+  if (o.debug_fail_mode == "kill") std::raise(SIGKILL);
+  if (o.debug_fail_mode == "hang")
+    for (;;)
+      std::this_thread::sleep_for(std::chrono::seconds(1));
+  if (o.debug_fail_mode == "throw")
+    throw RankError{kExecRankFailed, "injected failure (--debug-fail-mode throw)"};
+  std::fflush(stdout);
+  std::_Exit(kExecRankFailed);
+}
+
+// `pgs` belongs to the caller so that a failing rank can leave (std::_Exit) without first
+// running c10d destructors that may wait for peers that are gone.
+int runRankImpl(const ExecOptions& o, const DistEnv& env, std::unique_ptr<ProcessGroups>& pgs) {
+  // ---- graph, device, groups
+  std::unique_ptr<Graph> g;
+  try {
+    g = loadGraph(o.graph);
+  } catch (const JfxError& e) {
+    inputError(e.what());
+  }
+  if (std::string p = deviceProblem(o.device); !p.empty()) inputError(p);
+  c10::Device device = o.device == "cuda"
+                           ? c10::Device(c10::kCUDA, static_cast<int8_t>(env.local_rank))
+                           : c10::Device(c10::kCPU);
+#if JFX_WITH_CUDA
+  // NCCL communicators and the functional collectives' streams use the current device.
+  if (device.is_cuda()) {
+    if (env.local_rank >= static_cast<int>(at::getNumGPUs()))
+      inputError("LOCAL_RANK " + std::to_string(env.local_rank) + " but only " +
+                 std::to_string(at::getNumGPUs()) + " CUDA device(s) are visible");
+    c10::cuda::set_device(static_cast<c10::DeviceIndex>(env.local_rank));
+  }
+#endif
+  int threads = o.threads;
+  if (threads <= 0) {
+    int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    int local = env.world_size;
+    if (const char* lw = std::getenv("LOCAL_WORLD_SIZE")) local = std::max(1, std::atoi(lw));
+    threads = std::max(1, cores / local);
+  }
+  at::set_num_threads(threads);
+  at::manual_seed(o.seed);  // random ops in the graph (dropout): same stream on every rank
+
+  try {
+    pgs = std::make_unique<ProcessGroups>(
+        localizeGroups(g->processGroups(), g->extraJson(), env.rank, env.world_size), env,
+        o.device == "cuda" ? CommBackend::Nccl : CommBackend::Gloo,
+        std::chrono::seconds(o.timeout_s));
+  } catch (const CommError& e) {
+    throw RankError{kExecRankFailed, e.message()};
+  } catch (const JfxError& e) {
+    inputError(e.message());  // the header does not fit the world
+  }
+
+  ExecutorOptions eo;
+  eo.device = device;
+  eo.check_meta = o.check_meta;
+  std::unique_ptr<Executor> ex;
+  try {
+    ex = std::make_unique<Executor>(*g, eo);
+  } catch (const JfxError& e) {
+    inputError(e.what());
+  }
+
+  // ---- inputs and their layouts
+  std::vector<Input> inputs;
+  {
+    auto phs = g->placeholders();
+    if (phs.size() != ex->inputs().size()) inputError("placeholder count changed while planning");
+    for (size_t i = 0; i < phs.size(); ++i) {
+      Input in;
+      in.info = ex->inputs()[i];
+      in.node = phs[i];
+      if (!in.info.meta.isTensor())
+        inputError("input '" + in.info.name + "' has no tensor meta (shape and dtype)");
+      in.layout.local_shape = in.info.meta.tensor.shape;
+      if (in.info.kind == InputKind::UserInput || in.info.kind == InputKind::None) {
+        in.int_bound = inferIntBound(phs[i]);
+      } else if (const Node* ag = findGather(phs[i])) {
+        in.layout.group = groupNameOf(ag);
+        auto r = pgs->rankIn(in.layout.group);
+        auto n = pgs->sizeOf(in.layout.group);
+        if (!r || !n)
+          inputError("'" + in.info.fqn + "' is gathered over group '" + in.layout.group +
+                     "', which this rank is not in");
+        in.layout.group_rank = *r;
+        in.layout.group_size = *n;
+      }
+      inputs.push_back(std::move(in));
+    }
+  }
+  // Data parallelism follows FSDP: ranks with the same place in the FSDP group (TP peers) must
+  // see the same batch.
+  std::string dp_group;
+  for (const Input& in : inputs)
+    if (!in.layout.group.empty()) {
+      dp_group = in.layout.group;
+      break;
+    }
+  int dp_rank = dp_group.empty() ? env.rank : *pgs->rankIn(dp_group);
+  int dp_size = dp_group.empty() ? env.world_size : *pgs->sizeOf(dp_group);
+  // Tensor parallelism: a group of this rank's that meets the FSDP group only in this rank
+  // (split-comm-groups' copies of the FSDP group have the same ranks and do not count).
+  std::string tp_group;
+  if (const std::vector<int64_t>* dp = dp_group.empty() ? nullptr : pgs->ranksOf(dp_group)) {
+    for (const ProcessGroupInfo& pg : g->processGroups()) {
+      const std::vector<int64_t>* ranks = pgs->ranksOf(pg.name);
+      if (!ranks || ranks->size() < 2) continue;
+      size_t shared = 0;
+      for (int64_t r : *ranks)
+        shared += std::count(dp->begin(), dp->end(), r);
+      if (shared == 1) {
+        tp_group = pg.name;
+        break;
+      }
+    }
+  }
+
+  // ---- parameters and buffers: from the file, else seeded (same full tensor on every rank)
+  std::optional<SafetensorsFile> params_file, batch_file;
+  try {
+    if (!o.params.empty()) params_file = SafetensorsFile::read(o.params);
+    if (!o.batch.empty()) batch_file = SafetensorsFile::read(o.batch);
+  } catch (const JfxError& e) {
+    inputError(e.what());
+  }
+  for (Input& in : inputs) {
+    if (in.info.kind != InputKind::Parameter && in.info.kind != InputKind::Buffer) continue;
+    const TensorMeta& m = in.info.meta.tensor;
+    at::Tensor full;
+    if (params_file) {
+      const SafetensorsEntry* e = params_file->find(in.info.fqn);
+      if (!e)
+        inputError(o.params + ": no tensor '" + in.info.fqn + "' (input '" + in.info.name + "')");
+      full = readTensor(*params_file, *e);
+    } else {
+      // The padded full tensor [s * G, ...]: the padding rows never reach the loss (the graph
+      // slices them off after the gather), so their values do not matter, and the shape, hence
+      // the init, is the same before and after any pass.
+      std::vector<int64_t> shape = m.shape;
+      if (!shape.empty()) shape[0] *= in.layout.group_size;
+      auto gen = generator(mixSeed(o.seed, {"param", in.info.fqn}));
+      // Norm weights and other vectors start at one, matrices small and random (as the tracer's
+      // init_weights does), so a few steps of training stay finite.
+      if (in.info.kind == InputKind::Buffer)
+        full = at::randn(shape, gen, at::kFloat);
+      else if (shape.size() == 1)
+        full = at::ones(shape, at::kFloat);
+      else
+        full = at::randn(shape, gen, at::kFloat).mul_(0.02);
+    }
+    at::Tensor local = shard(full, in, *pgs, tp_group);
+    in.value = local.to(device, atenDtype(m.dtype)).contiguous();
+  }
+
+  // ---- outputs: which is the loss, which gradient belongs to which parameter
+  size_t loss_index = 0;
+  std::vector<std::pair<size_t, size_t>> grad_outputs;  // (output index, input index)
+  {
+    const auto& specs = g->outputSpecs();
+    std::map<std::string, size_t> param_by_fqn;
+    for (size_t i = 0; i < inputs.size(); ++i)
+      if (inputs[i].info.kind == InputKind::Parameter) param_by_fqn[inputs[i].info.fqn] = i;
+    if (!specs.empty()) {
+      if (specs.size() != ex->numOutputs())
+        inputError("header lists " + std::to_string(specs.size()) + " outputs, the graph has " +
+                   std::to_string(ex->numOutputs()));
+      bool have_loss = false;
+      for (size_t k = 0; k < specs.size(); ++k) {
+        if (specs[k].kind == OutputKind::Loss && !have_loss) {
+          loss_index = k;
+          have_loss = true;
+        } else if (specs[k].kind == OutputKind::Gradient) {
+          auto it = param_by_fqn.find(specs[k].fqn);
+          if (it == param_by_fqn.end())
+            inputError("output " + std::to_string(k) + " is the gradient of '" + specs[k].fqn +
+                       "', which is no parameter input");
+          grad_outputs.emplace_back(k, it->second);
+        }
+      }
+    } else if (ex->numOutputs() == 1 + param_by_fqn.size()) {
+      // No header: [loss, *grads] in parameter order, the tracer's convention.
+      size_t k = 1;
+      for (size_t i = 0; i < inputs.size(); ++i)
+        if (inputs[i].info.kind == InputKind::Parameter) grad_outputs.emplace_back(k++, i);
+    }
+  }
+
+  // ---- optimizer over the local shards that get gradients
+  std::unique_ptr<torch::optim::Optimizer> opt;
+  std::vector<at::Tensor> trained;
+  for (auto [k, i] : grad_outputs)
+    trained.push_back(inputs[i].value);
+  if (!trained.empty() && o.optimizer == "sgd") {
+    opt = std::make_unique<torch::optim::SGD>(
+        trained, torch::optim::SGDOptions(o.lr).momentum(o.momentum).weight_decay(o.weight_decay));
+  } else if (!trained.empty() && o.optimizer == "adamw") {
+    opt =
+        std::make_unique<torch::optim::AdamW>(trained, torch::optim::AdamWOptions(o.lr)
+                                                           .betas(std::make_tuple(o.beta1, o.beta2))
+                                                           .eps(o.eps)
+                                                           .weight_decay(o.weight_decay));
+  }
+
+  // ---- logs
+  const bool leader = env.rank == 0;
+  std::unique_ptr<std::ofstream> log;
+  if (!o.log.empty() && (leader || o.log.find("{rank}") != std::string::npos)) {
+    std::string path = replaceRank(o.log, env.rank);
+    if (auto parent = std::filesystem::path(path).parent_path(); !parent.empty())
+      makeDirs(parent.string());
+    log = std::make_unique<std::ofstream>(path, std::ios::trunc);
+    if (!*log) inputError("cannot write log '" + path + "'");
+  }
+  if (!o.save_grads.empty()) makeDirs(o.save_grads);
+  if (!o.save.empty()) makeDirs(o.save);
+  bool tty = ::isatty(2) != 0;
+  ProgressBar bar(leader && (o.progress == "always" || (o.progress == "auto" && tty)), o.steps);
+
+  // ---- the loop
+  double total_seconds = 0;
+  for (int step = 1; step <= o.steps; ++step) {
+    debugFail(o, env.rank, step);
+    std::vector<c10::IValue> args;
+    args.reserve(inputs.size());
+    for (Input& in : inputs) {
+      if (in.value.defined()) {
+        args.emplace_back(in.value);
+        continue;
+      }
+      // User inputs: this rank's slice of a global batch [dp_size * b, ...].
+      const TensorMeta& m = in.info.meta.tensor;
+      at::Tensor t;
+      if (batch_file) {
+        const SafetensorsEntry* e = batch_file->find(in.info.name);
+        if (!e) inputError(o.batch + ": no tensor '" + in.info.name + "'");
+        t = readTensor(*batch_file, *e);
+      } else {
+        std::vector<int64_t> global = m.shape;
+        if (!global.empty()) global[0] *= dp_size;
+        auto gen = generator(mixSeed(o.seed, {"batch", in.info.name, std::to_string(step)}));
+        if (dtypeIsFloatingPoint(m.dtype)) {
+          t = at::randn(global, gen, at::kFloat);
+        } else {
+          int64_t high = o.int_high > 0 ? o.int_high : (in.int_bound > 0 ? in.int_bound : 2);
+          if (m.dtype == ScalarType::Bool) high = 2;
+          t = at::randint(0, high, global, gen, at::kLong);
+        }
+      }
+      if (t.sizes() != c10::IntArrayRef(m.shape)) {
+        if (t.dim() == static_cast<int64_t>(m.shape.size()) && t.dim() > 0 &&
+            t.size(0) == m.shape[0] * dp_size)
+          t = t.narrow(0, dp_rank * m.shape[0], m.shape[0]);
+        else
+          inputError("input '" + in.info.name + "': batch shape " + shapeStr(t.sizes()) +
+                     " is neither the graph's " + shapeStr(m.shape) + " nor " +
+                     std::to_string(dp_size) + " of them along dim 0");
+      }
+      args.emplace_back(t.to(device, atenDtype(m.dtype)).contiguous());
+    }
+
+    auto t0 = std::chrono::steady_clock::now();
+    std::vector<c10::IValue> outs;
+    try {
+      outs = ex->run(std::move(args));
+    } catch (const JfxError& e) {
+      throw RankError{kExecRankFailed, "step " + std::to_string(step) + ": " + e.what()};
+    }
+    double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    total_seconds += seconds;
+
+    if (loss_index >= outs.size() || !outs[loss_index].isTensor())
+      throw RankError{kExecRankFailed, "output " + std::to_string(loss_index) + " is not a tensor"};
+    at::Tensor loss = outs[loss_index].toTensor();
+    double loss_value = loss.numel() == 1 ? loss.to(at::kCPU).to(at::kDouble).item<double>() : 0.0;
+
+    if (!o.save_grads.empty()) {
+      SafetensorsWriter w;
+      addTensor(w, "__loss__", loss);
+      for (auto [k, i] : grad_outputs)
+        addTensor(w, inputs[i].info.fqn, outs[k].toTensor());
+      w.setMetadata("step", std::to_string(step));
+      w.setMetadata("rank", std::to_string(env.rank));
+      w.setMetadata("world_size", std::to_string(env.world_size));
+      w.setMetadata("graph", o.graph);
+      w.write(o.save_grads + "/grads.step" + std::to_string(step) + ".rank" +
+              std::to_string(env.rank) + ".safetensors");
+    }
+    if (log) {
+      nlohmann::ordered_json j;
+      j["step"] = step;
+      j["rank"] = env.rank;
+      j["loss"] = loss_value;
+      j["loss_bits"] = tensorHex(loss);
+      j["seconds"] = seconds;
+      *log << j.dump() << '\n';
+      log->flush();
+    }
+    if (leader && !o.quiet) {
+      bar.clear();
+      std::printf("step %d loss %s\n", step, formatLoss(loss_value).c_str());
+      std::fflush(stdout);
+    }
+    bar.update(step, loss_value, total_seconds / step);
+
+    if (opt) {
+      c10::AutoGradMode no_grad(false);
+      for (auto [k, i] : grad_outputs) {
+        at::Tensor grad = outs[k].toTensor();
+        at::Tensor& p = inputs[i].value;
+        if (grad.sizes() != p.sizes())
+          throw RankError{kExecRankFailed, "gradient of '" + inputs[i].info.fqn + "' is " +
+                                               shapeStr(grad.sizes()) + ", its shard " +
+                                               shapeStr(p.sizes())};
+        p.mutable_grad() = grad.to(p.scalar_type());
+      }
+      opt->step();
+    }
+  }
+
+  // Nobody tears down its connections while a peer may still be reading from them.
+  try {
+    pgs->worldBarrier("end");
+  } catch (const JfxError& e) {
+    throw RankError{kExecRankFailed, e.message()};
+  }
+
+  if (!o.save.empty()) {
+    SafetensorsWriter w;
+    nlohmann::ordered_json shards = nlohmann::ordered_json::object();
+    for (const Input& in : inputs) {
+      if (!in.value.defined()) continue;
+      addTensor(w, in.info.fqn, in.value);
+      shards[in.info.fqn] = {{"group", in.layout.group},
+                             {"group_rank", in.layout.group_rank},
+                             {"group_size", in.layout.group_size}};
+      if (!opt) continue;
+      auto it = opt->state().find(in.value.unsafeGetTensorImpl());
+      if (it == opt->state().end()) continue;
+      if (auto* s = dynamic_cast<torch::optim::AdamWParamState*>(it->second.get())) {
+        addTensor(w, "optim." + in.info.fqn + ".exp_avg", s->exp_avg());
+        addTensor(w, "optim." + in.info.fqn + ".exp_avg_sq", s->exp_avg_sq());
+      } else if (auto* sg = dynamic_cast<torch::optim::SGDParamState*>(it->second.get())) {
+        if (sg->momentum_buffer().defined())
+          addTensor(w, "optim." + in.info.fqn + ".momentum_buffer", sg->momentum_buffer());
+      }
+    }
+    w.setMetadata("steps", std::to_string(o.steps));
+    w.setMetadata("rank", std::to_string(env.rank));
+    w.setMetadata("world_size", std::to_string(env.world_size));
+    w.setMetadata("optimizer", o.optimizer);
+    w.setMetadata("shards", shards.dump());
+    w.write(o.save + "/state.rank" + std::to_string(env.rank) + ".safetensors");
+  }
+  bar.finish();
+  if (leader && !o.quiet)
+    std::fprintf(stderr, "jointfx exec: %d step%s on %d rank%s, %.4f s/step\n", o.steps,
+                 o.steps == 1 ? "" : "s", env.world_size, env.world_size == 1 ? "" : "s",
+                 total_seconds / o.steps);
+  return kExecOk;
+}
+
+}  // namespace
+
+std::string deviceProblem(const std::string& device) {
+  if (device == "cpu") return {};
+  if (device != "cuda") return "unknown device '" + device + "' (expected cpu or cuda)";
+#if JFX_WITH_CUDA
+  if (!at::hasCUDA() || at::getNumGPUs() == 0)
+    return "--device cuda: no CUDA device is visible to this process";
+  return {};
+#else
+  return "--device cuda: this jointfx was built without CUDA/NCCL (configure with "
+         "-DJFX_WITH_CUDA=ON)";
+#endif
+}
+
+std::string preflight(const ExecOptions& o) {
+  try {
+    auto g = loadGraph(o.graph);
+    ExecutorOptions eo;
+    eo.check_groups = false;  // no groups exist in the launcher
+    Executor ex(*g, eo);
+    for (const ProcessGroupInfo& pg : g->processGroups())
+      for (int64_t r : pg.ranks)
+        if (r >= o.nproc)
+          return "process group '" + pg.name + "' needs rank " + std::to_string(r) +
+                 " but --nproc is " + std::to_string(o.nproc);
+  } catch (const JfxError& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return {};
+}
+
+int runRank(const ExecOptions& o) {
+  DistEnv env;
+  try {
+    env = DistEnv::fromEnvironment();
+  } catch (const JfxError& e) {
+    std::fprintf(stderr, "jointfx exec: %s\n", e.message().c_str());
+    return kExecInputError;
+  }
+  std::string who = env.world_size > 1 ? "rank " + std::to_string(env.rank) + ": " : "";
+  int code = kExecOk;
+  std::string message;
+  std::unique_ptr<ProcessGroups> pgs;
+  try {
+    code = runRankImpl(o, env, pgs);
+  } catch (const RankError& e) {
+    code = e.code;
+    message = e.message;
+  } catch (const JfxError& e) {
+    code = kExecRankFailed;
+    message = e.what();
+  } catch (const c10::Error& e) {
+    code = kExecRankFailed;
+    message = e.what_without_backtrace();
+  } catch (const std::exception& e) {
+    code = kExecRankFailed;
+    message = e.what();
+  }
+  if (code != kExecOk) {
+    std::fprintf(stderr, "jointfx exec: %s%s\n", who.c_str(), message.c_str());
+    if (env.from_environment) {
+      // Peers may be gone mid-collective; c10d's destructors would wait on them. Leave now.
+      std::fflush(stdout);
+      std::fflush(stderr);
+      std::_Exit(code);
+    }
+  }
+  return code;
+}
+
+}  // namespace jfx::rt

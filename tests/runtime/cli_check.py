@@ -1,0 +1,98 @@
+#!/usr/bin/env python3
+"""Runs one command and checks its exit code, output and wall time (for ctest).
+
+    cli_check.py [--rc N|nonzero] [--stdout RE]... [--stderr RE]... [--not-stderr RE]...
+                 [--max-seconds T] [--env K=V]... -- COMMAND ARGS...
+
+In COMMAND and ARGS and --env values, {port} becomes a free TCP port on 127.0.0.1 and {tmp} a
+fresh temporary directory (removed afterwards). The command is killed after max-seconds + 30 s:
+a hang fails the test instead of stalling the suite.
+"""
+
+import argparse
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def main() -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--rc", default="0")
+    p.add_argument("--stdout", action="append", default=[])
+    p.add_argument("--stderr", action="append", default=[])
+    p.add_argument("--not-stderr", action="append", default=[])
+    p.add_argument("--max-seconds", type=float, default=120)
+    p.add_argument("--env", action="append", default=[])
+    p.add_argument("command", nargs=argparse.REMAINDER)
+    a = p.parse_args()
+    cmd = a.command[1:] if a.command and a.command[0] == "--" else a.command
+    if not cmd:
+        p.error("no command")
+
+    tmp = tempfile.mkdtemp(prefix="jfx-cli-")
+    subst = {"{port}": str(free_port()), "{tmp}": tmp}
+
+    def fill(s: str) -> str:
+        for k, v in subst.items():
+            s = s.replace(k, v)
+        return s
+
+    env = dict(os.environ)
+    for kv in a.env:
+        k, _, v = kv.partition("=")
+        env[k] = fill(v)
+    cmd = [fill(c) for c in cmd]
+    start = time.monotonic()
+    try:
+        r = subprocess.run(cmd, env=env, capture_output=True, text=True,
+                           timeout=a.max_seconds + 30)
+        rc, out, err = r.returncode, r.stdout, r.stderr
+    except subprocess.TimeoutExpired as e:
+        rc, out, err = None, e.stdout or "", e.stderr or ""
+        out = out if isinstance(out, str) else out.decode(errors="replace")
+        err = err if isinstance(err, str) else err.decode(errors="replace")
+    elapsed = time.monotonic() - start
+    shutil.rmtree(tmp, ignore_errors=True)
+
+    failures = []
+    if rc is None:
+        failures.append(f"hung: killed after {a.max_seconds + 30:.0f} s")
+    elif a.rc == "nonzero":
+        if rc == 0:
+            failures.append("exit code 0, expected non-zero")
+    elif rc != int(a.rc):
+        failures.append(f"exit code {rc}, expected {a.rc}")
+    if elapsed > a.max_seconds:
+        failures.append(f"took {elapsed:.1f} s, limit {a.max_seconds:.0f} s")
+    for pat in a.stdout:
+        if not re.search(pat, out, re.M):
+            failures.append(f"stdout lacks /{pat}/")
+    for pat in a.stderr:
+        if not re.search(pat, err, re.M):
+            failures.append(f"stderr lacks /{pat}/")
+    for pat in a.not_stderr:
+        if re.search(pat, err, re.M):
+            failures.append(f"stderr has /{pat}/")
+    print("$ " + " ".join(cmd))
+    print(f"exit {rc} in {elapsed:.1f} s")
+    print("--- stdout\n" + out + "--- stderr\n" + err, end="")
+    if failures:
+        print("FAILED: " + "; ".join(failures))
+        return 1
+    print("ok")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

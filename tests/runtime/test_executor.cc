@@ -1,0 +1,329 @@
+// The executor against LibTorch eager: hand-written graphs, bitwise.
+#include <ATen/ops/empty.h>
+#include <ATen/ops/index.h>
+#include <ATen/ops/mm.h>
+#include <ATen/ops/randn.h>
+#include <ATen/ops/split_with_sizes.h>
+#include <ATen/ops/stack.h>
+#include <ATen/ops/sum.h>
+
+#include <catch2/catch.hpp>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "ir/error.h"
+#include "runtime/executor.h"
+#include "runtime/process_groups.h"
+
+namespace jfx {
+namespace {
+
+TensorMeta meta(ScalarType dt, std::vector<int64_t> shape) {
+  TensorMeta t;
+  t.dtype = dt;
+  t.stride = TensorMeta::contiguousStride(shape);
+  t.shape = std::move(shape);
+  t.device = Symbol::intern("cpu");
+  return t;
+}
+TensorMeta f32(std::vector<int64_t> shape) {
+  return meta(ScalarType::Float32, std::move(shape));
+}
+
+Node* placeholder(Graph& g, const std::string& name, TensorMeta t, InputKind kind,
+                  const std::string& fqn = "") {
+  Node* n = g.create(OpKind::Placeholder, Symbol::intern(name), {}, {}, name);
+  n->setInputInfo(kind, fqn);
+  n->val() = ValueMeta::ofTensor(std::move(t));
+  return n;
+}
+
+Node* call(Graph& g, const std::string& target, std::vector<Arg> args, TensorMeta t,
+           Kwargs kwargs = {}, const std::string& name = "") {
+  Node* n = g.createCall(target, std::move(args), std::move(kwargs), nullptr, name);
+  if (t.dtype != ScalarType::Undefined) n->val() = ValueMeta::ofTensor(std::move(t));
+  return n;
+}
+
+Arg N(Node* n) {
+  return Arg::ofNode(n);
+}
+
+void output(Graph& g, std::vector<Node*> values) {
+  std::vector<Arg> items;
+  for (Node* v : values)
+    items.push_back(N(v));
+  g.create(OpKind::Output, Symbol::intern("output"), {Arg::ofList(std::move(items))}, {}, "output");
+}
+
+Kwargs kw(const std::string& k, Arg v) {
+  return {{Symbol::intern(k), std::move(v)}};
+}
+
+// A world of one process with the graph's groups registered, as a rank would have them.
+struct World1 {
+  explicit World1(const Graph& g)
+      : groups(g.processGroups(), rt::DistEnv{}, rt::CommBackend::Gloo, std::chrono::seconds(30)) {}
+  rt::ProcessGroups groups;
+};
+
+void addGroup(Graph& g, const std::string& name) {
+  ProcessGroupInfo pg;
+  pg.name = name;
+  pg.size = 1;
+  pg.ranks = {0};
+  g.processGroups().push_back(pg);
+}
+
+bool bitwiseEqual(const at::Tensor& a, const at::Tensor& b) {
+  if (a.scalar_type() != b.scalar_type() || a.sizes() != b.sizes()) return false;
+  at::Tensor ca = a.contiguous(), cb = b.contiguous();
+  return std::memcmp(ca.const_data_ptr(), cb.const_data_ptr(), static_cast<size_t>(ca.nbytes())) ==
+         0;
+}
+
+}  // namespace
+
+TEST_CASE("executor: mm + sum + world-1 all_gather/wait/reduce_scatter/wait match eager bitwise",
+          "[runtime]") {
+  Graph g;
+  addGroup(g, "0");
+  Node* x = placeholder(g, "x", f32({4, 8}), InputKind::UserInput);
+  Node* w = placeholder(g, "w", f32({8, 8}), InputKind::Parameter, "w");
+  Node* ag = call(g, "_c10d_functional.all_gather_into_tensor.default",
+                  {N(w), Arg::ofInt(1), Arg::ofStr("0")}, f32({8, 8}));
+  Node* W = call(g, "_c10d_functional.wait_tensor.default", {N(ag)}, f32({8, 8}));
+  TensorMeta tm = f32({8, 8});
+  tm.stride = {1, 8};
+  Node* t = call(g, "aten.t.default", {N(W)}, tm);
+  Node* y = call(g, "aten.mm.default", {N(x), N(t)}, f32({4, 8}));
+  Node* loss = call(g, "aten.sum.default", {N(y)}, f32({}));
+  Node* rs = call(g, "_c10d_functional.reduce_scatter_tensor.default",
+                  {N(y), Arg::ofStr("sum"), Arg::ofInt(1), Arg::ofStr("0")}, f32({4, 8}));
+  Node* gy = call(g, "_c10d_functional.wait_tensor.default", {N(rs)}, f32({4, 8}));
+  output(g, {loss, gy});
+
+  World1 world(g);
+  rt::Executor ex(g);
+  REQUIRE(ex.inputs().size() == 2);
+  CHECK(ex.inputs()[1].kind == InputKind::Parameter);
+  CHECK(ex.numOutputs() == 2);
+
+  at::Tensor xv = at::randn({4, 8});
+  at::Tensor wv = at::randn({8, 8});
+  for (int run = 0; run < 2; ++run) {  // a plan runs any number of times
+    auto outs = ex.run({xv, wv});
+    REQUIRE(outs.size() == 2);
+    at::Tensor ref_y = at::mm(xv, wv.t());
+    CHECK(bitwiseEqual(outs[0].toTensor(), at::sum(ref_y)));
+    CHECK(bitwiseEqual(outs[1].toTensor(), ref_y));
+  }
+}
+
+TEST_CASE("executor: multi-output + getitem, in-place, out=, kwargs, defaults, lists, prims",
+          "[runtime]") {
+  Graph g;
+  Node* x = placeholder(g, "x", f32({4, 6}), InputKind::UserInput);
+  Node* idx = placeholder(g, "idx", meta(ScalarType::Int64, {3}), InputKind::UserInput);
+  // split_with_sizes -> Tensor[]; getitem picks the pieces.
+  Node* split = g.createCall("aten.split_with_sizes.default", {N(x), Arg::ofInts({1, 3})}, {},
+                             nullptr, "split");
+  split->val() =
+      ValueMeta::ofList({ValueMeta::ofTensor(f32({1, 6})), ValueMeta::ofTensor(f32({3, 6}))});
+  Node* a = call(g, "operator.getitem", {N(split), Arg::ofInt(0)}, f32({1, 6}));
+  Node* b = call(g, "operator.getitem", {N(split), Arg::ofInt(1)}, f32({3, 6}));
+  // kwargs by name, a default left out (dtype=None)
+  Node* s = call(g, "aten.sum.dim_IntList", {N(b), Arg::ofInts({0})}, f32({1, 6}),
+                 kw("keepdim", Arg::ofBool(true)));
+  // in-place on a fresh clone: add_(self, other, alpha=2)
+  Node* c = call(g, "aten.clone.default", {N(a)}, f32({1, 6}));
+  Node* c2 = call(g, "aten.add_.Tensor", {N(c), N(s)}, f32({1, 6}), kw("alpha", Arg::ofInt(2)));
+  // out= variant writing into an empty tensor made by a factory op with a device argument
+  Kwargs ek = kw("dtype", Arg::ofDtype(ScalarType::Float32));
+  ek.emplace_back(Symbol::intern("device"),
+                  Arg::ofDevice("cuda:0"));  // rewritten to the run device
+  Node* buf = call(g, "aten.empty.memory_format", {Arg::ofInts({6, 6})}, f32({6, 6}), ek);
+  TensorMeta xt = f32({6, 4});
+  xt.stride = {1, 6};
+  Node* xT = call(g, "aten.t.default", {N(x)}, xt);
+  Node* mmo = call(g, "aten.mm.out", {N(xT), N(x)}, f32({6, 6}), kw("out", Arg::ofNode(buf)));
+  // Tensor?[] with a node and a None; Tensor[] of nodes
+  Node* gathered = call(g, "aten.index.Tensor", {N(x), Arg::ofList({N(idx)})}, f32({3, 6}));
+  Node* st =
+      call(g, "aten.stack.default", {Arg::ofList({N(c2), N(a)}), Arg::ofInt(0)}, f32({2, 1, 6}));
+  // prims.convert_element_type has no C++ kernel: lowered to aten._to_copy
+  Node* half =
+      call(g, "prims.convert_element_type.default", {N(st), Arg::ofDtype(ScalarType::BFloat16)},
+           meta(ScalarType::BFloat16, {2, 1, 6}));
+  // view with a list of ints
+  Node* v = call(g, "aten.view.default", {N(gathered), Arg::ofInts({18})}, f32({18}));
+  output(g, {half, mmo, v});
+
+  rt::Executor ex(g);
+  at::Tensor xv = at::randn({4, 6});
+  at::Tensor iv = at::empty({3}, at::kLong);
+  iv.data_ptr<int64_t>()[0] = 3;
+  iv.data_ptr<int64_t>()[1] = 0;
+  iv.data_ptr<int64_t>()[2] = 2;
+  auto outs = ex.run({xv, iv});
+  REQUIRE(outs.size() == 3);
+
+  auto pieces = at::split_with_sizes(xv, {1, 3});
+  at::Tensor ref_s = at::sum(pieces[1], {0}, true);
+  at::Tensor ref_c = pieces[0].clone().add_(ref_s, 2);
+  at::Tensor ref_st = at::stack({ref_c, pieces[0]}, 0);
+  CHECK(bitwiseEqual(outs[0].toTensor(), ref_st.to(at::kBFloat16)));
+  CHECK(bitwiseEqual(outs[1].toTensor(), at::mm(xv.t(), xv)));
+  std::vector<std::optional<at::Tensor>> ind{iv};
+  CHECK(bitwiseEqual(outs[2].toTensor(),
+                     at::index(xv, c10::List<std::optional<at::Tensor>>(ind)).view({18})));
+}
+
+TEST_CASE("executor: Python scalars where the schema wants a Tensor act as wrapped numbers",
+          "[runtime]") {
+  Graph g;
+  Node* x = placeholder(g, "x", f32({5}), InputKind::UserInput);
+  Node* i = placeholder(g, "i", meta(ScalarType::Int64, {5}), InputKind::UserInput);
+  Node* a = call(g, "aten.add.Tensor", {N(x), Arg::ofFloat(1e-5)}, f32({5}));
+  // int tensor * float scalar promotes to the default float dtype, as in eager.
+  Node* m = call(g, "aten.mul.Tensor", {N(i), Arg::ofFloat(0.5)}, f32({5}));
+  Node* d = call(g, "aten.div.Tensor", {N(a), Arg::ofInt(3)}, f32({5}));
+  output(g, {d, m});
+  rt::Executor ex(g);
+  at::Tensor xv = at::randn({5});
+  at::Tensor iv = at::empty({5}, at::kLong);
+  for (int k = 0; k < 5; ++k)
+    iv.data_ptr<int64_t>()[k] = k - 2;
+  auto outs = ex.run({xv, iv});
+  CHECK(bitwiseEqual(outs[0].toTensor(), xv.add(1e-5).div(3)));
+  CHECK(bitwiseEqual(outs[1].toTensor(), iv.mul(0.5)));
+}
+
+TEST_CASE("executor: an unresolvable op fails at plan time naming the node and target",
+          "[runtime]") {
+  Graph g;
+  Node* x = placeholder(g, "x", f32({2}), InputKind::UserInput);
+  Node* bad = call(g, "aten.no_such_op.default", {N(x)}, f32({2}), {}, "mystery");
+  output(g, {bad});
+  try {
+    rt::Executor ex(g);
+    FAIL("planning should have failed");
+  } catch (const JfxError& e) {
+    std::string what = e.what();
+    CHECK(what.find("mystery") != std::string::npos);
+    CHECK(what.find("aten.no_such_op.default") != std::string::npos);
+  }
+}
+
+TEST_CASE("executor: bad arguments fail at plan time", "[runtime]") {
+  auto planError = [](const std::function<void(Graph&, Node*)>& build) {
+    Graph g;
+    Node* x = placeholder(g, "x", f32({2, 2}), InputKind::UserInput);
+    build(g, x);
+    try {
+      rt::Executor ex(g);
+    } catch (const JfxError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  CHECK(planError([](Graph& g, Node* x) {
+          output(g, {call(g, "aten.mm.default", {N(x)}, f32({2, 2}), {}, "mm_missing")});
+        }).find("missing argument 'mat2'") != std::string::npos);
+  CHECK(planError([](Graph& g, Node* x) {
+          output(g, {call(g, "aten.mm.default", {N(x), N(x)}, f32({2, 2}),
+                          kw("bogus", Arg::ofInt(1)), "mm_kw")});
+        }).find("unknown keyword argument 'bogus'") != std::string::npos);
+  CHECK(planError([](Graph& g, Node* x) {
+          output(g, {call(g, "aten.mm.default", {N(x), N(x), N(x)}, f32({2, 2}), {}, "mm3")});
+        }).find("positional") != std::string::npos);
+  CHECK(planError([](Graph& g, Node* x) {
+          output(g, {call(g, "aten.view.default", {N(x), Arg::ofStr("four")}, f32({4}), {},
+                          "view_str")});
+        }).find("view_str") != std::string::npos);
+  CHECK(planError([](Graph& g, Node* x) {
+          output(g, {call(g, "_c10d_functional.all_gather_into_tensor.default",
+                          {N(x), Arg::ofInt(1), Arg::ofStr("nope")}, f32({2, 2}), {}, "ag")});
+        }).find("process group 'nope' is not registered") != std::string::npos);
+}
+
+TEST_CASE("executor: a wrong output shape is caught against the graph's meta", "[runtime]") {
+  Graph g;
+  Node* x = placeholder(g, "x", f32({2, 3}), InputKind::UserInput);
+  Node* t = call(g, "aten.t.default", {N(x)}, f32({2, 3}), {}, "t_wrong");  // really [3, 2]
+  output(g, {t});
+  rt::Executor ex(g);
+  try {
+    ex.run({at::randn({2, 3})});
+    FAIL("meta check should have failed");
+  } catch (const JfxError& e) {
+    CHECK(std::string(e.what()).find("t_wrong") != std::string::npos);
+  }
+}
+
+TEST_CASE("executor: values die after their last use; collective inputs live until the wait",
+          "[runtime]") {
+  // A chain of 20 elementwise ops: at most the input, the current value and the next are alive.
+  Graph g;
+  Node* x = placeholder(g, "x", f32({16}), InputKind::UserInput);
+  Node* cur = x;
+  for (int i = 0; i < 20; ++i)
+    cur = call(g, "aten.neg.default", {N(cur)}, f32({16}));
+  output(g, {cur});
+  rt::Executor ex(g);
+  auto outs = ex.run({at::randn({16})});
+  CHECK(ex.stats().max_live_values <= 2);
+
+  // With a collective: the all-gather's input must outlive the collective itself.
+  Graph g2;
+  addGroup(g2, "0");
+  Node* p = placeholder(g2, "p", f32({4}), InputKind::Parameter, "p");
+  Node* q = call(g2, "aten.neg.default", {N(p)}, f32({4}));
+  Node* ag = call(g2, "_c10d_functional.all_gather_into_tensor.default",
+                  {N(q), Arg::ofInt(1), Arg::ofStr("0")}, f32({4}));
+  Node* filler = call(g2, "aten.neg.default", {N(p)}, f32({4}));
+  Node* w = call(g2, "_c10d_functional.wait_tensor.default", {N(ag)}, f32({4}));
+  Node* sum = call(g2, "aten.add.Tensor", {N(w), N(filler)}, f32({4}));
+  output(g2, {sum});
+  World1 world(g2);
+  rt::Executor ex2(g2);
+  at::Tensor pv = at::randn({4});
+  auto o2 = ex2.run({pv});
+  CHECK(bitwiseEqual(o2[0].toTensor(), pv.neg().add(pv.neg())));
+  // p, q (kept for the wait), ag, filler are all alive when w runs.
+  CHECK(ex2.stats().max_live_values >= 4);
+}
+
+}  // namespace jfx
+
+namespace jfx {
+
+TEST_CASE("process groups: mesh groups are localized to each rank", "[runtime]") {
+  auto pg = [](std::string name, std::vector<int64_t> ranks) {
+    ProcessGroupInfo p;
+    p.name = std::move(name);
+    p.size = static_cast<int64_t>(ranks.size());
+    p.ranks = std::move(ranks);
+    return p;
+  };
+  std::vector<ProcessGroupInfo> header{pg("fsdp", {0, 2}), pg("tp", {0, 1}), pg("fsdp_rs", {0, 2}),
+                                       pg("world", {0, 1, 2, 3}), pg("odd", {1, 2})};
+  std::string meta = R"({"mesh":{"dim_names":["fsdp","tp"],"shape":[2,2]},"world_size":4})";
+  auto r3 = rt::localizeGroups(header, meta, 3, 4);
+  CHECK(r3[0].ranks == std::vector<int64_t>{1, 3});
+  CHECK(r3[1].ranks == std::vector<int64_t>{2, 3});
+  CHECK(r3[2].ranks == std::vector<int64_t>{1, 3});
+  CHECK(r3[3].ranks == std::vector<int64_t>{0, 1, 2, 3});
+  CHECK(r3[4].ranks == std::vector<int64_t>{1, 2});  // not a mesh group: as written
+  auto r1 = rt::localizeGroups(header, meta, 1, 4);
+  CHECK(r1[0].ranks == std::vector<int64_t>{1, 3});
+  CHECK(r1[1].ranks == std::vector<int64_t>{0, 1});
+  // No mesh, or a mesh that does not cover the world: the header as it is.
+  CHECK(rt::localizeGroups(header, "", 3, 4)[0].ranks == std::vector<int64_t>{0, 2});
+  CHECK(rt::localizeGroups(header, R"({"mesh":{"shape":[2]}})", 3, 4)[0].ranks ==
+        std::vector<int64_t>{0, 2});
+}
+
+}  // namespace jfx

@@ -1,0 +1,217 @@
+// Cost model: hardware profiles and the roofline / NCCL ring formulas against hand-computed
+// numbers.
+#include <catch2/catch.hpp>
+
+#include <string>
+
+#include "ir/error.h"
+#include "passes/analysis/cost_model.h"
+
+using namespace jfx;
+
+namespace {
+
+// Round numbers so every expectation below can be done by hand.
+const char* kProfile = R"({
+  "name": "test",
+  "gpus_per_node": 8,
+  "peak_tflops": {"bfloat16": 100, "float32": 10, "default": 1},
+  "compute_efficiency": 0.5,
+  "memory_bandwidth_gbps": 1000,
+  "memory_efficiency": 1.0,
+  "kernel_overhead_us": 2,
+  "base_latency_us": 10,
+  "intra_node": {"bus_bandwidth_gbps": 100, "hop_latency_us": 1},
+  "inter_node": {"bus_bandwidth_gbps": 10, "hop_latency_us": 5}
+})";
+
+TensorMeta tensor(ScalarType dt, std::vector<int64_t> shape) {
+  TensorMeta t;
+  t.dtype = dt;
+  t.stride = TensorMeta::contiguousStride(shape);
+  t.shape = std::move(shape);
+  return t;
+}
+
+Node* input(Graph& g, const std::string& name, TensorMeta t) {
+  Node* n = g.create(OpKind::Placeholder, Symbol::intern(name), {}, {}, name);
+  n->val() = ValueMeta::ofTensor(std::move(t));
+  return n;
+}
+
+Node* call(Graph& g, const std::string& target, std::vector<Arg> args, TensorMeta out) {
+  Node* n = g.createCall(target, std::move(args));
+  n->val() = ValueMeta::ofTensor(std::move(out));
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("cost model: parses a profile in SI units", "[sched]") {
+  HardwareProfile hw = parseHardwareProfile(kProfile, "test.json");
+  CHECK(hw.name == "test");
+  CHECK(hw.gpus_per_node == 8);
+  CHECK(hw.peakFlops(ScalarType::BFloat16) == Approx(100e12));
+  CHECK(hw.peakFlops(ScalarType::Float32) == Approx(10e12));
+  CHECK(hw.peakFlops(ScalarType::Float64) == Approx(1e12));  // default
+  CHECK(hw.memory_bandwidth == Approx(1e12));
+  CHECK(hw.kernel_overhead == Approx(2e-6));
+  CHECK(hw.intra_node_bus_bw == Approx(100e9));
+  CHECK(hw.inter_node_hop_latency == Approx(5e-6));
+}
+
+TEST_CASE("cost model: profile errors name the key", "[sched]") {
+  std::string typo = kProfile;
+  typo.replace(typo.find("\"memory_efficiency\""), 19, "\"memory_eficiency\"");
+  try {
+    parseHardwareProfile(typo, "typo.json");
+    FAIL("expected an error");
+  } catch (const JfxError& e) {
+    CHECK(std::string(e.what()).find("memory_eficiency") != std::string::npos);
+    CHECK(std::string(e.what()).find("typo.json") != std::string::npos);
+  }
+  CHECK_THROWS_AS(parseHardwareProfile("{\"name\": \"x\"}", "x.json"), JfxError);
+  CHECK_THROWS_AS(parseHardwareProfile("{not json", "x.json"), JfxError);
+  std::string bad_dtype = kProfile;
+  bad_dtype.replace(bad_dtype.find("\"float32\""), 9, "\"float33\"");
+  CHECK_THROWS_AS(parseHardwareProfile(bad_dtype, "x.json"), JfxError);
+}
+
+TEST_CASE("cost model: the shipped hardware profiles load", "[sched]") {
+  for (const char* name : {"h100", "h200", "a100", "cpu"}) {
+    HardwareProfile hw =
+        loadHardwareProfile(std::string(JFX_SOURCE_DIR) + "/configs/hardware/" + name + ".json");
+    CHECK(hw.name == name);
+    CHECK(hw.memory_bandwidth > 0);
+    CHECK(hw.intra_node_bus_bw > hw.inter_node_bus_bw);
+  }
+  HardwareProfile h100 =
+      loadHardwareProfile(std::string(JFX_SOURCE_DIR) + "/configs/hardware/h100.json");
+  CHECK(h100.peakFlops(ScalarType::BFloat16) == Approx(989.4e12));
+  CHECK(h100.intra_node_bus_bw == Approx(370e9));
+  // One Llama-3-8B block (218M params, 436 MB in bf16) gathered over 8 GPUs: about 1 ms
+  // (reference/autoparallel_megatron_executor.md section 5 derives ~1.0 ms the same way).
+  CostModel cm(h100);
+  CollectiveCost c = cm.collectiveCost(CollectiveKind::AllGather, 436e6, 8);
+  CHECK(c.seconds == Approx(32.2e-6 + 436e6 * 7 / 8 / 370e9));
+  CHECK(c.seconds == Approx(1.06e-3).epsilon(0.01));
+}
+
+TEST_CASE("cost model: FLOP formulas", "[sched]") {
+  Graph g;
+  Node* a = input(g, "a", tensor(ScalarType::BFloat16, {64, 32}));
+  Node* b = input(g, "b", tensor(ScalarType::BFloat16, {32, 16}));
+  Node* bias = input(g, "bias", tensor(ScalarType::BFloat16, {16}));
+  Node* mm = call(g, "aten.mm.default", {Arg::ofNode(a), Arg::ofNode(b)},
+                  tensor(ScalarType::BFloat16, {64, 16}));
+  CHECK(CostModel::flops(*mm) == 2.0 * 64 * 32 * 16);
+  Node* addmm = call(g, "aten.addmm.default", {Arg::ofNode(bias), Arg::ofNode(a), Arg::ofNode(b)},
+                     tensor(ScalarType::BFloat16, {64, 16}));
+  CHECK(CostModel::flops(*addmm) == 2.0 * 64 * 32 * 16);
+  Node* x = input(g, "x", tensor(ScalarType::BFloat16, {4, 8, 32}));
+  Node* y = input(g, "y", tensor(ScalarType::BFloat16, {4, 32, 16}));
+  Node* bmm = call(g, "aten.bmm.default", {Arg::ofNode(x), Arg::ofNode(y)},
+                   tensor(ScalarType::BFloat16, {4, 8, 16}));
+  CHECK(CostModel::flops(*bmm) == 2.0 * 4 * 8 * 32 * 16);
+  // Attention: q, k, v [B=2, H=4, S=128, D=64]: 2 * B * H * S * S * (D + D).
+  TensorMeta qkv = tensor(ScalarType::BFloat16, {2, 4, 128, 64});
+  Node* q = input(g, "q", qkv);
+  Node* k = input(g, "k", qkv);
+  Node* v = input(g, "v", qkv);
+  Node* sdpa = call(g, "aten._scaled_dot_product_flash_attention.default",
+                    {Arg::ofNode(q), Arg::ofNode(k), Arg::ofNode(v)}, qkv);
+  const double fwd = 2.0 * 2 * 4 * 128 * 128 * 128;
+  CHECK(CostModel::flops(*sdpa) == fwd);
+  Node* go = input(g, "go", qkv);
+  std::vector<Arg> bargs{Arg::ofNode(go), Arg::ofNode(q), Arg::ofNode(k), Arg::ofNode(v)};
+  for (int i = 0; i < 9; ++i)
+    bargs.push_back(Arg::none());
+  Node* sdpa_bwd = call(g, "aten._scaled_dot_product_flash_attention_backward.default", bargs, qkv);
+  CHECK(CostModel::flops(*sdpa_bwd) == 2.5 * fwd);
+  Node* add = call(g, "aten.add.Tensor", {Arg::ofNode(mm), Arg::ofNode(mm)},
+                   tensor(ScalarType::BFloat16, {64, 16}));
+  CHECK(CostModel::flops(*add) == 64 * 16);
+  Node* sum = call(g, "aten.sum.default", {Arg::ofNode(add)}, tensor(ScalarType::BFloat16, {}));
+  CHECK(CostModel::flops(*sum) == 64 * 16);
+  Node* view = call(g, "aten.view.default", {Arg::ofNode(add), Arg::ofInts({-1})},
+                    tensor(ScalarType::BFloat16, {1024}));
+  CHECK(CostModel::flops(*view) == 0);
+  CHECK(CostModel::memoryBytes(*view) == 0);
+  // Distinct operands are read once: add(mm, mm) reads 2 KiB and writes 2 KiB.
+  CHECK(CostModel::memoryBytes(*add) == 2 * 64 * 16 * 2);
+}
+
+TEST_CASE("cost model: roofline picks the bound", "[sched]") {
+  CostModel cm(parseHardwareProfile(kProfile, "test.json"));
+  Graph g;
+  // Compute bound: bf16 [4096, 4096] x [4096, 4096]: 2 * 4096^3 FLOPs at 100 TFLOP/s * 0.5.
+  Node* a = input(g, "a", tensor(ScalarType::BFloat16, {4096, 4096}));
+  Node* mm = call(g, "aten.mm.default", {Arg::ofNode(a), Arg::ofNode(a)},
+                  tensor(ScalarType::BFloat16, {4096, 4096}));
+  CHECK(cm.computeSeconds(*mm) == Approx(2.0 * 4096 * 4096 * 4096 / 50e12 + 2e-6));
+  // Memory bound: f32 add of 1M elements: 8 MB read + 4 MB written at 1 TB/s = 12 us.
+  Node* x = input(g, "x", tensor(ScalarType::Float32, {1 << 20}));
+  Node* y = input(g, "y", tensor(ScalarType::Float32, {1 << 20}));
+  Node* add = call(g, "aten.add.Tensor", {Arg::ofNode(x), Arg::ofNode(y)},
+                   tensor(ScalarType::Float32, {1 << 20}));
+  CHECK(cm.computeSeconds(*add) == Approx(3.0 * 4 * (1 << 20) / 1e12 + 2e-6));
+  // Views and waits launch nothing.
+  Node* view = call(g, "aten.view.default", {Arg::ofNode(x), Arg::ofInts({-1})},
+                    tensor(ScalarType::Float32, {1 << 20}));
+  CHECK(cm.computeSeconds(*view) == 0);
+  // The FLOP rate follows the operand dtype: the same matmul in f32 is 10x slower.
+  Node* af = input(g, "af", tensor(ScalarType::Float32, {4096, 4096}));
+  Node* mmf = call(g, "aten.mm.default", {Arg::ofNode(af), Arg::ofNode(af)},
+                   tensor(ScalarType::Float32, {4096, 4096}));
+  CHECK(cm.computeSeconds(*mmf) == Approx(2.0 * 4096 * 4096 * 4096 / 5e12 + 2e-6));
+}
+
+TEST_CASE("cost model: NCCL ring model", "[sched]") {
+  CostModel cm(parseHardwareProfile(kProfile, "test.json"));
+  const double S = 1e9;
+  // All-gather, 8 GPUs in one node: 10 us + 7 hops x 1 us, S * 7/8 / 100 GB/s = 8.75 ms.
+  CollectiveCost ag = cm.collectiveCost(CollectiveKind::AllGather, S, 8);
+  CHECK(!ag.inter_node);
+  CHECK(ag.latency == Approx(17e-6));
+  CHECK(ag.alg_bw == Approx(100e9 * 8 / 7));
+  CHECK(ag.seconds == Approx(17e-6 + 8.75e-3));
+  // Reduce-scatter has the same model.
+  CHECK(cm.collectiveCost(CollectiveKind::ReduceScatter, S, 8).seconds == Approx(ag.seconds));
+  // All-reduce: 2 (G - 1) steps; algBw = busBw * G / (2 (G - 1)): 17.5 ms + 10 + 14 us.
+  CollectiveCost ar = cm.collectiveCost(CollectiveKind::AllReduce, S, 8);
+  CHECK(ar.alg_bw == Approx(100e9 * 8 / 14));
+  CHECK(ar.seconds == Approx(24e-6 + 17.5e-3));
+  // 16 GPUs span two nodes: inter-node bus bandwidth and hop latency.
+  CollectiveCost multi = cm.collectiveCost(CollectiveKind::AllGather, S, 16);
+  CHECK(multi.inter_node);
+  CHECK(multi.seconds == Approx(10e-6 + 15 * 5e-6 + S * 15 / 16 / 10e9));
+  // Two GPUs: half the bytes cross the link.
+  CHECK(cm.collectiveCost(CollectiveKind::AllGather, S, 2).seconds == Approx(11e-6 + 5e-3));
+  // One rank: a local copy (read + write at memory bandwidth), no latency.
+  CHECK(cm.collectiveCost(CollectiveKind::AllGather, S, 1).seconds == Approx(2e-3));
+}
+
+TEST_CASE("cost model: collective nodes use nccl-tests sizes", "[sched]") {
+  CostModel cm(parseHardwareProfile(kProfile, "test.json"));
+  Graph g;
+  g.processGroups().push_back({"0", 4, {0, 1, 2, 3}});
+  Node* shard = input(g, "shard", tensor(ScalarType::BFloat16, {1000, 1000}));
+  Node* ag = call(g, "_c10d_functional.all_gather_into_tensor.default",
+                  {Arg::ofNode(shard), Arg::ofInt(4), Arg::ofStr("0")},
+                  tensor(ScalarType::BFloat16, {4000, 1000}));
+  CHECK(CostModel::collectiveBytes(*ag) == 8e6);  // the gathered output
+  CHECK(CostModel::groupSize(*ag, g) == 4);
+  CHECK(CostModel::groupName(*ag) == "0");
+  CHECK(cm.nodeSeconds(*ag, g) == Approx(13e-6 + 8e6 * 3 / 4 / 100e9));
+  Node* grad = input(g, "grad", tensor(ScalarType::Float32, {4000, 1000}));
+  Node* rs = call(g, "_c10d_functional.reduce_scatter_tensor.default",
+                  {Arg::ofNode(grad), Arg::ofStr("sum"), Arg::ofInt(4), Arg::ofStr("0")},
+                  tensor(ScalarType::Float32, {1000, 1000}));
+  CHECK(CostModel::collectiveBytes(*rs) == 16e6);  // the full input
+  // all_reduce has no group_size argument: the header's size is used.
+  Node* ar = call(g, "_c10d_functional.all_reduce.default",
+                  {Arg::ofNode(grad), Arg::ofStr("sum"), Arg::ofStr("0")},
+                  tensor(ScalarType::Float32, {4000, 1000}));
+  CHECK(CostModel::groupSize(*ar, g) == 4);
+  CHECK(cm.nodeSeconds(*ar, g) == Approx(10e-6 + 6e-6 + 16e6 * 6 / 4 / 100e9));
+}

@@ -1,0 +1,549 @@
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <limits>
+#include <string>
+
+#include "ir/error.h"
+#include "ir/hash.h"
+#include "ir/json_format.h"
+#include "ir/text_format.h"
+
+using namespace jfx;
+
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+ValueMeta tensor(ScalarType dt, std::vector<int64_t> shape, const char* device = "cpu",
+                 std::vector<int64_t> stride = {}) {
+  TensorMeta t;
+  t.dtype = dt;
+  t.stride = stride.empty() ? TensorMeta::contiguousStride(shape) : std::move(stride);
+  t.shape = std::move(shape);
+  t.device = Symbol::intern(device);
+  return ValueMeta::ofTensor(std::move(t));
+}
+
+ValueMeta scalar(ValueMeta::Kind kind, int64_t i, double f = 0) {
+  ValueMeta v;
+  v.kind = kind;
+  v.i = i;
+  v.f = f;
+  return v;
+}
+
+Node* input(Graph& g, const char* name, InputKind kind, const char* fqn, ValueMeta val) {
+  Node* n = g.create(OpKind::Placeholder, Symbol::intern(name), {}, {}, name);
+  n->setInputInfo(kind, fqn);
+  n->val() = std::move(val);
+  return n;
+}
+
+Kwargs kw(std::initializer_list<std::pair<const char*, Arg>> items) {
+  Kwargs out;
+  for (const auto& [k, v] : items)
+    out.emplace_back(Symbol::intern(k), v);
+  return out;
+}
+
+// Every Arg kind, every ValueMeta kind, every typed meta field, extras, custom with and without
+// module_fqn, names and targets that need quoting, and a full header.
+std::unique_ptr<Graph> richGraph() {
+  auto g = std::make_unique<Graph>();
+  g->processGroups().push_back({"0", 2, {0, 1}});
+  g->processGroups().push_back({"tp group", 4, {0, 1, 2, 3}});
+  g->outputSpecs() = {
+      {OutputKind::Loss, ""}, {OutputKind::Gradient, "layers.0.w1"}, {OutputKind::Other, ""}};
+  g->extraJson() = R"({"model":"llama","world_size":2})";
+
+  Node* w = input(*g, "primals_1", InputKind::Parameter, "layers.0.w1",
+                  tensor(ScalarType::Float32, {4, 8}));
+  Node* x = g->create(OpKind::Placeholder, Symbol::intern("x_target"), {}, {}, "x");
+  x->setInputInfo(InputKind::UserInput, "");
+  x->val() = tensor(ScalarType::BFloat16, {2, 8}, "cuda:0");
+  Node* buf =
+      input(*g, "buf", InputKind::Buffer, "bn.running_mean", tensor(ScalarType::Float32, {8}, ""));
+  Node* plain = input(*g, "plain", InputKind::None, "", ValueMeta{});
+  (void)plain;
+  Node* attr = g->create(OpKind::GetAttr, Symbol::intern("_tensor_constant0"), {}, {}, "c0");
+  attr->val() = tensor(ScalarType::Int64, {}, "cpu");
+
+  Node* cast = g->createCall("aten._to_copy.default", {Arg::ofNode(w)},
+                             kw({{"dtype", Arg::ofDtype(ScalarType::BFloat16)}}));
+  cast->val() = tensor(ScalarType::BFloat16, {4, 8});
+  NodeMeta& m = cast->meta();
+  m.phase = Phase::Forward;
+  m.recompute = Recompute::MustRecompute;
+  m.ac_graph_id = 1;
+  m.seq_nr = -3;
+  m.module_fqn = Symbol::intern("layers.0");
+  m.stack_trace = "File \"model.py\", line 3, in forward\n    return \"x\" @ w\t# \\ ok";
+  m.extra_json =
+      R"({"custom":{"a":1,"z":[true,null]},"nn_module_stack":{"L__self__":["layers.0","Linear"]},"zz":1.5})";
+
+  Node* ag = g->createCall("_c10d_functional.all_gather_into_tensor.default",
+                           {Arg::ofNode(cast), Arg::ofInt(2), Arg::ofStr("0")});
+  ag->val() = tensor(ScalarType::BFloat16, {8, 8}, "cuda:0");
+  ag->meta().phase = Phase::Loss;
+  ag->meta().recompute = Recompute::PreferSave;
+  ag->meta().extra_json = R"({"custom":{"only":"custom"}})";  // custom without module_fqn
+  Node* wait = g->createCall("_c10d_functional.wait_tensor.default", {Arg::ofNode(ag)});
+  wait->val() = tensor(ScalarType::BFloat16, {8, 8});
+  wait->meta().phase = Phase::Backward;
+  wait->meta().recompute = Recompute::MustSave;
+  wait->meta().module_fqn = Symbol::intern("layers.1.attention");  // module_fqn, no other custom
+  Node* t = g->createCall("aten.t.default", {Arg::ofNode(wait)});
+  t->val() = tensor(ScalarType::BFloat16, {8, 8}, "cpu", {1, 8});  // non-contiguous
+  t->meta().recompute = Recompute::PreferRecompute;
+  t->meta().extra_json = R"({"aa":null,"empty":{},"unicode":"é∑🚀","zzz":[1,-0.0,1e-06,1e+16]})";
+
+  Node* sdpa = g->createCall("aten._scaled_dot_product_flash_attention_for_cpu.default",
+                             {Arg::ofNode(x), Arg::ofNode(x), Arg::ofNode(x)});
+  sdpa->val() = ValueMeta::ofList(
+      {tensor(ScalarType::Float32, {2, 4, 8}), tensor(ScalarType::Float32, {2, 4}, "cuda:1"),
+       scalar(ValueMeta::Kind::Int, -7), scalar(ValueMeta::Kind::Float, 0, kInf),
+       scalar(ValueMeta::Kind::Float, 0, -0.0), scalar(ValueMeta::Kind::Bool, 1),
+       scalar(ValueMeta::Kind::None, 0),
+       ValueMeta::ofList({tensor(ScalarType::Float8_e4m3fn, {1})}), ValueMeta::ofList({})});
+  Node* gi = g->createCall("operator.getitem", {Arg::ofNode(sdpa), Arg::ofInt(0)});
+  gi->val() = tensor(ScalarType::Float32, {2, 4, 8});
+  gi->meta().seq_nr = 12;
+
+  std::vector<Arg> consts = {
+      Arg::none(),
+      Arg::ofBool(true),
+      Arg::ofBool(false),
+      Arg::ofInt(0),
+      Arg::ofInt(-1),
+      Arg::ofInt(std::numeric_limits<int64_t>::max()),
+      Arg::ofInt(std::numeric_limits<int64_t>::min()),
+      Arg::ofFloat(1.0),
+      Arg::ofFloat(-0.0),
+      Arg::ofFloat(1e-06),
+      Arg::ofFloat(0.0001),
+      Arg::ofFloat(1e15),
+      Arg::ofFloat(1e16),
+      Arg::ofFloat(0.1),
+      Arg::ofFloat(-2.5e-300),
+      Arg::ofFloat(5e-324),
+      Arg::ofFloat(std::numeric_limits<double>::max()),
+      Arg::ofFloat(kInf),
+      Arg::ofFloat(-kInf),
+      Arg::ofFloat(std::nan("")),
+      Arg::ofStr(""),
+      Arg::ofStr("plain"),
+      Arg::ofStr("unicode é ∑ 🚀 \u2028"),
+      Arg::ofStr(std::string("esc \"q\" \\ / \n \t \b \f \r \x01 \x1f \x7f nul:") + '\0' + "."),
+      Arg::ofDtype(ScalarType::BFloat16),
+      Arg::ofDtype(ScalarType::Float8_e5m2),
+      Arg::ofDevice("cuda:1"),
+      Arg::ofLayout("torch.strided"),
+      Arg::ofLayout("torch.custom_layout"),
+      Arg::ofMemoryFormat("torch.channels_last"),
+      Arg::ofMemoryFormat("weird format"),
+      Arg::ofList({Arg::ofList({Arg::ofInt(1), Arg::ofInt(2)}),
+                   Arg::ofList({Arg::ofInt(3), Arg::ofTuple({Arg::ofInt(4)})})}),
+      Arg::ofList({}),
+      Arg::ofTuple({}),
+      Arg::ofTuple({Arg::ofNode(gi)}),
+      Arg::ofTuple({Arg::ofNode(gi), Arg::ofList({Arg::ofNode(t), Arg::none()})}),
+      Arg::ofOpaque("slice", "slice(None, 2, None)"),
+      Arg::ofOpaque("weird \"type\"", "a\nb"),
+  };
+  Node* all = g->createCall("aten.everything.default", std::move(consts),
+                            kw({{"alpha", Arg::ofFloat(0.5)},
+                                {"dim", Arg::ofInts({-1, 0})},
+                                {"out", Arg::ofNode(gi)},
+                                {"weird-key", Arg::ofStr("k")}}),
+                            nullptr, "all");
+  all->val() = scalar(ValueMeta::Kind::None, 0);
+
+  // Names and targets that the text format must quote.
+  Node* odd = g->createCall("my ops.odd op", {Arg::ofNode(all)}, {}, nullptr, "odd name");
+  odd->val() = tensor(ScalarType::Complex64, {3}, "weird device/0");
+  Node* fake = g->createCall("output", {Arg::ofNode(odd)}, {}, nullptr, "not_output");
+  Node* loss = g->createCall("aten.sum.default", {Arg::ofNode(gi)}, {}, nullptr, "loss");
+  loss->val() = tensor(ScalarType::Float32, {});
+  g->create(OpKind::Output, Symbol::intern("output"),
+            {Arg::ofList({Arg::ofNode(loss), Arg::ofNode(t), Arg::ofNode(fake), Arg::ofNode(buf),
+                          Arg::ofNode(attr), Arg::none()})},
+            {}, "output");
+  return g;
+}
+
+std::string errorOf(const std::string& text) {
+  try {
+    readJsonGraph(text, "g.json");
+  } catch (const JfxError& e) {
+    return e.what();
+  }
+  return "<no error>";
+}
+
+// A node line for error tests.
+std::string doc(const std::string& nodes, const std::string& extra_header = "") {
+  return "{\"format\":\"jointfx.graph\",\"version\":1," + extra_header + "\"nodes\":[\n" + nodes +
+         "\n]}";
+}
+
+const char* kX =
+    R"({"name":"x","op":"placeholder","target":"x","meta":{"val":{"dtype":"float32","shape":[2],"stride":[1]}}})";
+
+}  // namespace
+
+TEST_CASE("json: appendFloat matches Python repr", "[format]") {
+  auto f = [](double v) {
+    std::string s;
+    appendFloat(s, v);
+    return s;
+  };
+  CHECK(f(1.0) == "1.0");
+  CHECK(f(-0.0) == "-0.0");
+  CHECK(f(0.0) == "0.0");
+  CHECK(f(1e-06) == "1e-06");
+  CHECK(f(0.0001) == "0.0001");
+  CHECK(f(1e-05) == "1e-05");
+  CHECK(f(0.1) == "0.1");
+  CHECK(f(1e15) == "1000000000000000.0");
+  CHECK(f(1e16) == "1e+16");
+  CHECK(f(123456789.125) == "123456789.125");
+  CHECK(f(1.5e300) == "1.5e+300");
+  CHECK(f(5e-324) == "5e-324");
+  CHECK(f(std::numeric_limits<double>::max()) == "1.7976931348623157e+308");
+  CHECK(f(kInf) == "inf");
+  CHECK(f(-kInf) == "-inf");
+  CHECK(f(std::nan("")) == "nan");
+}
+
+TEST_CASE("json: appendJsonString escapes like json.dumps(ensure_ascii=False)", "[format]") {
+  std::string s;
+  appendJsonString(s, std::string("a\"b\\c/\n\t\x01\x7f é") + '\0');
+  CHECK(s == "\"a\\\"b\\\\c/\\n\\t\\u0001\x7f é\\u0000\"");
+}
+
+TEST_CASE("json: canonical layout", "[format]") {
+  const std::string canonical =
+      "{\n"
+      "\"format\":\"jointfx.graph\",\n"
+      "\"version\":1,\n"
+      "\"process_groups\":[\n"
+      "{\"name\":\"0\",\"ranks\":[0,1],\"size\":2}\n"
+      "],\n"
+      "\"inputs\":[\n"
+      "{\"fqn\":\"layers.0.w1\",\"kind\":\"parameter\",\"name\":\"primals_1\"}\n"
+      "],\n"
+      "\"outputs\":[\n"
+      "{\"kind\":\"loss\"},\n"
+      "{\"fqn\":\"layers.0.w1\",\"kind\":\"gradient\"}\n"
+      "],\n"
+      "\"meta\":{\"world_size\":2},\n"
+      "\"nodes\":[\n"
+      "{\"args\":[],\"kwargs\":{},\"meta\":{\"val\":{\"device\":\"cpu\",\"dtype\":\"float32\","
+      "\"shape\":[4,8],\"stride\":[8,1]}},\"name\":\"primals_1\",\"op\":\"placeholder\","
+      "\"target\":\"primals_1\"},\n"
+      "{\"args\":[{\"node\":\"primals_1\"}],\"kwargs\":{\"dtype\":{\"dtype\":\"bfloat16\"}},"
+      "\"meta\":{\"custom\":{\"module_fqn\":\"layers.0\"},\"phase\":\"forward\",\"recompute\":2,"
+      "\"seq_nr\":4},\"name\":\"_to_copy\",\"op\":\"call_function\","
+      "\"target\":\"aten._to_copy.default\"},\n"
+      "{\"args\":[[{\"node\":\"_to_copy\"},{\"node\":\"primals_1\"}]],\"kwargs\":{},\"meta\":{},"
+      "\"name\":\"output\",\"op\":\"output\",\"target\":\"output\"}\n"
+      "]\n"
+      "}\n";
+  auto g = readJsonGraph(canonical, "c.json");
+  CHECK(writeJsonGraph(*g) == canonical);
+  Node* w = g->findNode("primals_1");
+  REQUIRE(w);
+  CHECK(w->inputKind() == InputKind::Parameter);
+  CHECK(w->inputFqn() == "layers.0.w1");
+  Node* cast = g->findNode("_to_copy");
+  REQUIRE(cast);
+  CHECK(cast->meta().module_fqn.str() == "layers.0");
+  CHECK(cast->meta().extra_json.empty());
+  CHECK(cast->meta().recompute == Recompute::MustRecompute);
+  CHECK(cast->input(0) == w);
+  CHECK(g->outputSpecs().size() == 2);
+  CHECK(g->extraJson() == R"({"world_size":2})");
+  CHECK(printTextGraph(*g) ==
+        "jointfx.graph 1\n"
+        "group \"0\" size=2 ranks=[0, 1]\n"
+        "outputs [loss, gradient \"layers.0.w1\"]\n"
+        "meta {\"world_size\":2}\n"
+        "default_device \"cpu\"\n"
+        "\n"
+        "%primals_1 : f32[4, 8] = placeholder {input=parameter, fqn=\"layers.0.w1\"}\n"
+        "%_to_copy = aten._to_copy.default(%primals_1, dtype=torch.bfloat16) {phase=forward, "
+        "recompute=MUST_RECOMPUTE, seq_nr=4, module=\"layers.0\"}\n"
+        "%output = output([%_to_copy, %primals_1])\n");
+}
+
+TEST_CASE("json: IR -> JSON -> IR -> JSON is byte-identical on a graph using every feature",
+          "[format]") {
+  auto g = richGraph();
+  std::string first = writeJsonGraph(*g);
+  auto back = readJsonGraph(first, "rich.json");
+  std::string second = writeJsonGraph(*back);
+  CHECK(second == first);
+  CHECK(structuralHash(*back) == structuralHash(*g));
+  CHECK(printTextGraph(*back) == printTextGraph(*g));
+
+  // Spot checks that the typed fields came back typed.
+  Node* cast = back->findNode("_to_copy");
+  REQUIRE(cast);
+  CHECK(cast->meta().phase == Phase::Forward);
+  CHECK(cast->meta().recompute == Recompute::MustRecompute);
+  CHECK(cast->meta().ac_graph_id == 1);
+  CHECK(cast->meta().seq_nr == -3);
+  CHECK(cast->meta().module_fqn.str() == "layers.0");
+  CHECK(cast->meta().stack_trace == g->findNode("_to_copy")->meta().stack_trace);
+  CHECK(cast->meta().extra_json == g->findNode("_to_copy")->meta().extra_json);
+  CHECK(first.find(R"("custom":{"a":1,"module_fqn":"layers.0","z":[true,null]})") !=
+        std::string::npos);
+  Node* wait = back->findNode("wait_tensor");
+  REQUIRE(wait);
+  CHECK(wait->meta().extra_json.empty());
+  CHECK(wait->meta().module_fqn.str() == "layers.1.attention");
+  Node* all = back->findNode("all");
+  REQUIRE(all);
+  CHECK(all->args().size() == g->findNode("all")->args().size());
+  CHECK(all->args()[5].toInt() == std::numeric_limits<int64_t>::max());
+  CHECK(all->args()[6].toInt() == std::numeric_limits<int64_t>::min());
+  CHECK(std::signbit(all->args()[8].toFloat()));
+  CHECK(std::isnan(all->args()[19].toFloat()));
+  CHECK(all->args()[23].str() == g->findNode("all")->args()[23].str());
+  CHECK(all->kwarg("out")->node() == back->findNode("getitem"));
+  CHECK(all->inputs().size() == g->findNode("all")->inputs().size());
+  CHECK(back->findNode("x")->target().str() == "x_target");
+  CHECK(back->findNode("x")->val().tensor.device.str() == "cuda:0");
+  CHECK(back->findNode("buf")->val().tensor.device.empty());
+  CHECK(back->findNode("t")->val().tensor.stride == std::vector<int64_t>{1, 8});
+  CHECK(back->findNode("plain")->val().kind == ValueMeta::Kind::Absent);
+  CHECK(back->findNode("all")->val().kind == ValueMeta::Kind::None);
+  CHECK(back->findNode("odd name")->target().str() == "my ops.odd op");
+  CHECK(back->findNode("not_output")->op() == OpKind::CallFunction);
+  CHECK(back->processGroups() == g->processGroups());
+  CHECK(back->outputSpecs() == g->outputSpecs());
+}
+
+TEST_CASE("json: JSON -> text -> JSON is byte-identical", "[format]") {
+  auto g = richGraph();
+  std::string json1 = writeJsonGraph(*g);
+  std::string text = printTextGraph(*readJsonGraph(json1, "rich.json"));
+  auto from_text = parseTextGraph(text, "rich.jfx");
+  CHECK(writeJsonGraph(*from_text) == json1);
+  CHECK(printTextGraph(*from_text) == text);
+}
+
+TEST_CASE("json: readers accept non-canonical JSON with the same content", "[format]") {
+  std::string loose = R"(  {
+    "nodes": [
+      {"target": "x", "op": "placeholder", "name": "x",
+       "meta": {"val": {"shape": [2, 3], "dtype": "torch.float32"}, "custom": {"module_fqn": ""}}},
+      {"name": "y", "op": "call_function", "target": "aten.neg.default",
+       "args": [{"node": "x"}, 1E2, {"float": "-inf"}], "kwargs": {"b": 1, "a": 2},
+       "meta": {"stack_trace": "", "custom": {}}}
+    ],
+    "version": 1, "format": "jointfx.graph",
+    "inputs": [{"name": "x", "kind": "user_input"}]
+  })";
+  auto g = readJsonGraph(loose, "loose.json");
+  Node* x = g->findNode("x");
+  Node* y = g->findNode("y");
+  REQUIRE(x);
+  REQUIRE(y);
+  CHECK(x->val().tensor.stride == std::vector<int64_t>{3, 1});  // contiguous by default
+  CHECK(x->val().tensor.device.empty());
+  CHECK(x->meta().module_fqn.empty());
+  CHECK(x->meta().extra_json == R"({"custom":{"module_fqn":""}})");
+  CHECK(y->args()[1].kind() == Arg::Kind::Float);
+  CHECK(y->args()[1].toFloat() == 100.0);
+  CHECK(y->kwargs()[0].first.str() == "a");  // kwargs come back sorted
+  CHECK(y->meta().stack_trace.empty());
+  CHECK(y->meta().extra_json == R"({"custom":{}})");
+  CHECK(x->inputKind() == InputKind::UserInput);
+  // And what we write reads back to the same bytes.
+  std::string canonical = writeJsonGraph(*g);
+  CHECK(writeJsonGraph(*readJsonGraph(canonical, "c.json")) == canonical);
+}
+
+TEST_CASE("json: syntax errors give line, column and byte offset", "[format]") {
+  std::string text = "{\"format\":\"jointfx.graph\",\n\"version\":1,\n\"nodes\":[}\n";
+  std::string e = errorOf(text);
+  INFO(e);
+  CHECK(e.find("g.json:3:10") != std::string::npos);
+  CHECK(e.find("byte 49") != std::string::npos);
+  CHECK(e.find("syntax error") != std::string::npos);
+
+  e = errorOf("");
+  INFO(e);
+  CHECK(e.find("g.json:1:1") != std::string::npos);
+
+  e = errorOf(doc(kX).substr(0, 60));  // truncated
+  INFO(e);
+  CHECK(e.find("syntax error") != std::string::npos);
+}
+
+TEST_CASE("json: malformed documents name the pointer and the node", "[format]") {
+  struct Case {
+    std::string text;
+    std::vector<std::string> expect;
+  };
+  const std::string y_head = R"({"name":"y","op":"call_function","target":"aten.neg.default",)";
+  std::vector<Case> cases = {
+      {R"({"format":"jointfx.graph","version":2,"nodes":[]})", {"at /version", "version 2"}},
+      {R"({"format":"other","version":1,"nodes":[]})", {"at /format", "jointfx.graph"}},
+      {R"({"format":"jointfx.graph","version":1})", {"missing key 'nodes'"}},
+      {R"({"format":"jointfx.graph","nodes":[]})", {"missing key 'version'"}},
+      {R"({"format":"jointfx.graph","version":"1","nodes":[]})", {"at /version", "integer"}},
+      {R"([1,2])", {"top level"}},
+      {doc("", R"("extra":1,)"), {"at /extra", "unexpected header key 'extra'"}},
+      {doc(R"({"op":"placeholder","target":"x"})"), {"at /nodes/0/name", "missing key 'name'"}},
+      {doc(R"({"name":7,"op":"placeholder","target":"x"})"), {"at /nodes/0/name", "a string"}},
+      {doc(R"({"name":"","op":"placeholder","target":"x"})"), {"at /nodes/0/name", "empty"}},
+      {doc(std::string(kX) + ",\n" + R"({"name":"y","op":"call_method","target":"neg"})"),
+       {"at /nodes/1/op", "node 'y'", "unknown op kind 'call_method'"}},
+      {doc(std::string(kX) + ",\n" + R"({"name":"y","op":"call_function"})"),
+       {"at /nodes/1/target", "node 'y'", "missing key 'target'"}},
+      {doc(std::string(kX) + ",\n" + kX), {"at /nodes/1/name", "node 'x'", "duplicate node name"}},
+      {doc(std::string(kX) + ",\n" + y_head + R"("args":{"node":"x"}})"),
+       {"at /nodes/1/args", "node 'y'", "array"}},
+      {doc(std::string(kX) + ",\n" + y_head + R"("kwargs":[]})"),
+       {"at /nodes/1/kwargs", "node 'y'", "object"}},
+      {doc(std::string(kX) + ",\n" + y_head + R"("args":[{"node":"x"},{"dtype":"float33"}]})"),
+       {"at /nodes/1/args/1/dtype", "node 'y'", "unknown dtype 'float33'"}},
+      {doc(std::string(kX) + ",\n" + y_head + R"("args":[{"nodes":"x"}]})"),
+       {"at /nodes/1/args/0/nodes", "node 'y'", "unknown argument object key 'nodes'"}},
+      {doc(std::string(kX) + ",\n" + y_head + R"("args":[{"node":"x","float":"inf"}]})"),
+       {"at /nodes/1/args/0", "node 'y'", "exactly one key"}},
+      {doc(std::string(kX) + ",\n" + y_head + R"("kwargs":{"dims":{"tuple":3}}})"),
+       {"at /nodes/1/kwargs/dims/tuple", "node 'y'", "array"}},
+      {doc(std::string(kX) + ",\n" + y_head + R"("args":[{"float":"infinity"}]})"),
+       {"at /nodes/1/args/0/float", "node 'y'", "\"inf\""}},
+      {doc(std::string(kX) + ",\n" + y_head + R"("args":[18446744073709551615]})"),
+       {"at /nodes/1/args/0", "node 'y'", "out of the int64 range"}},
+      {doc(std::string(kX) + ",\n" + y_head + R"("args":[{"opaque":{"type":"slice"}}]})"),
+       {"at /nodes/1/args/0/opaque", "node 'y'", "missing key 'repr'"}},
+      {doc(std::string(kX) + ",\n" + y_head + R"("args":[{"node":"nowhere"}]})"),
+       {"at /nodes/1/args/0/node", "node 'y'", "dangling reference", "'nowhere'"}},
+      {doc(y_head + R"("args":[{"node":"x"}]},)" + "\n" + kX),
+       {"at /nodes/0/args/0/node", "node 'y'", "used before its definition at /nodes/1"}},
+      {doc(std::string(kX) + ",\n" + y_head + R"("meta":{"recompute":7}})"),
+       {"at /nodes/1/meta/recompute", "node 'y'", "0..3"}},
+      {doc(std::string(kX) + ",\n" + y_head + R"("meta":{"phase":"sideways"}})"),
+       {"at /nodes/1/meta/phase", "node 'y'", "forward, loss or backward"}},
+      {doc(std::string(kX) + ",\n" + y_head + R"("meta":{"seq_nr":1.5}})"),
+       {"at /nodes/1/meta/seq_nr", "node 'y'", "integer"}},
+      {doc(std::string(kX) + ",\n" + y_head + R"("meta":{"custom":{"module_fqn":3}}})"),
+       {"at /nodes/1/meta/custom/module_fqn", "node 'y'", "string"}},
+      {doc(std::string(kX) + ",\n" + y_head +
+           R"("meta":{"val":{"dtype":"f32","shape":[2],"stride":[1]}}})"),
+       {"at /nodes/1/meta/val/dtype", "node 'y'", "unknown dtype 'f32'"}},
+      {doc(std::string(kX) + ",\n" + y_head +
+           R"("meta":{"val":[{"dtype":"float32","shape":[2,3],"stride":[1]}]}})"),
+       {"at /nodes/1/meta/val/0/stride", "node 'y'", "dimensions"}},
+      {doc(std::string(kX) + ",\n" + y_head +
+           R"("meta":{"val":{"dtype":"float32","shape":[2],"layout":"strided"}}})"),
+       {"at /nodes/1/meta/val/layout", "node 'y'", "unexpected key 'layout'"}},
+      {doc(std::string(kX) + ",\n" + y_head + R"("users":[]})"),
+       {"at /nodes/1/users", "node 'y'", "unexpected key 'users'"}},
+      {doc(std::string(kX) + ",\n" + R"({"name":"o","op":"output","target":"out","args":[]})"),
+       {"at /nodes/1/target", "node 'o'", "\"output\""}},
+      {doc(R"({"name":"p","op":"placeholder","target":"p","args":[1]})"),
+       {"at /nodes/0/args", "node 'p'", "no arguments"}},
+      {doc(std::string(kX) + ",\n42"), {"at /nodes/1", "node object"}},
+      {doc(kX, R"("inputs":[{"name":"nope","kind":"parameter"}],)"),
+       {"at /inputs/0/name", "'nope' names no node"}},
+      {doc(kX, R"("inputs":[{"name":"x","kind":"weight"}],)"),
+       {"at /inputs/0/kind", "unknown input kind 'weight'"}},
+      {doc(kX, R"("outputs":[{"kind":"grad"}],)"), {"at /outputs/0/kind", "unknown output kind"}},
+      {doc(kX, R"("process_groups":[{"name":"0","size":"2"}],)"),
+       {"at /process_groups/0/size", "integer"}},
+      {doc(kX, R"("meta":[1],)"), {"at /meta", "object"}},
+      {doc(std::string(kX) + ",\n" + y_head + R"("name":"z"})"),
+       {"at /nodes/1/name", "node 'y'", "duplicate key 'name'"}},
+      {doc(std::string(kX) + ",\n" + y_head + R"("kwargs":{"a":1,"a":2}})"),
+       {"at /nodes/1/kwargs/a", "node 'y'", "duplicate key 'a'"}},
+      {doc(std::string(kX) + ",\n" + y_head + R"("meta":{"k":{"b":1,"b":2}}})"),
+       {"at /nodes/1/meta/k", "node 'y'", "duplicate key 'b'"}},
+  };
+  for (const auto& c : cases) {
+    std::string e = errorOf(c.text);
+    INFO(c.text);
+    INFO(e);
+    CHECK(e.rfind("g.json", 0) == 0);
+    for (const auto& piece : c.expect)
+      CHECK(e.find(piece) != std::string::npos);
+  }
+  CHECK(cases.size() >= 12);
+}
+
+TEST_CASE("json: forward references and cycles are rejected", "[format]") {
+  const std::string a =
+      R"({"name":"a","op":"call_function","target":"aten.neg.default","args":[{"node":"b"}]})";
+  const std::string b =
+      R"({"name":"b","op":"call_function","target":"aten.neg.default","args":[{"node":"a"}]})";
+  std::string e = errorOf(doc(a + ",\n" + b));
+  INFO(e);
+  CHECK(e.find("at /nodes/0/args/0/node") != std::string::npos);
+  CHECK(e.find("node 'a'") != std::string::npos);
+  CHECK(e.find("'b' is used before its definition at /nodes/1") != std::string::npos);
+  CHECK(e.find("cycle") != std::string::npos);
+
+  e = errorOf(doc(
+      R"({"name":"s","op":"call_function","target":"aten.neg.default","args":[[{"node":"s"}]]})"));
+  INFO(e);
+  CHECK(e.find("at /nodes/0/args/0/0/node") != std::string::npos);
+  CHECK(e.find("refers to itself") != std::string::npos);
+}
+
+TEST_CASE("json: hostile input is an error, not a crash", "[format]") {
+  std::string deep(100000, '[');
+  std::string e =
+      errorOf(doc(std::string(kX) + R"(,{"name":"y","op":"call_function","target":"t","args":)" +
+                  deep + std::string(100000, ']') + "}"));
+  CHECK(e.find("g.json: error: JSON nested more than 200 levels deep") != std::string::npos);
+  e = errorOf(doc(std::string(kX) +
+                  R"(,{"name":"y","op":"call_function","target":"t","meta":{"k":)" + deep +
+                  std::string(100000, ']') + "}}"));
+  CHECK(e.find("g.json: error: JSON nested more than 200 levels deep") != std::string::npos);
+  CHECK(errorOf("\xff\xfe") != "<no error>");
+  CHECK(errorOf(doc(R"({"name":"\ud800","op":"placeholder","target":"x"})")) != "<no error>");
+  static const char kNul[] = "{\"format\":\"jointfx.graph\"\0";
+  CHECK(errorOf(std::string(kNul, sizeof kNul - 1)) != "<no error>");
+}
+
+TEST_CASE("json: writer rejects a hand-built extra_json that is not an object", "[format]") {
+  Graph g;
+  Node* x = g.create(OpKind::Placeholder, Symbol::intern("x"), {}, {}, "x");
+  x->meta().extra_json = "[1]";
+  CHECK_THROWS_AS(writeJsonGraph(g), JfxError);
+  x->meta().extra_json = "{not json";
+  CHECK_THROWS_AS(writeJsonGraph(g), JfxError);
+  // Whitespace and unsorted keys are fine: the writer canonicalizes.
+  x->meta().extra_json = R"({ "b": 1, "a": [1, 2] })";
+  x->meta().phase = Phase::Forward;
+  CHECK(writeJsonGraph(g).find(R"("meta":{"a":[1,2],"b":1,"phase":"forward"})") !=
+        std::string::npos);
+}
+
+TEST_CASE("json: traced fixtures round-trip byte-identically through both formats", "[format]") {
+  namespace fs = std::filesystem;
+  fs::path dir = fs::path(JFX_SOURCE_DIR) / "tests" / "data" / "traced";
+  size_t files = 0;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    if (entry.path().extension() != ".json") continue;
+    ++files;
+    std::ifstream in(entry.path(), std::ios::binary);
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    INFO(entry.path().string());
+    auto g = readJsonGraph(text, entry.path().string());
+    CHECK(writeJsonGraph(*g) == text);
+    std::string printed = printTextGraph(*g);
+    auto from_text = parseTextGraph(printed, "traced.jfx");
+    CHECK(printTextGraph(*from_text) == printed);
+    CHECK(writeJsonGraph(*from_text) == text);
+  }
+  CHECK(files > 0);
+}

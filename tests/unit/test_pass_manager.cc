@@ -1,0 +1,300 @@
+#include <unistd.h>
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <sstream>
+#include <stdexcept>
+
+#include "passes/pass_manager.h"
+#include "passes/registry.h"
+
+using namespace jfx;
+
+namespace {
+
+// A pass whose behaviour the test supplies.
+class LambdaPass : public Pass {
+ public:
+  LambdaPass(std::string name, std::function<bool(Graph&, PassContext&)> body)
+      : name_(std::move(name)), body_(std::move(body)) {}
+  std::string_view name() const override { return name_; }
+  bool run(Graph& g, PassContext& ctx) override { return body_(g, ctx); }
+
+ private:
+  std::string name_;
+  std::function<bool(Graph&, PassContext&)> body_;
+};
+
+std::vector<ConfiguredPass> one(std::string name, std::function<bool(Graph&, PassContext&)> body) {
+  std::vector<ConfiguredPass> v;
+  v.push_back({std::make_unique<LambdaPass>(std::move(name), std::move(body)), ""});
+  return v;
+}
+
+// x -> neg -> (dead) exp -> (dead) abs; output(neg)
+struct Small {
+  Graph g;
+  Node *x, *neg, *out;
+  Small() {
+    x = g.create(OpKind::Placeholder, Symbol::intern("x"), {}, {}, "x");
+    neg = g.createCall("aten.neg.default", {Arg::ofNode(x)});
+    Node* e = g.createCall("aten.exp.default", {Arg::ofNode(neg)});
+    g.createCall("aten.abs.default", {Arg::ofNode(e)});
+    out = g.create(OpKind::Output, Symbol::intern("output"), {Arg::ofList({Arg::ofNode(neg)})}, {},
+                   "output");
+  }
+};
+
+std::string errorOf(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "<no error>";
+}
+
+std::string tempFile(const std::string& name, const std::string& contents) {
+  auto path = std::filesystem::temp_directory_path() /
+              ("jfx_pm_" + std::to_string(::getpid()) + "_" + name);
+  std::ofstream(path) << contents;
+  return path.string();
+}
+
+}  // namespace
+
+TEST_CASE("pipeline: parse names and options", "[pass-manager]") {
+  auto p = parsePipeline(" dce , dce{remove-random=true} ,dce{ kinds=ag,rs , cap-mb = 64 }");
+  REQUIRE(p.size() == 3);
+  CHECK(p[0].name == "dce");
+  CHECK(p[0].options.values().empty());
+  CHECK(p[1].options.values().at("remove-random") == "true");
+  CHECK(p[2].options.values().at("kinds") == "ag,rs");
+  CHECK(p[2].options.values().at("cap-mb") == "64");
+  CHECK(p[2].options.str() == "{cap-mb=64, kinds=ag,rs}");
+  CHECK(parsePipeline("dce{}")[0].options.values().empty());
+  CHECK(parsePipeline("").empty());
+  CHECK(parsePipeline("  ").empty());
+}
+
+TEST_CASE("pipeline: syntax errors name the column", "[pass-manager]") {
+  CHECK(errorOf([] { parsePipeline("dce,"); }) == "pipeline:1:5: error: expected a pass name");
+  CHECK(errorOf([] { parsePipeline("dce dce"); }) ==
+        "pipeline:1:5: error: expected ',' between passes or the end of the pipeline");
+  CHECK(errorOf([] { parsePipeline("dce{a=1"); }) ==
+        "pipeline:1:4: error: unterminated '{' for the options of 'dce'");
+  CHECK(errorOf([] { parsePipeline("dce{flag}"); }) ==
+        "pipeline:1:5: error: expected key=value in the options of 'dce'");
+  CHECK(errorOf([] { parsePipeline("dce{a=1, a=2}"); }) ==
+        "pipeline:1:10: error: option 'a' given twice for 'dce'");
+  CHECK(errorOf([] { parsePipeline("dce{a=1,,b=2}"); }) ==
+        "pipeline:1:9: error: empty option in the options of 'dce'");
+  CHECK(errorOf([] { parsePipeline("dce{=1}"); }) ==
+        "pipeline:1:5: error: bad option name '' for 'dce'");
+  CHECK(errorOf([] { parsePipeline("dce{a={b}}"); }) ==
+        "pipeline:1:7: error: unexpected '{' inside the options of 'dce'");
+  std::string unknown = errorOf([] { parsePipeline("dce,bogus-pass{x=1}"); });
+  CHECK(unknown.rfind("pipeline:1:5: error: unknown pass 'bogus-pass' (known passes: ", 0) == 0);
+  CHECK(unknown.find("dce") != std::string::npos);
+}
+
+TEST_CASE("pipeline: JSON files", "[pass-manager]") {
+  std::string good = tempFile("good.json", R"({"passes": [{"name": "dce"},
+      {"name": "dce", "options": {"remove-random": true, "kinds": ["ag", "rs"], "cap": 64}}]})");
+  auto p = loadPipelineFile(good);
+  REQUIRE(p.size() == 2);
+  CHECK(p[1].options.values().at("remove-random") == "true");
+  CHECK(p[1].options.values().at("kinds") == "ag,rs");
+  CHECK(p[1].options.values().at("cap") == "64");
+  CHECK(resolvePipeline(good).size() == 2);
+  CHECK(resolvePipeline("dce").size() == 1);
+
+  std::string missing = errorOf([] { resolvePipeline("/nonexistent/p.json"); });
+  CHECK(missing.find("pipeline file not found") != std::string::npos);
+
+  std::string bad_key = tempFile("badkey.json", R"({"passes": [{"name": "dce", "opts": {}}]})");
+  CHECK(errorOf([&] { loadPipelineFile(bad_key); }).find("at /passes/0/opts") != std::string::npos);
+  std::string bad_pass = tempFile("badpass.json", R"({"passes": [{"name": "nope"}]})");
+  CHECK(errorOf([&] { loadPipelineFile(bad_pass); }).find("unknown pass 'nope'") !=
+        std::string::npos);
+  std::string bad_json = tempFile("badjson.json", R"({"passes": [)");
+  CHECK(errorOf([&] { loadPipelineFile(bad_json); }).find("invalid JSON") != std::string::npos);
+  std::string bad_value =
+      tempFile("badvalue.json", R"({"passes": [{"name": "dce", "options": {"a": {"b": 1}}}]})");
+  CHECK(errorOf([&] { loadPipelineFile(bad_value); }).find("at /passes/0/options/a") !=
+        std::string::npos);
+  for (const auto& f : {good, bad_key, bad_pass, bad_json, bad_value})
+    std::filesystem::remove(f);
+}
+
+TEST_CASE("pass manager: options a pass does not read are errors", "[pass-manager]") {
+  CHECK(errorOf([] { buildPipeline(parsePipeline("dce{remove-randum=true}")); }) ==
+        "error: pass 'dce' has no option 'remove-randum' (it takes: remove-random)");
+  CHECK(errorOf([] {
+          buildPipeline(parsePipeline("dce{remove-random=maybe}"));
+        }).find("expected true or false") != std::string::npos);
+  auto built = buildPipeline(parsePipeline("dce{remove-random=1}"));
+  REQUIRE(built.size() == 1);
+  CHECK(built[0].options == "{remove-random=1}");
+}
+
+TEST_CASE("pass manager: verify after a changing pass names the pass", "[pass-manager]") {
+  Small s;
+  auto passes = one("breaker", [](Graph& g, PassContext&) {
+    g.createCall("_c10d_functional.wait_tensor.default", {Arg::ofNode(g.findNode("x"))}, {},
+                 g.outputNode(), "bad_wait");
+    return true;
+  });
+  std::ostringstream out;
+  PassManagerOptions opts;
+  opts.out = &out;
+  try {
+    runPasses(s.g, passes, opts);
+    FAIL("expected a verification error");
+  } catch (const PipelineVerifyError& e) {
+    CHECK(e.pass() == "breaker");
+    REQUIRE(!e.issues().empty());
+    CHECK(e.issues()[0].node == "bad_wait");
+    std::string msg = e.what();
+    CHECK(msg.find("verification failed after pass 'breaker' (#1):") != std::string::npos);
+    CHECK(msg.find("node 'bad_wait': [collective-wait-pairing]") != std::string::npos);
+  }
+
+  // With verification off the same pass goes through.
+  Small s2;
+  auto passes2 = one("breaker", [](Graph& g, PassContext&) {
+    g.createCall("_c10d_functional.wait_tensor.default", {Arg::ofNode(g.findNode("x"))}, {},
+                 g.outputNode(), "bad_wait");
+    return true;
+  });
+  opts.verify_each = false;
+  CHECK_NOTHROW(runPasses(s2.g, passes2, opts));
+}
+
+TEST_CASE("pass manager: a broken input is reported before any pass runs", "[pass-manager]") {
+  Small s;
+  s.g.createCall("aten.neg.default", {}, {}, s.out, "no_args");
+  bool ran = false;
+  auto passes = one("p", [&](Graph&, PassContext&) { return ran = true; });
+  PassManagerOptions opts;
+  try {
+    runPasses(s.g, passes, opts);
+    FAIL("expected a verification error");
+  } catch (const PipelineVerifyError& e) {
+    CHECK(e.pass().empty());
+    CHECK(std::string(e.what()).find("input graph fails verification") != std::string::npos);
+  }
+  CHECK(!ran);
+}
+
+TEST_CASE("pass manager: the hash check catches a pass that lies", "[pass-manager]") {
+  auto lie = [](Graph& g, PassContext&) {
+    g.rename(g.findNode("neg"), "renamed");
+    return false;
+  };
+  Small s;
+  auto passes = one("liar", lie);
+  PassManagerOptions opts;
+  CHECK(errorOf([&] { runPasses(s.g, passes, opts); }) ==
+        "error: pass 'liar' (#1) reported no change, but the graph changed");
+  Small s2;
+  auto passes2 = one("liar", lie);
+  opts.check_unchanged_hash = false;
+  CHECK_NOTHROW(runPasses(s2.g, passes2, opts));
+}
+
+TEST_CASE("pass manager: failures inside a pass are reported with its name", "[pass-manager]") {
+  Small s;
+  auto passes =
+      one("thrower", [](Graph&, PassContext&) -> bool { throw std::out_of_range("vector::at"); });
+  CHECK(errorOf([&] { runPasses(s.g, passes, {}); }) ==
+        "error: pass 'thrower' (#1) failed: internal error: vector::at");
+  auto passes2 = one("jfx", [](Graph&, PassContext&) -> bool {
+    throw JfxError(SourceLocation::atNode("neg"), "cannot recompute a random op");
+  });
+  CHECK(errorOf([&] { runPasses(s.g, passes2, {}); }) ==
+        "(node 'neg'): error: pass 'jfx' (#1) failed: cannot recompute a random op");
+}
+
+TEST_CASE("pass manager: dce through the registry, stats, timing, stop-after", "[pass-manager]") {
+  Small s;
+  std::ostringstream out;
+  PassManagerOptions opts;
+  opts.out = &out;
+  opts.stats = true;
+  opts.timing = true;
+  auto r = runPipeline(s.g, parsePipeline("dce,dce"), opts);
+  REQUIRE(r.passes.size() == 2);
+  CHECK(r.passes[0].changed);
+  CHECK(!r.passes[1].changed);
+  CHECK(r.passes[0].stats.at("nodes-removed") == 2);
+  CHECK(s.g.size() == 3);
+  std::string text = out.str();
+  CHECK(text.find("===== statistics =====\ndce.nodes-removed = 2\n") != std::string::npos);
+  CHECK(text.find("===== pass timing") != std::string::npos);
+
+  Small s2;
+  std::ostringstream out2;
+  opts.out = &out2;
+  opts.stats = false;
+  opts.timing = false;
+  opts.stop_after = 0;
+  auto r2 = runPipeline(s2.g, parsePipeline("dce"), opts);
+  CHECK(r2.passes.empty());
+  CHECK(s2.g.size() == 5);
+  CHECK(out2.str() == "# stop-after=0: skipped 1 of 1 passes, starting at 'dce'\n");
+}
+
+TEST_CASE("pass manager: stop-after runs only the first N passes", "[pass-manager]") {
+  std::vector<std::string> ran;
+  std::vector<ConfiguredPass> passes;
+  for (const char* name : {"a", "b", "c"})
+    passes.push_back({std::make_unique<LambdaPass>(name,
+                                                   [&ran, name](Graph&, PassContext& ctx) {
+                                                     ran.push_back(name);
+                                                     ctx.stat("runs");
+                                                     return false;
+                                                   }),
+                      ""});
+  Small s;
+  std::ostringstream out;
+  PassManagerOptions opts;
+  opts.out = &out;
+  opts.stop_after = 2;
+  opts.stats = true;
+  auto r = runPasses(s.g, passes, opts);
+  CHECK(ran == std::vector<std::string>{"a", "b"});
+  CHECK(r.passes.size() == 2);
+  CHECK(out.str() ==
+        "# stop-after=2: skipped 1 of 3 passes, starting at 'c'\n"
+        "===== statistics =====\na.runs = 1\nb.runs = 1\n");
+}
+
+TEST_CASE("pass manager: print IR after a pass", "[pass-manager]") {
+  Small s;
+  std::ostringstream out;
+  PassManagerOptions opts;
+  opts.out = &out;
+  opts.print_ir_after = {"dce"};
+  runPipeline(s.g, parsePipeline("dce"), opts);
+  std::string text = out.str();
+  CHECK(text.rfind("# ---- IR after pass 'dce' (#1) ----\n", 0) == 0);
+  CHECK(text.find("aten.neg.default") != std::string::npos);
+  CHECK(text.find("aten.exp.default") == std::string::npos);
+
+  opts.print_ir_after = {"remat"};
+  CHECK(errorOf([&] { runPipeline(s.g, parsePipeline("dce"), opts); }) ==
+        "error: print-ir-after: no pass 'remat' in the pipeline");
+}
+
+TEST_CASE("registry: every pass is creatable under its own name", "[pass-manager]") {
+  REQUIRE(!passRegistry().empty());
+  for (const auto& r : passRegistry()) {
+    auto p = createPass(r.name);
+    REQUIRE(p);
+    CHECK(p->name() == r.name);
+    CHECK(!r.summary.empty());
+  }
+  CHECK(createPass("no-such-pass") == nullptr);
+}

@@ -1,0 +1,215 @@
+// Timeline simulator on graphs small enough to time by hand. The profile makes a [*, K] x [K, N]
+// f32 matmul cost 2 * M * K * N / 1e12 s and a 2-rank all-gather of S output bytes S / 2 / 1e9 s,
+// with no latency and no kernel overhead.
+#include <catch2/catch.hpp>
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "passes/analysis/memory.h"
+#include "passes/analysis/phase.h"
+#include "passes/analysis/simulator.h"
+
+using namespace jfx;
+
+namespace {
+
+const char* kProfile = R"({
+  "name": "unit",
+  "gpus_per_node": 8,
+  "peak_tflops": {"default": 1},
+  "memory_bandwidth_gbps": 1e9,
+  "intra_node": {"bus_bandwidth_gbps": 1},
+  "inter_node": {"bus_bandwidth_gbps": 1}
+})";
+
+constexpr double kMs = 1e-3;
+
+TensorMeta f32(std::vector<int64_t> shape) {
+  TensorMeta t;
+  t.dtype = ScalarType::Float32;
+  t.stride = TensorMeta::contiguousStride(shape);
+  t.shape = std::move(shape);
+  return t;
+}
+
+struct Sim {
+  Graph g;
+  CostModel cm{parseHardwareProfile(kProfile, "unit.json")};
+  Sim() {
+    g.processGroups().push_back({"0", 2, {0, 1}});
+    g.processGroups().push_back({"1", 2, {0, 1}});
+  }
+  Node* input(const std::string& name, TensorMeta t, InputKind kind = InputKind::UserInput) {
+    Node* n = g.create(OpKind::Placeholder, Symbol::intern(name), {}, {}, name);
+    n->setInputInfo(kind, kind == InputKind::Parameter ? name : "");
+    n->val() = ValueMeta::ofTensor(std::move(t));
+    return n;
+  }
+  Node* call(const std::string& target, std::vector<Arg> args, TensorMeta t,
+             const std::string& name = "") {
+    Node* n = g.createCall(target, std::move(args), {}, nullptr, name);
+    n->val() = ValueMeta::ofTensor(std::move(t));
+    return n;
+  }
+  // A [250, 1000] f32 shard gathered over 2 ranks: 2 MB out, 1 ms.
+  Node* gather(Node* shard, const char* group = "0") {
+    return call("_c10d_functional.all_gather_into_tensor.default",
+                {Arg::ofNode(shard), Arg::ofInt(2), Arg::ofStr(group)}, f32({500, 1000}));
+  }
+  Node* wait(Node* c) {
+    return call("_c10d_functional.wait_tensor.default", {Arg::ofNode(c)}, c->val().tensor);
+  }
+  Node* mm(Node* a, Node* b) {
+    return call("aten.mm.default", {Arg::ofNode(a), Arg::ofNode(b)},
+                f32({a->val().tensor.shape[0], b->val().tensor.shape[1]}));
+  }
+  void output(std::vector<Node*> vals) {
+    std::vector<Arg> items;
+    for (Node* v : vals)
+      items.push_back(Arg::ofNode(v));
+    g.create(OpKind::Output, Symbol::intern("output"), {Arg::ofList(items)}, {}, "output");
+  }
+  SimResult run(bool trace = false) {
+    SimOptions o;
+    o.record_trace = trace;
+    return simulate(g, cm, o);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("simulator: a wait right after its collective is fully exposed", "[sched]") {
+  Sim s;
+  Node* w = s.input("w", f32({250, 1000}), InputKind::Parameter);
+  Node* x = s.input("x", f32({1000, 500}));
+  Node* y = s.mm(x, s.wait(s.gather(w)));  // 2 * 1000 * 500 * 1000 = 1e9 FLOPs: 1 ms
+  s.output({y});
+  SimResult r = s.run();
+  CHECK(r.step == Approx(2 * kMs));
+  CHECK(r.compute == Approx(1 * kMs));
+  CHECK(r.comm == Approx(1 * kMs));
+  CHECK(r.exposed_comm == Approx(1 * kMs));
+  CHECK(r.exposedShare() == Approx(0.5));
+  CHECK(r.num_collectives == 1);
+  CHECK(r.collective_bytes == 2000000);
+  REQUIRE(r.streams.size() == 2);
+  CHECK(r.streams[0].name == "compute");
+  CHECK(r.streams[1].name == "0");
+}
+
+TEST_CASE("simulator: independent compute hides a collective", "[sched]") {
+  Sim s;
+  Node* w = s.input("w", f32({250, 1000}), InputKind::Parameter);
+  Node* x = s.input("x", f32({1000, 500}));
+  Node* a = s.input("a", f32({1000, 1000}));
+  Node* ag = s.gather(w);
+  Node* busy = s.mm(a, a);  // 2 ms, overlaps the 1 ms gather
+  Node* y = s.mm(x, s.wait(ag));
+  s.output({y, busy});
+  SimResult r = s.run();
+  CHECK(r.step == Approx(3 * kMs));
+  CHECK(r.exposed_comm == Approx(0).margin(1e-12));
+
+  // Half-hidden: 0.5 ms of compute in front of a 1 ms gather exposes 0.5 ms.
+  Sim h;
+  Node* w2 = h.input("w", f32({250, 1000}), InputKind::Parameter);
+  Node* x2 = h.input("x", f32({1000, 500}));
+  Node* b = h.input("b", f32({500, 500}));
+  Node* ag2 = h.gather(w2);
+  Node* half = h.mm(b, h.input("c", f32({500, 1000})));  // 2 * 500 * 500 * 1000 = 0.5 ms
+  Node* y2 = h.mm(x2, h.wait(ag2));
+  h.output({y2, half});
+  SimResult r2 = h.run();
+  CHECK(r2.step == Approx(2 * kMs));
+  CHECK(r2.exposed_comm == Approx(0.5 * kMs));
+}
+
+TEST_CASE("simulator: one group runs its collectives one at a time, groups overlap", "[sched]") {
+  SECTION("same group: the second gather queues behind the first") {
+    Sim s;
+    Node* w1 = s.input("w1", f32({250, 1000}), InputKind::Parameter);
+    Node* w2 = s.input("w2", f32({250, 1000}), InputKind::Parameter);
+    Node* a1 = s.gather(w1, "0");
+    Node* a2 = s.gather(w2, "0");
+    Node* x2 = s.wait(a2);
+    Node* x1 = s.wait(a1);
+    s.output({x1, x2});
+    SimResult r = s.run();
+    CHECK(r.step == Approx(2 * kMs));
+    CHECK(r.exposed_comm == Approx(2 * kMs));
+    CHECK(r.streams[1].busy == Approx(2 * kMs));
+  }
+  SECTION("two groups: the gathers run side by side") {
+    Sim s;
+    Node* w1 = s.input("w1", f32({250, 1000}), InputKind::Parameter);
+    Node* w2 = s.input("w2", f32({250, 1000}), InputKind::Parameter);
+    Node* a1 = s.gather(w1, "0");
+    Node* a2 = s.gather(w2, "1");
+    Node* x2 = s.wait(a2);
+    Node* x1 = s.wait(a1);
+    s.output({x1, x2});
+    SimResult r = s.run();
+    CHECK(r.step == Approx(1 * kMs));
+    CHECK(r.exposed_comm == Approx(1 * kMs));
+    CHECK(r.comm == Approx(2 * kMs));
+    REQUIRE(r.streams.size() == 3);
+    CHECK(r.streams[2].name == "1");
+  }
+}
+
+TEST_CASE("simulator: a collective starts when issued, not before", "[sched]") {
+  // 2 ms of compute, then the gather is issued: it cannot have run during that compute.
+  Sim s;
+  Node* w = s.input("w", f32({250, 1000}), InputKind::Parameter);
+  Node* a = s.input("a", f32({1000, 1000}));
+  Node* busy = s.mm(a, a);
+  Node* x = s.wait(s.gather(w));
+  s.output({busy, x});
+  SimResult r = s.run(true);
+  CHECK(r.step == Approx(3 * kMs));
+  CHECK(r.exposed_comm == Approx(1 * kMs));
+  // Trace: the mm on the compute track, the gather on group 0's track starting at 2 ms, and the
+  // wait's stall on the compute track.
+  nlohmann::json trace = nlohmann::json::parse(chromeTrace(r));
+  int slices = 0, stalls = 0;
+  for (const auto& e : trace["traceEvents"]) {
+    if (e["ph"] != "X") continue;
+    ++slices;
+    if (e.contains("cat") && e["cat"] == "exposed") ++stalls;
+    if (e["tid"] == 1) CHECK(e["ts"].get<double>() == Approx(2000));
+  }
+  CHECK(slices == 3);
+  CHECK(stalls == 1);
+}
+
+TEST_CASE("simulator: collectives nobody waits for count as an exposed tail", "[sched]") {
+  Sim s;
+  Node* g = s.input("g", f32({500, 1000}));
+  Node* rs =
+      s.call("_c10d_functional.reduce_scatter_tensor.default",
+             {Arg::ofNode(g), Arg::ofStr("sum"), Arg::ofInt(2), Arg::ofStr("0")}, f32({250, 1000}));
+  s.output({rs});
+  SimResult r = s.run();
+  CHECK(r.compute == 0);
+  CHECK(r.step == Approx(1 * kMs));
+  CHECK(r.exposed_comm == Approx(1 * kMs));
+}
+
+TEST_CASE("simulator: peak memory is the memory analysis of the same order", "[sched]") {
+  Sim s;
+  Node* w = s.input("w", f32({250, 1000}), InputKind::Parameter);
+  Node* x = s.input("x", f32({1000, 500}));
+  Node* y = s.mm(x, s.wait(s.gather(w)));
+  s.output({y});
+  SimResult r = s.run();
+  MemoryProfile mem = analyzeMemory(s.g, computePhases(s.g));
+  CHECK(r.peak_memory_bytes == mem.peak_bytes);
+  CHECK(r.peak_memory_bytes > 0);
+  nlohmann::json j = simulationJson(r, s.cm.hardware());
+  CHECK(j["peak_memory_bytes"] == mem.peak_bytes);
+  CHECK(j["exposed_comm_share"].get<double>() == Approx(0.5));
+  std::string table = simulationTable(r, s.cm.hardware());
+  CHECK(table.find("exposed communication") != std::string::npos);
+  CHECK(table.find("50.0% of step") != std::string::npos);
+}

@@ -1,0 +1,68 @@
+// Helpers the subcommands share: loading an input with a located error, choosing and checking
+// an output path, and printing errors the same way everywhere ("jointfx <cmd>: <message>").
+#pragma once
+
+#include <filesystem>
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "ir/error.h"
+#include "ir/io.h"
+#include "tools/jointfx/commands.h"
+
+namespace jfx::cli {
+
+inline void printError(const std::string& cmd, const std::string& message) {
+  std::cerr << "jointfx " << cmd << ": " << message << "\n";
+}
+
+// nullptr after printing the error.
+inline std::unique_ptr<Graph> loadInput(const std::string& cmd, const std::string& path) {
+  try {
+    return loadGraph(path);
+  } catch (const JfxError& e) {
+    printError(cmd, e.what());
+  } catch (const std::exception& e) {
+    printError(cmd, path + ": error: " + e.what());
+  }
+  return nullptr;
+}
+
+// The output format: --format when given, else the extension; stdout defaults to text.
+inline std::optional<GraphFormat> outputFormat(const std::string& cmd, const std::string& path,
+                                               const std::string& forced) {
+  if (forced == "json") return GraphFormat::Json;
+  if (forced == "text") return GraphFormat::Text;
+  if (path == "-") return GraphFormat::Text;
+  if (auto f = formatFromPath(path)) return f;
+  printError(cmd, path + ": error: cannot tell the output format (expected a .json or .jfx " +
+                      "extension, or --format json|text)");
+  return std::nullopt;
+}
+
+// Never overwrite an input: true (after printing the error) when `out` is the same file as `in`.
+inline bool wouldOverwriteInput(const std::string& cmd, const std::string& in,
+                                const std::string& out) {
+  if (in == "-" || out == "-") return false;
+  std::error_code ec;
+  if (!std::filesystem::equivalent(in, out, ec) || ec) return false;
+  printError(cmd, out + ": error: refusing to write the output over the input file");
+  return true;
+}
+
+inline bool saveOutput(const std::string& cmd, const Graph& g, const std::string& path,
+                       GraphFormat format) {
+  try {
+    saveGraph(g, path, format);
+    return true;
+  } catch (const JfxError& e) {
+    printError(cmd, e.what());
+  } catch (const std::exception& e) {
+    printError(cmd, path + ": error: " + e.what());
+  }
+  return false;
+}
+
+}  // namespace jfx::cli

@@ -1,0 +1,294 @@
+// jointfx analyze IN [--json] [--memory-csv FILE] [--top K] [--hardware FILE [--trace FILE]]:
+// what the analyses say about a graph. Sections, in order: graph, phases
+// (passes/analysis/phase.h), fsdp (passes/analysis/fsdp.h), memory (passes/analysis/memory.h),
+// and with --hardware the timeline simulation (passes/analysis/simulator.h). Exit codes: 0 ok,
+// 1 the graph fails verification (the analyses assume a well-formed graph; --no-verify skips the
+// check), 2 usage or input error.
+//
+// Extending: add options to AnalyzeArgs, compute in runAnalyze() next to the others, and add one
+// JSON key and one text block (each section owns both, so --json and text stay in step).
+#include <cstdio>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "ir/verifier.h"
+#include "passes/analysis/fsdp.h"
+#include "passes/analysis/memory.h"
+#include "passes/analysis/phase.h"
+#include "passes/analysis/simulator.h"
+#include "tools/jointfx/cli_util.h"
+
+namespace jfx::cli {
+
+namespace {
+
+struct AnalyzeArgs {
+  std::string input;
+  bool json = false;
+  bool no_verify = false;
+  std::string memory_csv;  // "" = none
+  size_t top = 10;
+  std::string hardware;  // "" = no simulation
+  std::string trace;     // "" = none; needs hardware
+};
+
+std::string humanBytes(int64_t b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(b);
+  int u = 0;
+  while (v >= 1024 && u < 4) {
+    v /= 1024;
+    ++u;
+  }
+  char buf[64];
+  if (u == 0)
+    std::snprintf(buf, sizeof buf, "%lld B", static_cast<long long>(b));
+  else
+    std::snprintf(buf, sizeof buf, "%.2f %s", v, units[u]);
+  return buf;
+}
+
+std::string phaseOf(const PhaseInfo& phases, const Node* n) {
+  return n ? std::string(phaseName(phases.of(n))) : "unknown";
+}
+
+// ---- graph
+void graphSection(const Graph& g, nlohmann::json& j, std::ostream& text) {
+  int64_t inputs = 0, params = 0, param_bytes = 0;
+  g.forEach([&](const Node* n) {
+    if (n->op() != OpKind::Placeholder) return;
+    ++inputs;
+    if (n->inputKind() == InputKind::Parameter) {
+      ++params;
+      param_bytes += n->val().bytes();
+    }
+  });
+  j["graph"] = {{"nodes", g.size()},
+                {"inputs", inputs},
+                {"parameters", params},
+                {"parameter_bytes", param_bytes}};
+  text << "graph: " << g.size() << " nodes, " << inputs << " inputs (" << params << " parameters, "
+       << humanBytes(param_bytes) << ")\n";
+}
+
+// ---- phases
+void phaseSection(const Graph& g, const PhaseInfo& phases, nlohmann::json& j, std::ostream& text) {
+  std::map<std::string, int64_t> counts;
+  for (Phase p : {Phase::Forward, Phase::Loss, Phase::Backward})
+    counts[std::string(phaseName(p))] = 0;
+  g.forEach([&](const Node* n) {
+    if (n->op() == OpKind::CallFunction) ++counts[std::string(phaseName(phases.of(n)))];
+  });
+  j["phases"] = {{"counts", counts},
+                 {"loss_node", phases.lossNode() ? phases.lossNode()->name() : ""},
+                 {"from_meta", phases.fromMeta()},
+                 {"from_autograd_flag", phases.fromAutogradFlag()},
+                 {"from_structure", phases.fromStructure()}};
+  text << "phases: forward " << counts["forward"] << ", loss " << counts["loss"] << ", backward "
+       << counts["backward"] << " (from meta " << phases.fromMeta() << ", autograd flag "
+       << phases.fromAutogradFlag() << ", structure " << phases.fromStructure() << ")\n";
+}
+
+// ---- fsdp
+void fsdpSection(const Graph& g, const PhaseInfo& phases, const FsdpAnalysis& fsdp,
+                 nlohmann::json& j, std::ostream& text) {
+  // All-gathers (FSDP or not) by derived phase: the figure reshard-after-forward changes.
+  std::map<std::string, int64_t> gathers;
+  for (Phase p : {Phase::Forward, Phase::Loss, Phase::Backward})
+    gathers[std::string(phaseName(p))] = 0;
+  g.forEach([&](const Node* n) {
+    if (n->isCollective() && n->info().collective == CollectiveKind::AllGather)
+      ++gathers[std::string(phaseName(phases.of(n)))];
+  });
+  // (parameter, side) pairs gathered more than once: what dedup-fsdp-unshard removes.
+  std::map<std::pair<uint32_t, bool>, int> per_param;
+  int64_t fwd_chains = 0, bwd_chains = 0;
+  nlohmann::json chains = nlohmann::json::array();
+  for (const auto& c : fsdp.unshard) {
+    bool bwd = phases.isBackward(c.all_gather);
+    (bwd ? bwd_chains : fwd_chains) += 1;
+    ++per_param[{c.param->id(), bwd}];
+    std::vector<std::string> saves;
+    for (const Node* s : c.save_points)
+      saves.push_back(s->name());
+    chains.push_back({{"param", c.param->name()},
+                      {"fqn", c.param->inputFqn()},
+                      {"all_gather", c.all_gather->name()},
+                      {"phase", phaseOf(phases, c.all_gather)},
+                      {"pre", c.pre.size()},
+                      {"post", c.post.size()},
+                      {"save_points", saves},
+                      {"recompute", std::string(recomputeName(c.wait->meta().recompute))}});
+  }
+  int64_t twice = 0;
+  for (const auto& kv : per_param)
+    twice += kv.second > 1;
+  int64_t hsdp = 0;
+  for (const auto& gc : fsdp.grads)
+    hsdp += gc.all_reduce != nullptr;
+  std::vector<std::string> others;
+  for (const Node* n : fsdp.other_collectives)
+    others.push_back(n->name());
+  j["fsdp"] = {{"unshard_chains", {{"forward", fwd_chains}, {"backward", bwd_chains}}},
+               {"all_gathers_by_phase", gathers},
+               {"params_gathered_more_than_once_per_phase", twice},
+               {"gradient_chains", fsdp.grads.size()},
+               {"hsdp_all_reduces", hsdp},
+               {"other_collectives", others},
+               {"chains", chains}};
+  text << "fsdp:\n"
+       << "  unshard chains: " << fwd_chains << " forward, " << bwd_chains << " backward\n"
+       << "  all-gathers by phase: forward " << gathers["forward"] << ", loss " << gathers["loss"]
+       << ", backward " << gathers["backward"] << "\n"
+       << "  parameters gathered more than once per phase: " << twice << "\n"
+       << "  gradient chains: " << fsdp.grads.size() << " (hsdp all-reduces: " << hsdp << ")\n"
+       << "  other collectives (left alone): " << others.size() << "\n";
+}
+
+// ---- memory
+void memorySection(const PhaseInfo& phases, const MemoryProfile& mem, nlohmann::json& j,
+                   std::ostream& text) {
+  nlohmann::json per_phase = nlohmann::json::object();
+  for (Phase p : {Phase::Forward, Phase::Loss, Phase::Backward}) {
+    const PhasePeak& pp = mem.peakOf(p);
+    if (pp.node)
+      per_phase[std::string(phaseName(p))] = {{"bytes", pp.bytes}, {"node", pp.node->name()}};
+  }
+  nlohmann::json largest = nlohmann::json::array();
+  for (const LiveTensor& t : mem.largest_at_peak)
+    largest.push_back({{"node", t.owner->name()},
+                       {"element", t.element},
+                       {"bytes", t.bytes},
+                       {"graph_input", t.is_input},
+                       {"phase", phaseOf(phases, t.owner)}});
+  j["memory"] = {{"peak_bytes", mem.peak_bytes},
+                 {"peak_node", mem.peak_node ? mem.peak_node->name() : ""},
+                 {"peak_phase", phaseOf(phases, mem.peak_node)},
+                 {"input_bytes", mem.input_bytes},
+                 {"phase_peaks", per_phase},
+                 {"largest_at_peak", largest}};
+  text << "memory (estimated):\n"
+       << "  peak: " << humanBytes(mem.peak_bytes);
+  if (mem.peak_node)
+    text << " at '" << mem.peak_node->name() << "' (" << phaseOf(phases, mem.peak_node) << ")";
+  text << "\n  graph inputs: " << humanBytes(mem.input_bytes) << "\n";
+  for (Phase p : {Phase::Forward, Phase::Loss, Phase::Backward}) {
+    const PhasePeak& pp = mem.peakOf(p);
+    if (pp.node)
+      text << "  " << phaseName(p) << " peak: " << humanBytes(pp.bytes) << " at '"
+           << pp.node->name() << "'\n";
+  }
+  if (!mem.largest_at_peak.empty()) text << "  largest live tensors at the peak:\n";
+  for (const LiveTensor& t : mem.largest_at_peak) {
+    text << "    " << humanBytes(t.bytes) << "  " << t.owner->name();
+    if (t.element) text << "[" << t.element << "]";
+    text << " (" << (t.is_input ? "graph input" : phaseOf(phases, t.owner)) << ")\n";
+  }
+}
+
+std::string memoryCsv(const PhaseInfo& phases, const MemoryProfile& mem) {
+  std::ostringstream os;
+  os << "step,node,phase,live_bytes\n";
+  for (size_t i = 0; i < mem.curve.size(); ++i)
+    os << i << "," << mem.curve[i].node->name() << "," << phaseOf(phases, mem.curve[i].node) << ","
+       << mem.curve[i].live_bytes << "\n";
+  return os.str();
+}
+
+int runAnalyze(const AnalyzeArgs& args) {
+  std::unique_ptr<Graph> g = loadInput("analyze", args.input);
+  if (!g) return kInputError;
+  auto issues = args.no_verify ? std::vector<VerifyIssue>{} : verifyGraph(*g);
+  if (!issues.empty()) {
+    for (const auto& issue : issues)
+      std::cerr << args.input << ": " << issue.str() << "\n";
+    printError("analyze", args.input + ": the graph fails verification (" +
+                              std::to_string(issues.size()) + " issue" +
+                              (issues.size() == 1 ? "" : "s") + "); analyses need a valid graph");
+    return kVerifyFailed;
+  }
+  PhaseInfo phases = computePhases(*g);
+  FsdpAnalysis fsdp = analyzeFsdp(*g, phases);
+  MemoryOptions mopts;
+  mopts.top_k = args.top;
+  MemoryProfile mem = analyzeMemory(*g, phases, mopts);
+
+  nlohmann::json report = nlohmann::json::object();
+  std::ostringstream text;
+  graphSection(*g, report, text);
+  phaseSection(*g, phases, report, text);
+  fsdpSection(*g, phases, fsdp, report, text);
+  memorySection(phases, mem, report, text);
+
+  // ---- simulation (passes/analysis/simulator.h): the memory section above already has the peak.
+  if (!args.hardware.empty()) {
+    std::optional<CostModel> cost;
+    try {
+      cost.emplace(loadHardwareProfile(args.hardware));
+    } catch (const JfxError& e) {
+      printError("analyze", e.what());
+      return kInputError;
+    }
+    SimOptions sopts;
+    sopts.record_trace = !args.trace.empty();
+    sopts.memory = sopts.record_trace;  // the trace's memory track; the peak is mem's either way
+    SimResult sim = simulate(*g, *cost, sopts);
+    sim.peak_memory_bytes = mem.peak_bytes;
+    report["simulation"] = simulationJson(sim, cost->hardware());
+    text << simulationTable(sim, cost->hardware());
+    if (!args.trace.empty()) {
+      try {
+        writeFileAtomic(args.trace, chromeTrace(sim));
+      } catch (const std::exception& e) {
+        printError("analyze", args.trace + ": error: " + e.what());
+        return kInputError;
+      }
+    }
+  }
+
+  if (!args.memory_csv.empty()) {
+    try {
+      writeFileAtomic(args.memory_csv, memoryCsv(phases, mem));
+    } catch (const std::exception& e) {
+      printError("analyze", args.memory_csv + ": error: " + e.what());
+      return kInputError;
+    }
+  }
+  if (args.json)
+    std::cout << report.dump(2) << "\n";
+  else
+    std::cout << text.str();
+  return kOk;
+}
+
+}  // namespace
+
+void addAnalyzeCommand(CLI::App& app, int& exit_code) {
+  auto args = std::make_shared<AnalyzeArgs>();
+  CLI::App* cmd =
+      app.add_subcommand("analyze", "Phases, FSDP chains and estimated peak memory of a graph");
+  cmd->add_option("input", args->input, "Graph file (.json, .jfx, or - for stdin)")->required();
+  cmd->add_flag("--json", args->json, "Print JSON for scripts");
+  cmd->add_flag(
+      "--no-verify", args->no_verify,
+      "Analyze without verifying first (e.g. dead reads of a collective before its wait)");
+  cmd->add_option("--memory-csv", args->memory_csv,
+                  "Write the live-bytes curve (step,node,phase,live_bytes) to this CSV file");
+  cmd->add_option("--top", args->top, "Largest live tensors to list at the peak (default 10)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--hardware", args->hardware,
+                  "Simulate the step on this hardware profile (configs/hardware/*.json): step "
+                  "time, compute, communication, exposed communication");
+  cmd->add_option("--trace", args->trace,
+                  "With --hardware: write a Chrome/Perfetto trace of the simulated step")
+      ->needs("--hardware");
+  cmd->callback([args, &exit_code] { exit_code = runAnalyze(*args); });
+}
+
+}  // namespace jfx::cli

@@ -1,0 +1,98 @@
+// jointfx opt IN -o OUT --pipeline SPEC: load, run a pass pipeline, save.
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "passes/pass_manager.h"
+#include "tools/jointfx/cli_util.h"
+
+namespace jfx::cli {
+
+namespace {
+
+struct OptArgs {
+  std::string input;
+  std::string output;
+  std::string pipeline;
+  std::string format;
+  bool no_verify = false;
+  bool verify_one_gather = false;
+  bool print_ir_after_all = false;
+  std::vector<std::string> print_ir_after;
+  bool timing = false;
+  bool stats = false;
+  bool remarks = false;
+  int stop_after = -1;
+};
+
+int runOpt(const OptArgs& a) {
+  auto format = outputFormat("opt", a.output, a.format);
+  if (!format || wouldOverwriteInput("opt", a.input, a.output)) return kInputError;
+
+  // Parse and configure every pass before loading: a typo in the pipeline costs nothing.
+  std::vector<ConfiguredPass> passes;
+  try {
+    passes = buildPipeline(resolvePipeline(a.pipeline));
+  } catch (const JfxError& e) {
+    printError("opt", e.what());
+    return kInputError;
+  }
+
+  std::unique_ptr<Graph> g = loadInput("opt", a.input);
+  if (!g) return kInputError;
+
+  PassManagerOptions opts;
+  opts.verify_each = !a.no_verify;
+  opts.verify.one_gather_per_param_per_phase = a.verify_one_gather;
+  opts.print_ir_after_all = a.print_ir_after_all;
+  opts.print_ir_after = a.print_ir_after;
+  opts.timing = a.timing;
+  opts.stats = a.stats;
+  opts.remarks = a.remarks;
+  opts.stop_after = a.stop_after;
+  try {
+    runPasses(*g, passes, opts);
+  } catch (const PipelineVerifyError& e) {
+    printError("opt", a.input + ": " + e.what());
+    return kVerifyFailed;
+  } catch (const JfxError& e) {
+    printError("opt", a.input + ": " + e.what());
+    return kInputError;
+  }
+  return saveOutput("opt", *g, a.output, *format) ? kOk : kInputError;
+}
+
+}  // namespace
+
+void addOptCommand(CLI::App& app, int& exit_code) {
+  auto args = std::make_shared<OptArgs>();
+  CLI::App* cmd = app.add_subcommand("opt", "Run a pass pipeline over a graph");
+  cmd->add_option("input", args->input, "Graph file (.json, .jfx, or - for stdin)")->required();
+  cmd->add_option("-o,--output", args->output,
+                  "Output file (.json, .jfx, or - for stdout); never the input file")
+      ->required();
+  cmd->add_option("-p,--pipeline", args->pipeline,
+                  "Passes, e.g. 'dce,bucket{cap-mb=64, kinds=ag,rs}', or a pipeline .json file")
+      ->required();
+  cmd->add_option("--format", args->format, "Output format, overriding the extension")
+      ->check(CLI::IsMember({"json", "text"}));
+  cmd->add_flag("--no-verify", args->no_verify,
+                "Do not verify the input and the graph after each changing pass");
+  cmd->add_flag("--verify-one-gather", args->verify_one_gather,
+                "Verification also requires one all-gather per parameter per phase");
+  cmd->add_flag("--print-ir-after-all", args->print_ir_after_all,
+                "Print the text IR to stderr after every pass");
+  cmd->add_option("--print-ir-after", args->print_ir_after,
+                  "Print the text IR to stderr after the named pass (repeatable)")
+      ->allow_extra_args(false)  // one name per flag, so the positional input is not eaten
+      ->delimiter(',');
+  cmd->add_flag("--timing", args->timing, "Print a table of pass times to stderr");
+  cmd->add_flag("--stats", args->stats, "Print pass statistics to stderr");
+  cmd->add_flag("--remarks", args->remarks, "Print pass remarks to stderr");
+  cmd->add_option("--stop-after", args->stop_after, "Run only the first N passes (for bisecting)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->callback([args, &exit_code] { exit_code = runOpt(*args); });
+}
+
+}  // namespace jfx::cli

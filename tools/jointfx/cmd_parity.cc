@@ -1,0 +1,40 @@
+// jointfx parity A [B] [--pipeline P] --nproc N --steps S: runs two graphs (or one graph before
+// and after a pass pipeline) with the same data and compares the loss and every gradient of
+// every step on every rank bit for bit (docs/executor.md). Exit 0 identical, 1 different.
+#include <memory>
+#include <string>
+
+#include "runtime/exec_cli.h"
+#include "tools/jointfx/cli_util.h"
+
+namespace jfx::cli {
+
+void addParityCommand(CLI::App& app, int& exit_code) {
+  auto o = std::make_shared<rt::ParityOptions>();
+  o->exec.steps = 3;
+  CLI::App* cmd = app.add_subcommand(
+      "parity",
+      "Run graph A and graph B (or A after --pipeline) on the same data; exit 1 unless loss "
+      "and gradients match bitwise on every rank and step");
+  cmd->option_defaults()->always_capture_default();
+  cmd->footer("Exit codes: 0 identical, 1 different, 2 usage or input error, 3 a run failed.");
+  cmd->add_option("a", o->a, "Reference graph (.json or .jfx)")->required();
+  cmd->add_option("b", o->b, "Graph to compare (default: A after --pipeline)");
+  cmd->add_option("-p,--pipeline", o->pipeline,
+                  "Pass pipeline that turns A into B (text or configs/pipelines/*.json); "
+                  "empty: A itself, round-tripped through JSON");
+  cmd->add_option("--keep", o->keep, "Keep the run directories (graphs, gradients, logs) here");
+  rt::addRunOptions(cmd, o->exec);
+  cmd->callback([o, &exit_code] {
+#if JFX_HAVE_RUNTIME
+    exit_code = rt::runParity(*o);
+#else
+    printError("parity",
+               "this jointfx was built without the LibTorch runtime (configure with "
+               "-DJFX_WITH_TORCH=ON)");
+    exit_code = kInputError;
+#endif
+  });
+}
+
+}  // namespace jfx::cli

@@ -1,0 +1,33 @@
+// jointfx: one binary, one subcommand per cmd_<name>.cc (see commands.h for the exit codes).
+#include <exception>
+#include <iostream>
+
+#include "tools/jointfx/commands.h"
+
+int main(int argc, char** argv) {
+  using namespace jfx::cli;
+  CLI::App app{"jointfx: compiler passes over PyTorch joint forward+backward FSDP graphs"};
+  app.set_version_flag("--version", "jointfx 0.1 (graph format 1)");
+  app.require_subcommand(1);
+  app.footer("Exit codes: 0 ok, 1 verification failed, 2 usage or input error.");
+  int exit_code = kOk;
+  addOptCommand(app, exit_code);
+  addVerifyCommand(app, exit_code);
+  addConvertCommand(app, exit_code);
+  addStatsCommand(app, exit_code);
+  addSynthCommand(app, exit_code);
+  addPassesCommand(app, exit_code);
+  addAnalyzeCommand(app, exit_code);
+  addExecCommand(app, exit_code);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // --help and --version come here too, with exit code 0.
+    return app.exit(e) == 0 ? kOk : kInputError;
+  } catch (const std::exception& e) {
+    // Subcommands catch their own errors; this is the last line of defence against a crash.
+    std::cerr << "jointfx: internal error: " << e.what() << "\n";
+    return kInputError;
+  }
+  return exit_code;
+}
