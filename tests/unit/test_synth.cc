@@ -258,15 +258,22 @@ TEST_CASE("synth: deterministic", "[synth]") {
   CHECK(structuralHash(*synthLlamaJoint(cfg)) != structuralHash(*a));
 }
 
-TEST_CASE("synth: round-trips through both formats", "[synth]") {
-  SynthConfig cfg;
-  cfg.param_dtype = ScalarType::BFloat16;
-  cfg.vocab = 33;
-  auto g = synthLlamaJoint(cfg);
-  std::string text = printTextGraph(*g);
-  CHECK(printTextGraph(*parseTextGraph(text, "<synth>")) == text);
-  std::string json = writeJsonGraph(*g);
-  CHECK(writeJsonGraph(*readJsonGraph(json, "<synth>")) == json);
+TEST_CASE("synth: round-trips through both formats at 1, 2 and 32 layers", "[synth]") {
+  for (int layers : {1, 2, 32}) {
+    CAPTURE(layers);
+    SynthConfig cfg;
+    cfg.layers = layers;
+    cfg.param_dtype = ScalarType::BFloat16;
+    cfg.vocab = 33;
+    auto g = synthLlamaJoint(cfg);
+    std::string text = printTextGraph(*g);
+    CHECK(printTextGraph(*parseTextGraph(text, "<synth>")) == text);
+    std::string json = writeJsonGraph(*g);
+    CHECK(writeJsonGraph(*readJsonGraph(json, "<synth>")) == json);
+    // JSON -> text -> JSON loses nothing.
+    CHECK(writeJsonGraph(*parseTextGraph(printTextGraph(*readJsonGraph(json, "<j>")), "<t>")) ==
+          json);
+  }
 }
 
 TEST_CASE("synth: presets have Llama 3's parameter counts", "[synth]") {
