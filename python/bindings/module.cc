@@ -1,4 +1,4 @@
-// jointfx._C: the in-process bridge from Python to the C++ pass manager. Graphs cross the
+// _jointfx_C: the in-process bridge from Python to the C++ pass manager. Graphs cross the
 // boundary as JSON strings in the interchange format (docs/graph-format.md): no files and no
 // subprocesses, and the exporter/importer stay the single definition of the mapping to torch.fx.
 #include <pybind11/pybind11.h>
@@ -69,7 +69,7 @@ std::vector<std::string> passNames() {
 
 }  // namespace
 
-PYBIND11_MODULE(_C, m) {
+PYBIND11_MODULE(_jointfx_C, m) {
   m.doc() = "jointfx C++ pass manager, in process";
   // JfxError carries the located message; surface it as ValueError (bad graph or pipeline).
   py::register_exception<jfx::JfxError>(m, "JointfxError", PyExc_ValueError);

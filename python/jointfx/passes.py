@@ -1,7 +1,7 @@
 """Running C++ pass pipelines on torch.fx graphs in process.
 
 `run_pipeline(gm, "dce,tag-fsdp{reshard=always},remat")` exports the GraphModule to the JSON
-interchange format in memory, runs the C++ pass manager through the `jointfx._C` extension (no
+interchange format in memory, runs the C++ pass manager through the `_jointfx_C` extension (no
 files, no subprocess), and imports the result. `graph_pass(spec)` wraps that as a pass with
 GraphTrainer's signature `(gm, example_inputs, **kwargs) -> gm`.
 """
@@ -23,11 +23,11 @@ class PipelineError(ValueError):
 
 def _extension() -> Any:
     try:
-        from jointfx import _C
-    except ImportError as e:  # the extension is built by CMake (-DJFX_PYTHON=ON) or pip
-        raise ImportError(
-            "jointfx._C is not built: run scripts/build (or `pip install .`) first") from e
-    return _C
+        import _jointfx_C
+    except ImportError as e:  # built by scripts/build into build/python, or by `pip install .`
+        raise ImportError("the extension _jointfx_C is not on sys.path: run scripts/build and add "
+                          "build/python to PYTHONPATH, or `pip install .`") from e
+    return _jointfx_C
 
 
 def run_pipeline_doc(doc: Mapping[str, Any], pipeline: str, *, verify: bool = True,
