@@ -80,7 +80,8 @@ Arg Arg::ofOpaque(std::string_view type, std::string_view repr) {
 Arg Arg::ofInts(const std::vector<int64_t>& v) {
   std::vector<Arg> items;
   items.reserve(v.size());
-  for (int64_t i : v) items.push_back(ofInt(i));
+  for (int64_t i : v)
+    items.push_back(ofInt(i));
   return ofList(std::move(items));
 }
 

@@ -74,12 +74,14 @@ class Arg {
   template <typename F>
   void forEachNode(F&& f) {
     if (kind_ == Kind::Node) f(u_.node);
-    for (auto& a : items_) a.forEachNode(f);
+    for (auto& a : items_)
+      a.forEachNode(f);
   }
   template <typename F>
   void forEachNode(F&& f) const {
     if (kind_ == Kind::Node) f(static_cast<jfx::Node*>(u_.node));
-    for (const auto& a : items_) a.forEachNode(f);
+    for (const auto& a : items_)
+      a.forEachNode(f);
   }
 
   // Structural equality; node references compare by identity. Floats compare bitwise (nan == nan).

@@ -11,26 +11,62 @@ namespace {
 
 constexpr uint64_t kMaxGap = uint64_t{1} << 32;
 
-const OpInfo kPlaceholderInfo{"placeholder", OpCategory::Placeholder, AliasKind::None,
-                              CollectiveKind::None, false, false, true, FlopFormula::Zero,
-                              0, -1, -1, -1, -1};
-const OpInfo kOutputInfo{"output", OpCategory::Output, AliasKind::None, CollectiveKind::None,
-                         false, false, true, FlopFormula::Zero, 1, 1, -1, -1, -1};
-const OpInfo kGetAttrInfo{"get_attr", OpCategory::GetAttr, AliasKind::None,
-                          CollectiveKind::None, false, false, false, FlopFormula::Zero,
-                          0, -1, -1, -1, -1};
+const OpInfo kPlaceholderInfo{"placeholder",
+                              OpCategory::Placeholder,
+                              AliasKind::None,
+                              CollectiveKind::None,
+                              false,
+                              false,
+                              true,
+                              FlopFormula::Zero,
+                              0,
+                              -1,
+                              -1,
+                              -1,
+                              -1};
+const OpInfo kOutputInfo{"output",
+                         OpCategory::Output,
+                         AliasKind::None,
+                         CollectiveKind::None,
+                         false,
+                         false,
+                         true,
+                         FlopFormula::Zero,
+                         1,
+                         1,
+                         -1,
+                         -1,
+                         -1};
+const OpInfo kGetAttrInfo{"get_attr",
+                          OpCategory::GetAttr,
+                          AliasKind::None,
+                          CollectiveKind::None,
+                          false,
+                          false,
+                          false,
+                          FlopFormula::Zero,
+                          0,
+                          -1,
+                          -1,
+                          -1,
+                          -1};
 
 const OpInfo* infoFor(OpKind op, Symbol target) {
   switch (op) {
-    case OpKind::Placeholder: return &kPlaceholderInfo;
-    case OpKind::Output: return &kOutputInfo;
-    case OpKind::GetAttr: return &kGetAttrInfo;
-    case OpKind::CallFunction: return &opInfo(target);
+    case OpKind::Placeholder:
+      return &kPlaceholderInfo;
+    case OpKind::Output:
+      return &kOutputInfo;
+    case OpKind::GetAttr:
+      return &kGetAttrInfo;
+    case OpKind::CallFunction:
+      return &opInfo(target);
   }
   return &opInfo(target);
 }
 
-// "aten.mm.default" -> "mm"; "operator.getitem" -> "getitem"; "_c10d_functional.wait_tensor.default"
+// "aten.mm.default" -> "mm"; "operator.getitem" -> "getitem";
+// "_c10d_functional.wait_tensor.default"
 // -> "wait_tensor". FX names nodes the same way.
 std::string nameFromTarget(std::string_view target) {
   std::vector<std::string_view> parts;
@@ -42,8 +78,10 @@ std::string nameFromTarget(std::string_view target) {
     }
   }
   std::string_view base = target;
-  if (parts.size() >= 3) base = parts[1];
-  else if (parts.size() == 2) base = parts[1];
+  if (parts.size() >= 3)
+    base = parts[1];
+  else if (parts.size() == 2)
+    base = parts[1];
   std::string s(base);
   if (s.empty()) s = "node";
   for (char& c : s)
@@ -61,8 +99,10 @@ bool setOperand(std::vector<Arg>& args, Kwargs& kwargs, uint32_t k, Node* value)
       done = true;
     }
   };
-  for (auto& a : args) a.forEachNode(visit);
-  for (auto& kv : kwargs) kv.second.forEachNode(visit);
+  for (auto& a : args)
+    a.forEachNode(visit);
+  for (auto& kv : kwargs)
+    kv.second.forEachNode(visit);
   return done;
 }
 
@@ -70,10 +110,14 @@ bool setOperand(std::vector<Arg>& args, Kwargs& kwargs, uint32_t k, Node* value)
 
 std::string_view opKindName(OpKind k) {
   switch (k) {
-    case OpKind::Placeholder: return "placeholder";
-    case OpKind::CallFunction: return "call_function";
-    case OpKind::GetAttr: return "get_attr";
-    case OpKind::Output: return "output";
+    case OpKind::Placeholder:
+      return "placeholder";
+    case OpKind::CallFunction:
+      return "call_function";
+    case OpKind::GetAttr:
+      return "get_attr";
+    case OpKind::Output:
+      return "output";
   }
   return "call_function";
 }
@@ -86,10 +130,14 @@ std::optional<OpKind> opKindFromName(std::string_view s) {
 }
 std::string_view phaseName(Phase p) {
   switch (p) {
-    case Phase::Unknown: return "unknown";
-    case Phase::Forward: return "forward";
-    case Phase::Loss: return "loss";
-    case Phase::Backward: return "backward";
+    case Phase::Unknown:
+      return "unknown";
+    case Phase::Forward:
+      return "forward";
+    case Phase::Loss:
+      return "loss";
+    case Phase::Backward:
+      return "backward";
   }
   return "unknown";
 }
@@ -102,11 +150,16 @@ std::optional<Phase> phaseFromName(std::string_view s) {
 }
 std::string_view recomputeName(Recompute r) {
   switch (r) {
-    case Recompute::Unset: return "";
-    case Recompute::MustSave: return "MUST_SAVE";
-    case Recompute::PreferSave: return "PREFER_SAVE";
-    case Recompute::MustRecompute: return "MUST_RECOMPUTE";
-    case Recompute::PreferRecompute: return "PREFER_RECOMPUTE";
+    case Recompute::Unset:
+      return "";
+    case Recompute::MustSave:
+      return "MUST_SAVE";
+    case Recompute::PreferSave:
+      return "PREFER_SAVE";
+    case Recompute::MustRecompute:
+      return "MUST_RECOMPUTE";
+    case Recompute::PreferRecompute:
+      return "PREFER_RECOMPUTE";
   }
   return "";
 }
@@ -119,10 +172,14 @@ std::optional<Recompute> recomputeFromName(std::string_view s) {
 }
 std::string_view inputKindName(InputKind k) {
   switch (k) {
-    case InputKind::None: return "none";
-    case InputKind::Parameter: return "parameter";
-    case InputKind::Buffer: return "buffer";
-    case InputKind::UserInput: return "user_input";
+    case InputKind::None:
+      return "none";
+    case InputKind::Parameter:
+      return "parameter";
+    case InputKind::Buffer:
+      return "buffer";
+    case InputKind::UserInput:
+      return "user_input";
   }
   return "none";
 }
@@ -135,9 +192,12 @@ std::optional<InputKind> inputKindFromName(std::string_view s) {
 }
 std::string_view outputKindName(OutputKind k) {
   switch (k) {
-    case OutputKind::Other: return "other";
-    case OutputKind::Loss: return "loss";
-    case OutputKind::Gradient: return "gradient";
+    case OutputKind::Other:
+      return "other";
+    case OutputKind::Loss:
+      return "loss";
+    case OutputKind::Gradient:
+      return "gradient";
   }
   return "other";
 }
@@ -203,8 +263,10 @@ Node* Graph::cloneBefore(const Node* src, Node* before, const std::function<Node
   auto map = [&](Node*& ref) {
     if (Node* m = remap(ref)) ref = m;
   };
-  for (auto& a : args) a.forEachNode(map);
-  for (auto& kv : kwargs) kv.second.forEachNode(map);
+  for (auto& a : args)
+    a.forEachNode(map);
+  for (auto& kv : kwargs)
+    kv.second.forEachNode(map);
   Node* n = create(src->op_, src->target_, std::move(args), std::move(kwargs),
                    name.empty() ? std::string_view(src->name_) : name, before);
   n->val_ = src->val_;
@@ -217,15 +279,18 @@ Node* Graph::cloneBefore(const Node* src, Node* before, const std::function<Node
 void Graph::rebuildInputs(Node* n) {
   n->inputs_.clear();
   auto collect = [&](Node* ref) { n->inputs_.push_back(ref); };
-  for (const auto& a : n->args_) a.forEachNode(collect);
-  for (const auto& kv : n->kwargs_) kv.second.forEachNode(collect);
+  for (const auto& a : n->args_)
+    a.forEachNode(collect);
+  for (const auto& kv : n->kwargs_)
+    kv.second.forEachNode(collect);
 }
 
 void Graph::addUses(Node* n) {
   for (uint32_t k = 0; k < n->inputs_.size(); ++k) {
     Node* p = n->inputs_[k];
     if (p == nullptr || p->graph_ != this)
-      throw JfxError(SourceLocation::atNode(n->name_), "operand " + std::to_string(k) + " is not a node of this graph");
+      throw JfxError(SourceLocation::atNode(n->name_),
+                     "operand " + std::to_string(k) + " is not a node of this graph");
     p->uses_.push_back({n, k});
   }
 }
@@ -296,17 +361,25 @@ void Graph::link(Node* n, Node* before) {
   }
   n->prev_ = prev;
   n->next_ = before;
-  if (prev) prev->next_ = n;
-  else head_ = n;
-  if (before) before->prev_ = n;
-  else tail_ = n;
+  if (prev)
+    prev->next_ = n;
+  else
+    head_ = n;
+  if (before)
+    before->prev_ = n;
+  else
+    tail_ = n;
 }
 
 void Graph::unlink(Node* n) {
-  if (n->prev_) n->prev_->next_ = n->next_;
-  else head_ = n->next_;
-  if (n->next_) n->next_->prev_ = n->prev_;
-  else tail_ = n->prev_;
+  if (n->prev_)
+    n->prev_->next_ = n->next_;
+  else
+    head_ = n->next_;
+  if (n->next_)
+    n->next_->prev_ = n->prev_;
+  else
+    tail_ = n->prev_;
   n->prev_ = n->next_ = nullptr;
 }
 
@@ -354,7 +427,8 @@ void Graph::renumber() {
   // Spread live nodes evenly over the position space; leaves room at both ends.
   uint64_t gap = std::min<uint64_t>(kMaxGap, (uint64_t{1} << 62) / (live_ + 2));
   uint64_t pos = gap;
-  for (Node* n = head_; n; n = n->next_, pos += gap) n->pos_ = pos;
+  for (Node* n = head_; n; n = n->next_, pos += gap)
+    n->pos_ = pos;
 }
 
 void Graph::moveBefore(Node* n, Node* before) {
@@ -371,8 +445,9 @@ void Graph::moveAfter(Node* n, Node* after) {
 void Graph::erase(Node* n) {
   if (n->dead_) return;
   if (!n->uses_.empty())
-    throw JfxError(SourceLocation::atNode(n->name_), "cannot erase a node that still has " +
-                                           std::to_string(n->uses_.size()) + " use(s)");
+    throw JfxError(
+        SourceLocation::atNode(n->name_),
+        "cannot erase a node that still has " + std::to_string(n->uses_.size()) + " use(s)");
   dropUses(n);
   unlink(n);
   by_name_.erase(std::string_view(n->name_));
@@ -420,7 +495,8 @@ void Graph::eraseAll(const std::vector<Node*>& dead) {
 void Graph::rename(Node* n, std::string_view name) {
   if (n->name_ == name) return;
   if (by_name_.count(std::string(name)))
-    throw JfxError(SourceLocation::atNode(std::string(name)), "a node with this name already exists");
+    throw JfxError(SourceLocation::atNode(std::string(name)),
+                   "a node with this name already exists");
   by_name_.erase(std::string_view(n->name_));
   n->name_ = std::string(name);
   by_name_.emplace(std::string_view(n->name_), n);
@@ -434,7 +510,8 @@ Node* Graph::findNode(std::string_view name) const {
 std::vector<Node*> Graph::nodes() const {
   std::vector<Node*> out;
   out.reserve(live_);
-  for (Node* n = head_; n; n = n->next_) out.push_back(n);
+  for (Node* n = head_; n; n = n->next_)
+    out.push_back(n);
   return out;
 }
 

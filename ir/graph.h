@@ -192,8 +192,8 @@ class Graph {
                std::string_view name = "", Node* before = nullptr);
   Node* createCall(std::string_view target, std::vector<Arg> args, Kwargs kwargs = {},
                    Node* before = nullptr, std::string_view name = "") {
-    return create(OpKind::CallFunction, Symbol::intern(target), std::move(args),
-                  std::move(kwargs), name, before);
+    return create(OpKind::CallFunction, Symbol::intern(target), std::move(args), std::move(kwargs),
+                  name, before);
   }
   // Copies `src` (op, target, args with node references mapped through `remap`, kwargs, val and
   // meta) before `before`. The name is derived from `name` (default: src's name).
@@ -236,7 +236,8 @@ class Graph {
   // Iteration without a snapshot: for (Node* n = g.first(); n; n = n->next()).
   template <typename F>
   void forEach(F&& f) const {
-    for (Node* n = head_; n; n = n->next_) f(n);
+    for (Node* n = head_; n; n = n->next_)
+      f(n);
   }
 
  private:

@@ -39,18 +39,25 @@ enum class AliasKind : uint8_t {
   Out,      // writes the `out` kwarg and returns it
 };
 
-enum class CollectiveKind : uint8_t { None, AllGather, ReduceScatter, AllReduce, AllToAll, Broadcast };
+enum class CollectiveKind : uint8_t {
+  None,
+  AllGather,
+  ReduceScatter,
+  AllReduce,
+  AllToAll,
+  Broadcast
+};
 
 // How to count FLOPs from input/output tensor meta (see passes/analysis/cost_model).
 enum class FlopFormula : uint8_t {
   Zero,
-  OutNumel,   // one op per output element
-  InNumel,    // one op per element of input 0 (reductions)
-  Mm,         // 2*M*N*K from in0 [M,K], in1 [K,N]
-  Addmm,      // 2*M*N*K from in1 [M,K], in2 [K,N]
-  Bmm,        // 2*B*M*N*K
-  SdpaFwd,    // 4*B*H*Sq*Sk*D
-  SdpaBwd,    // 2.5 x forward (dQ, dK, dV and the recomputed scores)
+  OutNumel,  // one op per output element
+  InNumel,   // one op per element of input 0 (reductions)
+  Mm,        // 2*M*N*K from in0 [M,K], in1 [K,N]
+  Addmm,     // 2*M*N*K from in1 [M,K], in2 [K,N]
+  Bmm,       // 2*B*M*N*K
+  SdpaFwd,   // 4*B*H*Sq*Sk*D
+  SdpaBwd,   // 2.5 x forward (dQ, dK, dV and the recomputed scores)
 };
 
 struct OpInfo {
@@ -58,13 +65,13 @@ struct OpInfo {
   OpCategory category;
   AliasKind alias;
   CollectiveKind collective;
-  bool coalesced;     // a collective over a list of tensors
-  bool random;        // draws from the RNG: recomputing it changes results
-  bool side_effect;   // must never be removed by dead-code elimination
+  bool coalesced;    // a collective over a list of tensors
+  bool random;       // draws from the RNG: recomputing it changes results
+  bool side_effect;  // must never be removed by dead-code elimination
   FlopFormula flops;
-  int8_t min_args;    // positional-arity bounds; max -1 means unbounded
+  int8_t min_args;  // positional-arity bounds; max -1 means unbounded
   int8_t max_args;
-  int8_t reduce_op_arg;   // collectives: position of reduce_op, group_size, group_name (-1 = none)
+  int8_t reduce_op_arg;  // collectives: position of reduce_op, group_size, group_name (-1 = none)
   int8_t group_size_arg;
   int8_t group_name_arg;
 };

@@ -26,7 +26,8 @@ struct SymbolTable {
 
   SymbolTable() { add(std::string_view()); }
   ~SymbolTable() {
-    for (auto& c : chunks) delete[] c.load();
+    for (auto& c : chunks)
+      delete[] c.load();
   }
 
   uint32_t add(std::string_view s) {

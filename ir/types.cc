@@ -34,21 +34,31 @@ constexpr std::array<DtypeRow, 18> kDtypes{{
     {ScalarType::Undefined, "undefined", "undef", 0, false},
 }};
 
-const DtypeRow& row(ScalarType t) { return kDtypes[static_cast<size_t>(t)]; }
+const DtypeRow& row(ScalarType t) {
+  return kDtypes[static_cast<size_t>(t)];
+}
 
 }  // namespace
 
-std::string_view dtypeName(ScalarType t) { return row(t).name; }
-std::string_view dtypeShortName(ScalarType t) { return row(t).short_name; }
-int64_t dtypeItemSize(ScalarType t) { return row(t).item_size; }
-bool dtypeIsFloatingPoint(ScalarType t) { return row(t).floating; }
+std::string_view dtypeName(ScalarType t) {
+  return row(t).name;
+}
+std::string_view dtypeShortName(ScalarType t) {
+  return row(t).short_name;
+}
+int64_t dtypeItemSize(ScalarType t) {
+  return row(t).item_size;
+}
+bool dtypeIsFloatingPoint(ScalarType t) {
+  return row(t).floating;
+}
 
 std::optional<ScalarType> dtypeFromName(std::string_view name) {
   if (name.starts_with("torch.")) name.remove_prefix(6);
   for (const auto& r : kDtypes)
     if (r.name == name) return r.type;
   // torch's aliases
-  if (name == "float" ) return ScalarType::Float32;
+  if (name == "float") return ScalarType::Float32;
   if (name == "double") return ScalarType::Float64;
   if (name == "half") return ScalarType::Float16;
   if (name == "long") return ScalarType::Int64;
@@ -64,7 +74,8 @@ std::optional<ScalarType> dtypeFromShortName(std::string_view name) {
 
 int64_t TensorMeta::numel() const {
   int64_t n = 1;
-  for (int64_t d : shape) n *= d;
+  for (int64_t d : shape)
+    n *= d;
   return n;
 }
 
@@ -78,7 +89,9 @@ std::vector<int64_t> TensorMeta::contiguousStride(const std::vector<int64_t>& sh
   return stride;
 }
 
-bool TensorMeta::isContiguous() const { return stride == contiguousStride(shape); }
+bool TensorMeta::isContiguous() const {
+  return stride == contiguousStride(shape);
+}
 
 int64_t ValueMeta::bytes() const {
   switch (kind) {
@@ -86,7 +99,8 @@ int64_t ValueMeta::bytes() const {
       return tensor.bytes();
     case Kind::List: {
       int64_t b = 0;
-      for (const auto& v : items) b += v.bytes();
+      for (const auto& v : items)
+        b += v.bytes();
       return b;
     }
     default:

@@ -34,8 +34,8 @@ enum class ScalarType : uint8_t {
   Undefined,
 };
 
-std::string_view dtypeName(ScalarType t);       // "float32"
-std::string_view dtypeShortName(ScalarType t);  // "f32"
+std::string_view dtypeName(ScalarType t);                             // "float32"
+std::string_view dtypeShortName(ScalarType t);                        // "f32"
 std::optional<ScalarType> dtypeFromName(std::string_view name);       // accepts "torch.float32" too
 std::optional<ScalarType> dtypeFromShortName(std::string_view name);  // "f32"
 int64_t dtypeItemSize(ScalarType t);
@@ -59,10 +59,10 @@ struct TensorMeta {
 struct ValueMeta {
   enum class Kind : uint8_t { Absent, None, Tensor, List, Int, Float, Bool };
   Kind kind = Kind::Absent;
-  TensorMeta tensor;            // kind == Tensor
+  TensorMeta tensor;             // kind == Tensor
   std::vector<ValueMeta> items;  // kind == List
-  int64_t i = 0;                // kind == Int or Bool
-  double f = 0;                 // kind == Float
+  int64_t i = 0;                 // kind == Int or Bool
+  double f = 0;                  // kind == Float
 
   static ValueMeta ofTensor(TensorMeta t) {
     ValueMeta v;

@@ -10,8 +10,8 @@ namespace {
 
 [[noreturn]] void badOption(const std::string& pass, const std::string& key,
                             const std::string& value, const std::string& expected) {
-  throw JfxError({}, "pass '" + pass + "': option '" + key + "=" + value + "': expected " +
-                         expected);
+  throw JfxError({},
+                 "pass '" + pass + "': option '" + key + "=" + value + "': expected " + expected);
 }
 
 }  // namespace
@@ -60,7 +60,8 @@ std::string PassOptions::getEnum(const std::string& key, const std::vector<std::
   for (const auto& c : choices)
     if (c == v) return v;
   std::string expected = "one of";
-  for (size_t i = 0; i < choices.size(); ++i) expected += (i ? ", " : " ") + choices[i];
+  for (size_t i = 0; i < choices.size(); ++i)
+    expected += (i ? ", " : " ") + choices[i];
   badOption(pass_, key, v, expected);
 }
 

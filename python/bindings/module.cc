@@ -57,13 +57,15 @@ std::vector<std::string> verifyJson(const std::string& doc, bool one_gather_per_
   jfx::VerifyOptions opts;
   opts.one_gather_per_param_per_phase = one_gather_per_param;
   std::vector<std::string> out;
-  for (const auto& issue : jfx::verifyGraph(*g, opts)) out.push_back(issue.str());
+  for (const auto& issue : jfx::verifyGraph(*g, opts))
+    out.push_back(issue.str());
   return out;
 }
 
 std::vector<std::string> passNames() {
   std::vector<std::string> out;
-  for (const auto& reg : jfx::passRegistry()) out.emplace_back(reg.name);
+  for (const auto& reg : jfx::passRegistry())
+    out.emplace_back(reg.name);
   return out;
 }
 

@@ -93,7 +93,8 @@ TEST_CASE("graph: cloneBefore remaps operands and copies meta", "[ir]") {
   Node* a = g.createCall("aten.neg.default", {Arg::ofNode(x)});
   a->meta().phase = Phase::Forward;
   a->meta().recompute = Recompute::MustRecompute;
-  Node* c = g.cloneBefore(a, nullptr, [&](Node* n) { return n == x ? y : nullptr; }, "neg_re");
+  Node* c = g.cloneBefore(
+      a, nullptr, [&](Node* n) { return n == x ? y : nullptr; }, "neg_re");
   CHECK(c->name() == "neg_re");
   CHECK(c->input(0) == y);
   CHECK(c->meta().recompute == Recompute::MustRecompute);
