@@ -1,6 +1,7 @@
 #include "passes/analysis/memory.h"
 
 #include <algorithm>
+#include <cstdio>
 
 namespace jfx {
 namespace {
@@ -165,6 +166,22 @@ MemoryProfile analyzeMemory(const Graph& g, const PhaseInfo& phases, const Memor
     prof.largest_at_peak.push_back({st.owner, st.element, st.bytes, st.input});
   }
   return prof;
+}
+
+std::string formatBytes(int64_t bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(bytes);
+  int u = 0;
+  while (v >= 1024 && u < 4) {
+    v /= 1024;
+    ++u;
+  }
+  char buf[64];
+  if (u == 0)
+    std::snprintf(buf, sizeof buf, "%lld B", static_cast<long long>(bytes));
+  else
+    std::snprintf(buf, sizeof buf, "%.2f %s", v, units[u]);
+  return buf;
 }
 
 }  // namespace jfx

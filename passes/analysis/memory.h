@@ -17,6 +17,7 @@
 
 #include <array>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "ir/graph.h"
@@ -57,5 +58,8 @@ struct MemoryProfile {
 
 MemoryProfile analyzeMemory(const Graph& g, const PhaseInfo& phases,
                             const MemoryOptions& opts = {});
+
+// Bytes for people: "512 B", "1.50 KiB", ... "2.00 TiB" (two decimals above 1 KiB).
+std::string formatBytes(int64_t bytes);
 
 }  // namespace jfx

@@ -16,20 +16,6 @@ std::string fmtMs(double seconds) {
   return buf;
 }
 
-std::string fmtBytes(int64_t b) {
-  char buf[64];
-  double v = static_cast<double>(b);
-  if (b >= (int64_t{1} << 30))
-    std::snprintf(buf, sizeof buf, "%.2f GiB", v / (1 << 30));
-  else if (b >= (int64_t{1} << 20))
-    std::snprintf(buf, sizeof buf, "%.2f MiB", v / (1 << 20));
-  else if (b >= 1024)
-    std::snprintf(buf, sizeof buf, "%.2f KiB", v / 1024);
-  else
-    std::snprintf(buf, sizeof buf, "%lld B", static_cast<long long>(b));
-  return buf;
-}
-
 }  // namespace
 
 SimResult simulate(const Graph& g, const CostModel& cost, const SimOptions& opts) {
@@ -129,13 +115,13 @@ std::string simulationTable(const SimResult& r, const HardwareProfile& hw) {
   out += buf;
   std::snprintf(buf, sizeof buf, "  communication: %s (%lld collectives, %s)\n",
                 fmtMs(r.comm).c_str(), static_cast<long long>(r.num_collectives),
-                fmtBytes(r.collective_bytes).c_str());
+                formatBytes(r.collective_bytes).c_str());
   out += buf;
   std::snprintf(buf, sizeof buf, "  exposed communication: %s (%.1f%% of step)\n",
                 fmtMs(r.exposed_comm).c_str(), 100 * r.exposedShare());
   out += buf;
   if (r.peak_memory_bytes >= 0)
-    out += "  peak memory (estimated): " + fmtBytes(r.peak_memory_bytes) + "\n";
+    out += "  peak memory (estimated): " + formatBytes(r.peak_memory_bytes) + "\n";
   out += "  streams:\n";
   for (const SimStream& s : r.streams) {
     std::snprintf(buf, sizeof buf, "    %s: %s busy, %lld %s\n", s.name.c_str(),

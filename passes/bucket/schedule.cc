@@ -113,20 +113,6 @@ int64_t freshBytes(const Node* n) {
   }
 }
 
-std::string fmtBytes(int64_t b) {
-  char buf[64];
-  double v = static_cast<double>(b);
-  if (b >= (int64_t{1} << 30))
-    std::snprintf(buf, sizeof buf, "%.2f GiB", v / (1 << 30));
-  else if (b >= (int64_t{1} << 20))
-    std::snprintf(buf, sizeof buf, "%.2f MiB", v / (1 << 20));
-  else if (b >= 1024)
-    std::snprintf(buf, sizeof buf, "%.2f KiB", v / 1024);
-  else
-    std::snprintf(buf, sizeof buf, "%lld B", static_cast<long long>(b));
-  return buf;
-}
-
 struct Unit {
   Node* coll;
   Node* wait;
@@ -237,7 +223,7 @@ bool Scheduler::prefetch(const std::vector<Unit>& seq) {
       ctx_.remark("schedule: prefetch of '" + coll->name() + "' lowered from " +
                   std::to_string(opts_.prefetch) + " to " +
                   std::to_string(std::max<int64_t>(k, 0)) + " (memory-limit " +
-                  fmtBytes(opts_.memory_limit) + ")");
+                  formatBytes(opts_.memory_limit) + ")");
     }
   }
   return changed;
@@ -279,7 +265,7 @@ bool Scheduler::deferWaits(const std::vector<Unit>& seq) {
     if (!fits(lo, hi, delta)) {
       ctx_.stat("defer-skipped-memory");
       ctx_.remark("schedule: wait of '" + seq[i].coll->name() + "' not deferred (memory-limit " +
-                  fmtBytes(opts_.memory_limit) + ")");
+                  formatBytes(opts_.memory_limit) + ")");
       continue;
     }
     placeBefore(g_, movers, at);
@@ -332,8 +318,8 @@ bool Scheduler::run() {
     tree_.emplace(base);
     ctx_.stat("memory-peak-before", prof.peak_bytes);
     if (prof.peak_bytes > opts_.memory_limit)
-      ctx_.remark("schedule: the input's estimated peak " + fmtBytes(prof.peak_bytes) +
-                  " already exceeds memory-limit " + fmtBytes(opts_.memory_limit) +
+      ctx_.remark("schedule: the input's estimated peak " + formatBytes(prof.peak_bytes) +
+                  " already exceeds memory-limit " + formatBytes(opts_.memory_limit) +
                   "; moves may not raise it further");
   }
 

@@ -38,22 +38,6 @@ struct AnalyzeArgs {
   std::string trace;     // "" = none; needs hardware
 };
 
-std::string humanBytes(int64_t b) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double v = static_cast<double>(b);
-  int u = 0;
-  while (v >= 1024 && u < 4) {
-    v /= 1024;
-    ++u;
-  }
-  char buf[64];
-  if (u == 0)
-    std::snprintf(buf, sizeof buf, "%lld B", static_cast<long long>(b));
-  else
-    std::snprintf(buf, sizeof buf, "%.2f %s", v, units[u]);
-  return buf;
-}
-
 std::string phaseOf(const PhaseInfo& phases, const Node* n) {
   return n ? std::string(phaseName(phases.of(n))) : "unknown";
 }
@@ -74,7 +58,7 @@ void graphSection(const Graph& g, nlohmann::json& j, std::ostream& text) {
                 {"parameters", params},
                 {"parameter_bytes", param_bytes}};
   text << "graph: " << g.size() << " nodes, " << inputs << " inputs (" << params << " parameters, "
-       << humanBytes(param_bytes) << ")\n";
+       << formatBytes(param_bytes) << ")\n";
 }
 
 // ---- phases
@@ -174,19 +158,19 @@ void memorySection(const PhaseInfo& phases, const MemoryProfile& mem, nlohmann::
                  {"phase_peaks", per_phase},
                  {"largest_at_peak", largest}};
   text << "memory (estimated):\n"
-       << "  peak: " << humanBytes(mem.peak_bytes);
+       << "  peak: " << formatBytes(mem.peak_bytes);
   if (mem.peak_node)
     text << " at '" << mem.peak_node->name() << "' (" << phaseOf(phases, mem.peak_node) << ")";
-  text << "\n  graph inputs: " << humanBytes(mem.input_bytes) << "\n";
+  text << "\n  graph inputs: " << formatBytes(mem.input_bytes) << "\n";
   for (Phase p : {Phase::Forward, Phase::Loss, Phase::Backward}) {
     const PhasePeak& pp = mem.peakOf(p);
     if (pp.node)
-      text << "  " << phaseName(p) << " peak: " << humanBytes(pp.bytes) << " at '"
+      text << "  " << phaseName(p) << " peak: " << formatBytes(pp.bytes) << " at '"
            << pp.node->name() << "'\n";
   }
   if (!mem.largest_at_peak.empty()) text << "  largest live tensors at the peak:\n";
   for (const LiveTensor& t : mem.largest_at_peak) {
-    text << "    " << humanBytes(t.bytes) << "  " << t.owner->name();
+    text << "    " << formatBytes(t.bytes) << "  " << t.owner->name();
     if (t.element) text << "[" << t.element << "]";
     text << " (" << (t.is_input ? "graph input" : phaseOf(phases, t.owner)) << ")\n";
   }
