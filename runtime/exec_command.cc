@@ -12,6 +12,7 @@
 #include <set>
 
 #include "ir/error.h"
+#include "ir/hash.h"
 #include "ir/io.h"
 #include "passes/pass_manager.h"
 #include "runtime/launcher.h"
@@ -258,6 +259,22 @@ bool compareGradDirs(const std::string& dir_a, const std::string& dir_b, int npr
   return same;
 }
 
+namespace {
+
+// One run for parity: loss and gradients of every step into `dir`, nothing on stdout.
+int runForParity(const ExecOptions& base, const std::string& graph, const std::string& dir) {
+  ExecOptions e = base;
+  e.graph = graph;
+  e.save_grads = dir;
+  e.log = dir + "/loss.rank{rank}.jsonl";
+  e.save.clear();
+  e.quiet = true;
+  e.progress = "never";
+  return runExec(e);
+}
+
+}  // namespace
+
 int runParity(const ParityOptions& o) {
   namespace fs = std::filesystem;
   std::string work;
@@ -267,10 +284,36 @@ int runParity(const ParityOptions& o) {
       printError("parity", "no reference graph");
       return kExecInputError;
     }
-    if (!o.b.empty() && !o.pipeline.empty()) {
+    if (!o.b.empty() && !o.pipelines.empty()) {
       printError("parity", "give either a second graph or --pipeline, not both");
       return kExecInputError;
     }
+    // Every B: the second graph, or A after each pipeline ("" is the empty pipeline: A written
+    // back, a format round trip). Pipelines are resolved before anything runs, so a typo in the
+    // last one does not cost the runs of the others.
+    std::vector<std::string> pipelines = o.pipelines;
+    if (pipelines.empty() && o.b.empty()) pipelines.push_back("");
+    std::vector<std::unique_ptr<Graph>> graphs;
+    std::vector<std::string> changes;
+    if (o.b.empty()) {
+      std::vector<std::vector<PipelineEntry>> resolved;
+      for (const std::string& p : pipelines)
+        resolved.push_back(p.empty() ? std::vector<PipelineEntry>{} : resolvePipeline(p));
+      for (const auto& p : resolved) {
+        std::unique_ptr<Graph> g = loadGraph(o.a);
+        uint64_t before = structuralHash(*g);
+        size_t nodes_before = g->size();
+        PassManagerOptions pm;
+        if (!p.empty()) runPipeline(*g, p, pm);
+        // Say whether the pipeline changed anything: identical results of an unchanged graph
+        // prove nothing about the pipeline.
+        changes.push_back(structuralHash(*g) == before ? std::string("graph unchanged")
+                                                       : std::to_string(nodes_before) + " -> " +
+                                                             std::to_string(g->size()) + " nodes");
+        graphs.push_back(std::move(g));
+      }
+    }
+
     if (!o.keep.empty()) {
       work = o.keep;
       fs::create_directories(work);
@@ -283,55 +326,55 @@ int runParity(const ParityOptions& o) {
       work = tmpl;
       remove_work = true;
     }
-    std::string b = o.b;
-    if (b.empty()) {
-      // B is A after the pipeline (the empty pipeline: A written back, a format round trip).
-      std::unique_ptr<Graph> g = loadGraph(o.a);
-      if (!o.pipeline.empty()) {
-        PassManagerOptions pm;
-        runPipeline(*g, resolvePipeline(o.pipeline), pm);
+    struct Candidate {
+      std::string label, graph, dir, change;
+    };
+    std::vector<Candidate> bs;
+    if (!o.b.empty()) {
+      bs.push_back({o.b, o.b, work + "/b", ""});
+    } else {
+      for (size_t i = 0; i < graphs.size(); ++i) {
+        std::string suffix = graphs.size() == 1 ? "" : std::to_string(i + 1);
+        Candidate c{"'" + pipelines[i] + "'", work + "/b" + suffix + ".json", work + "/b" + suffix,
+                    "; " + changes[i]};
+        saveGraph(*graphs[i], c.graph, GraphFormat::Json);
+        bs.push_back(std::move(c));
       }
-      b = work + "/b.json";
-      saveGraph(*g, b, GraphFormat::Json);
+      graphs.clear();
     }
-    int code = kExecOk;
-    for (int which = 0; which < 2 && code == kExecOk; ++which) {
-      ExecOptions e = o.exec;
-      e.graph = which == 0 ? o.a : b;
-      std::string dir = work + (which == 0 ? "/a" : "/b");
-      e.save_grads = dir;
-      e.log = dir + "/loss.rank{rank}.jsonl";
-      e.save.clear();
-      e.quiet = true;
-      e.progress = "never";
-      code = runExec(e);
-      if (code != kExecOk)
-        printError("parity",
-                   std::string("running ") + (which == 0 ? "A (" : "B (") + e.graph + ") failed");
-    }
-    if (code != kExecOk) {
+
+    auto failed = [&](const std::string& which, const std::string& graph, int code) {
+      printError("parity", "running " + which + " (" + graph + ") failed");
       std::fprintf(stderr, "jointfx parity: run directories kept in %s\n", work.c_str());
       return code;
+    };
+    if (int code = runForParity(o.exec, o.a, work + "/a"); code != kExecOk)
+      return failed("A", o.a, code);
+    bool all_same = true;
+    for (const Candidate& c : bs) {
+      if (int code = runForParity(o.exec, c.graph, c.dir); code != kExecOk)
+        return failed("B " + c.label, c.graph, code);
+      std::vector<std::string> report;
+      bool same = compareGradDirs(work + "/a", c.dir, o.exec.nproc, o.exec.steps, report);
+      std::string label = o.a + " vs " + c.label;
+      if (same) {
+        std::printf("parity: %s: loss and gradients bitwise identical (%d rank%s, %d step%s%s)\n",
+                    label.c_str(), o.exec.nproc, o.exec.nproc == 1 ? "" : "s", o.exec.steps,
+                    o.exec.steps == 1 ? "" : "s", c.change.c_str());
+      } else {
+        all_same = false;
+        std::printf("parity: %s: DIFFERENT (%zu difference%s%s)\n", label.c_str(), report.size(),
+                    report.size() == 1 ? "" : "s", c.change.c_str());
+        for (size_t i = 0; i < report.size() && i < 50; ++i)
+          std::printf("  %s\n", report[i].c_str());
+        if (report.size() > 50) std::printf("  ... %zu more\n", report.size() - 50);
+        std::printf("  run directories kept in %s\n", work.c_str());
+        remove_work = false;
+      }
+      std::fflush(stdout);
     }
-    std::vector<std::string> report;
-    bool same = compareGradDirs(work + "/a", work + "/b", o.exec.nproc, o.exec.steps, report);
-    std::string label = o.a + " vs " + (o.b.empty() ? "'" + o.pipeline + "'" : o.b);
-    if (same) {
-      std::printf("parity: %s: loss and gradients bitwise identical (%d rank%s, %d step%s)\n",
-                  label.c_str(), o.exec.nproc, o.exec.nproc == 1 ? "" : "s", o.exec.steps,
-                  o.exec.steps == 1 ? "" : "s");
-    } else {
-      std::printf("parity: %s: DIFFERENT (%zu difference%s)\n", label.c_str(), report.size(),
-                  report.size() == 1 ? "" : "s");
-      for (size_t i = 0; i < report.size() && i < 50; ++i)
-        std::printf("  %s\n", report[i].c_str());
-      if (report.size() > 50) std::printf("  ... %zu more\n", report.size() - 50);
-      std::printf("  run directories kept in %s\n", work.c_str());
-      remove_work = false;
-    }
-    std::fflush(stdout);
     if (remove_work) fs::remove_all(work);
-    return same ? kExecOk : kExecMismatch;
+    return all_same ? kExecOk : kExecMismatch;
   } catch (const JfxError& e) {
     printError("parity", e.what());
   } catch (const std::exception& e) {

@@ -54,15 +54,18 @@ int runExec(const ExecOptions& o);
 std::vector<std::string> execArgs(const ExecOptions& o);
 
 struct ParityOptions {
-  std::string a;         // the reference graph
-  std::string b;         // the graph to compare; empty: `a` after `pipeline`
-  std::string pipeline;  // pass pipeline text or configs/pipelines/*.json
-  std::string keep;      // keep the run directories here (default: a temp dir, removed)
+  std::string a;  // the reference graph
+  std::string b;  // the graph to compare; empty: `a` after each of `pipelines`
+  // Pass pipelines (text or configs/pipelines/*.json), each compared with one shared run of `a`;
+  // none: `a` round-tripped through JSON.
+  std::vector<std::string> pipelines;
+  std::string keep;  // keep the run directories here (default: a temp dir, removed)
   ExecOptions exec;  // nproc, steps, seed, data, optimizer... (graph and outputs are set per run)
 };
 
-// Runs both graphs with identical options and compares the loss and every gradient of every
-// step on every rank bit for bit. 0 identical, 1 different, 2/3 as runExec.
+// Runs A once and every B (the second graph, or A after each pipeline) with identical options,
+// comparing the loss and every gradient of every step on every rank bit for bit, one report line
+// per B. 0 all identical, 1 some B differs, 2/3 as runExec.
 int runParity(const ParityOptions& o);
 
 // Byte-level comparison of two directories written by --save-grads (used by runParity; exposed

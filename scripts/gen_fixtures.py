@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Regenerates the traced joint-graph fixtures tests/data/traced/<variant>_w<world>.json.
 
-Every variant of jointfx.trace at world sizes 2 and 4 (fsdp_tp only at 4, a 2 x 2 mesh), 2-layer
-tiny Llama, traced on a fake process group as rank 0. Output is deterministic: running this twice
+Every variant of jointfx.trace at world sizes 1, 2 and 4, 2-layer tiny Llama: fsdp_tp at 2 (a
+2 x 1 mesh: TP groups of one rank) and 4 (a 2 x 2 mesh), padding and tied at 2 and 4 (world 1
+pads nothing; tied is there for dedup-fsdp-unshard). Traced on a fake process group as rank 0. Output is deterministic: running this twice
 gives byte-identical files (tests/python/test_fixtures.py checks it).
 
     python scripts/gen_fixtures.py [--out DIR] [--only fsdp_w2 ...]
@@ -18,13 +19,14 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "python"))
 
-# (variant, world size) pairs. fsdp_tp at world 2 would be a degenerate 1 x 2 or 2 x 1 mesh.
+# (variant, world size) pairs: the numerics parity matrix runs every one at its world size.
 FIXTURES: tuple[tuple[str, int], ...] = (
-    ("fsdp", 2), ("fsdp", 4),
-    ("fsdp_tp", 4),
-    ("sac", 2), ("sac", 4),
-    ("bf16", 2), ("bf16", 4),
+    ("fsdp", 1), ("fsdp", 2), ("fsdp", 4),
+    ("fsdp_tp", 2), ("fsdp_tp", 4),
+    ("sac", 1), ("sac", 2), ("sac", 4),
+    ("bf16", 1), ("bf16", 2), ("bf16", 4),
     ("padding", 2), ("padding", 4),
+    ("tied", 2), ("tied", 4),
 )
 
 

@@ -43,7 +43,7 @@ from jointfx.model import ModelArgs, Transformer, cross_entropy_loss, init_weigh
 
 _c10d = torch.ops._c10d_functional
 
-VARIANTS = ("fsdp", "fsdp_tp", "sac", "bf16", "padding")
+VARIANTS = ("fsdp", "fsdp_tp", "sac", "bf16", "padding", "tied")
 
 
 # ----------------------------------------------------------------------------- configuration
@@ -69,7 +69,7 @@ class TraceConfig:
 
 
 def variant_config(variant: str, world_size: int, **model_overrides: Any) -> TraceConfig:
-    """The fixture variants: fsdp, fsdp_tp, sac, bf16, padding (docs/pytorch-bridge.md).
+    """The fixture variants: fsdp, fsdp_tp, sac, bf16, padding, tied (docs/pytorch-bridge.md).
 
     fsdp_tp uses TP degree 2 when the world has at least 4 ranks (a 2 x 2 mesh at world 4), else
     a (world, 1) mesh: a 2-D graph whose TP groups have one rank.
@@ -88,6 +88,9 @@ def variant_config(variant: str, world_size: int, **model_overrides: Any) -> Tra
     elif variant == "padding":
         # 33 rows divide by neither 2 nor 4: tok_embeddings.weight and output.weight get padded.
         model_kw.setdefault("vocab_size", 33)
+    elif variant == "tied":
+        # The output projection reuses the embedding: one parameter gathered twice in forward.
+        model_kw.setdefault("tie_embeddings", True)
     model = ModelArgs(**{**model_kw, "tp_size": max(cfg.get("tp_size", 0), 1)})
     return TraceConfig(model=model, **cfg)
 

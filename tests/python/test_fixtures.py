@@ -154,12 +154,13 @@ def _tensors(val: Any) -> list[torch.Tensor]:
 def test_header(fixture: tuple[Path, str, Graph]) -> None:
     path, _, g = fixture
     kinds = [i["kind"] for i in g.doc["inputs"]]
-    assert kinds == ["parameter"] * 21 + ["buffer"] * 2 + ["user_input"] * 2
+    n_params = 20 if fixture_variant(path) == "tied" else 21  # tied: output.weight is the embedding
+    assert kinds == ["parameter"] * n_params + ["buffer"] * 2 + ["user_input"] * 2
     placeholders = [n["name"] for n in g.nodes if n["op"] == "placeholder"]
     assert [i["name"] for i in g.doc["inputs"]] == placeholders
     outs = g.doc["outputs"]
     assert outs[0] == {"kind": "loss"}
-    assert [o["fqn"] for o in outs[1:]] == [i["fqn"] for i in g.doc["inputs"][:21]]
+    assert [o["fqn"] for o in outs[1:]] == [i["fqn"] for i in g.doc["inputs"][:n_params]]
     assert g.world == int(path.stem.rsplit("_w", 1)[1])
     for pg in g.doc["process_groups"]:
         assert pg["size"] == len(pg["ranks"]) and 0 in pg["ranks"]
@@ -183,7 +184,8 @@ def _fsdp_group(g: Graph) -> dict[str, Any]:
 
 
 def test_one_all_gather_per_parameter_in_forward(fixture: tuple[Path, str, Graph]) -> None:
-    _, _, g = fixture
+    path, _, g = fixture
+    tied = fixture_variant(path) == "tied"
     params = {i["name"]: i["fqn"] for i in g.doc["inputs"] if i["kind"] == "parameter"}
     group = _fsdp_group(g)
     gathered: dict[str, int] = {}
@@ -198,32 +200,44 @@ def test_one_all_gather_per_parameter_in_forward(fixture: tuple[Path, str, Graph
         # SAC caches the un-waited all-gather output too: a dead aten.alias (DCE removes it).
         for other in (u for u in users if u["target"] != WAIT):
             assert other["target"] == "aten.alias.default" and not g.users[other["name"]]
-        # The all-gather belongs to the module that owns the parameter.
-        assert ag["meta"]["custom"]["module_fqn"] == params[src["name"]].rsplit(".", 1)[0]
-    assert gathered == {name: 1 for name in params}
+        # The all-gather belongs to the module that owns the parameter (tied: or the output
+        # projection, whose pre-hook gathers the embedding weight a second time).
+        owner = params[src["name"]].rsplit(".", 1)[0]
+        assert ag["meta"]["custom"]["module_fqn"] in ((owner, "output") if tied else (owner,))
+    expected = {name: 1 for name in params}
+    if tied:
+        expected["tok_embeddings_weight"] = 2
+    assert gathered == expected
 
 
 def test_one_reduce_scatter_per_gradient_in_backward(fixture: tuple[Path, str, Graph]) -> None:
-    _, _, g = fixture
+    path, _, g = fixture
     group = _fsdp_group(g)
     rs_nodes = g.of(RS)
-    assert len(rs_nodes) == len(g.outputs()) - 1
+    tied = fixture_variant(path) == "tied"
+    # Tied: each of the two gathers of the embedding weight gets its own reduce-scatter, and
+    # the gradient output adds the two waits.
+    assert len(rs_nodes) == len(g.outputs()) - 1 + (1 if tied else 0)
     for grad in g.outputs()[1:]:
         # Gradient output = wait(reduce_scatter(...)), possibly through a cast back.
         node = grad
         while node["target"] == TO_COPY:
             node = g.arg_node(node)
-        assert node["target"] == WAIT
-        rs = g.arg_node(node)
-        assert rs["target"] == RS and rs["meta"]["phase"] == "backward"
-        assert rs["args"][1:] == ["sum", group["size"], group["name"]]
+        waits = [node]
+        if tied and node["target"] == "aten.add.Tensor":
+            waits = [g.arg_node(node, 0), g.arg_node(node, 1)]
+        for wait in waits:
+            assert wait["target"] == WAIT
+            rs = g.arg_node(wait)
+            assert rs["target"] == RS and rs["meta"]["phase"] == "backward"
+            assert rs["args"][1:] == ["sum", group["size"], group["name"]]
 
 
 def test_variant_specifics(fixture: tuple[Path, str, Graph]) -> None:
     path, _, g = fixture
     variant = fixture_variant(path)
     check = {"fsdp": _check_fsdp, "fsdp_tp": _check_fsdp_tp, "sac": _check_sac,
-             "bf16": _check_bf16, "padding": _check_padding}[variant]
+             "bf16": _check_bf16, "padding": _check_padding, "tied": _check_tied}[variant]
     check(g)
 
 
@@ -236,19 +250,25 @@ def _check_fsdp(g: Graph) -> None:
 
 
 def _check_fsdp_tp(g: Graph) -> None:
-    assert g.world == 4
-    assert g.doc["process_groups"] == [{"name": "fsdp", "ranks": [0, 2], "size": 2},
-                                       {"name": "tp", "ranks": [0, 1], "size": 2}]
-    assert g.doc["meta"]["mesh"] == {"dim_names": ["fsdp", "tp"], "shape": [2, 2]}
     reduces = g.of(AR)
     # Per layer: attention and FFN outputs in forward, their inputs' gradients in backward.
     assert len(reduces) == 8
     assert all(r["args"][1:] == ["sum", "tp"] for r in reduces)
     assert sorted(r["meta"]["phase"] for r in reduces) == ["backward"] * 4 + ["forward"] * 4
-    # Column-parallel wq: TP-local [8, 16], FSDP shard [4, 16].
     wq = g.by_name["layers_0_attention_wq_weight"]["meta"]["val"]
-    assert wq["shape"] == [4, 16]
     wo = g.by_name["layers_0_attention_wo_weight"]["meta"]["val"]
+    if g.world == 2:  # a 2 x 1 mesh: TP groups of one rank, weights only FSDP-sharded
+        assert g.doc["process_groups"] == [{"name": "fsdp", "ranks": [0, 1], "size": 2},
+                                           {"name": "tp", "ranks": [0], "size": 1}]
+        assert g.doc["meta"]["mesh"] == {"dim_names": ["fsdp", "tp"], "shape": [2, 1]}
+        assert wq["shape"] == [8, 16] and wo["shape"] == [8, 16]
+        return
+    assert g.world == 4
+    assert g.doc["process_groups"] == [{"name": "fsdp", "ranks": [0, 2], "size": 2},
+                                       {"name": "tp", "ranks": [0, 1], "size": 2}]
+    assert g.doc["meta"]["mesh"] == {"dim_names": ["fsdp", "tp"], "shape": [2, 2]}
+    # Column-parallel wq: TP-local [8, 16], FSDP shard [4, 16].
+    assert wq["shape"] == [4, 16]
     assert wo["shape"] == [8, 8]  # row-parallel: [16, 8] TP-local, dim 0 halved by FSDP
 
 
@@ -310,6 +330,17 @@ def _check_padding(g: Graph) -> None:
     for pad in pads:
         assert pad["args"][1] == [0, 0, 0, rows * g.world - 33]
         assert [u["target"] for u in g.users[pad["name"]]] == [RS]
+
+
+def _check_tied(g: Graph) -> None:
+    assert "output_weight" not in g.by_name
+    gathers = [ag for ag in g.of(AG)
+               if g.source_placeholder(ag)["name"] == "tok_embeddings_weight"]
+    # Two forward gathers of the one weight: the embedding's and the output projection's
+    # (dedup-fsdp-unshard merges them); autograd sums both uses into one gradient.
+    assert sorted(ag["meta"]["custom"]["module_fqn"] for ag in gathers) == ["output",
+                                                                             "tok_embeddings"]
+    assert len(g.of(RS)) == 21
 
 
 def test_regeneration_is_byte_identical(tmp_path: Path) -> None:

@@ -329,8 +329,8 @@ TEST_CASE("synth: reproduces the traced fixtures", "[synth]") {
   namespace fs = std::filesystem;
   fs::path dir = fs::path(JFX_SOURCE_DIR) / "tests" / "data" / "traced";
   int compared = 0;
-  for (const char* name :
-       {"fsdp_w2", "fsdp_w4", "bf16_w2", "bf16_w4", "padding_w2", "padding_w4"}) {
+  for (const char* name : {"fsdp_w1", "fsdp_w2", "fsdp_w4", "bf16_w1", "bf16_w2", "bf16_w4",
+                           "padding_w2", "padding_w4", "tied_w2", "tied_w4"}) {
     fs::path path = dir / (std::string(name) + ".json");
     if (!fs::exists(path)) continue;
     INFO(path.string());

@@ -1,4 +1,4 @@
-// jointfx parity A [B] [--pipeline P] --nproc N --steps S: runs two graphs (or one graph before
+// jointfx parity A [B] [--pipeline P]... --nproc N --steps S: runs two graphs (or one graph before
 // and after a pass pipeline) with the same data and compares the loss and every gradient of
 // every step on every rank bit for bit (docs/executor.md). Exit 0 identical, 1 different.
 #include <memory>
@@ -20,9 +20,11 @@ void addParityCommand(CLI::App& app, int& exit_code) {
   cmd->footer("Exit codes: 0 identical, 1 different, 2 usage or input error, 3 a run failed.");
   cmd->add_option("a", o->a, "Reference graph (.json or .jfx)")->required();
   cmd->add_option("b", o->b, "Graph to compare (default: A after --pipeline)");
-  cmd->add_option("-p,--pipeline", o->pipeline,
-                  "Pass pipeline that turns A into B (text or configs/pipelines/*.json); "
-                  "empty: A itself, round-tripped through JSON");
+  cmd->add_option("-p,--pipeline", o->pipelines,
+                  "Pass pipeline that turns A into B (text or configs/pipelines/*.json); repeat "
+                  "it to compare several pipelines against one run of A; none: A itself, "
+                  "round-tripped through JSON")
+      ->allow_extra_args(false);
   cmd->add_option("--keep", o->keep, "Keep the run directories (graphs, gradients, logs) here");
   rt::addRunOptions(cmd, o->exec);
   cmd->callback([o, &exit_code] {

@@ -1,0 +1,123 @@
+#!/usr/bin/env python3
+"""Executor step time against PyTorch calling the same GraphModule: CPU, gloo, same graph, data.
+
+    .venv/bin/python bench/exec_vs_pytorch.py [--jointfx build/tools/jointfx]
+        [--fixture tests/data/traced/fsdp_w2.json ...] [--pipeline P] [--steps 40] [--warmup 10]
+        [--repeat 5] [--json bench/results/exec_vs_pytorch.json]
+
+For each fixture (default: fsdp_w2 and sac_w2, world 2), and that fixture after --pipeline (default
+configs/pipelines/default.json), both sides get the same graph file, full parameters and batch
+(jointfx.reference.write_fixture_data), one intra-op thread per rank, no optimizer:
+
+  jointfx   `jointfx exec G --nproc N --steps S --log ...`: each rank logs the seconds of
+            Executor::run (inputs ready -> outputs returned)
+  pytorch   `python -m jointfx.reference G --nproc N --steps S --log ...`: each rank logs the
+            seconds of gm(*inputs) (jointfx.export.import_graph -> torch.fx GraphModule)
+
+A step's time is the slowest rank's; the first --warmup steps are dropped and a run's time is the
+median of the rest; the figure is the median over --repeat runs, the two sides interleaved (every
+run's figure is in the JSON). Per-node time is step time / call nodes; the per-node
+overhead saved is (pytorch - jointfx) / call nodes. Figures, never a pass/fail: the target
+(jointfx <= 0.9x pytorch) is reported, not enforced.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "python"))
+
+
+def step_times(log_pattern: str, nproc: int, warmup: int) -> list[float]:
+    per_rank = []
+    for rank in range(nproc):
+        lines = Path(log_pattern.replace("{rank}", str(rank))).read_text().splitlines()
+        per_rank.append([json.loads(line)["seconds"] for line in lines])
+    steps = [max(ranks) for ranks in zip(*per_rank)]
+    return steps[warmup:]
+
+
+def call_nodes(graph: Path) -> int:
+    doc = json.loads(graph.read_text())
+    return sum(1 for n in doc["nodes"] if n["op"] == "call_function")
+
+
+def bench_graph(jointfx: str, graph: Path, params: Path, batch: Path, nproc: int,
+                a: argparse.Namespace, tmp: Path) -> dict:
+    from jointfx import reference
+
+    runs: dict[str, list[float]] = {"jointfx": [], "pytorch": []}
+    for rep in range(a.repeat):  # interleaved, so drifting machine load hits both sides alike
+        log = tmp / f"exec.{rep}.rank{{rank}}.jsonl"
+        subprocess.run([jointfx, "exec", str(graph), "--nproc", str(nproc), "--steps", str(a.steps),
+                        "--optimizer", "none", "--threads", "1", "--params", str(params),
+                        "--batch", str(batch), "--log", str(log), "--quiet", "--timeout-s", "300"],
+                       check=True)
+        runs["jointfx"].append(statistics.median(step_times(str(log), nproc, a.warmup)))
+        log = tmp / f"torch.{rep}.rank{{rank}}.jsonl"
+        reference.run(graph, nproc=nproc, params=params, batch=batch, steps=a.steps,
+                      log=str(log), threads=1)
+        runs["pytorch"].append(statistics.median(step_times(str(log), nproc, a.warmup)))
+    nodes = call_nodes(graph)
+    ours, theirs = statistics.median(runs["jointfx"]), statistics.median(runs["pytorch"])
+    return {"call_nodes": nodes, "jointfx_ms": ours * 1e3, "pytorch_ms": theirs * 1e3,
+            "ratio": ours / theirs,
+            "jointfx_ms_runs": [round(t * 1e3, 3) for t in runs["jointfx"]],
+            "pytorch_ms_runs": [round(t * 1e3, 3) for t in runs["pytorch"]],
+            "jointfx_us_per_node": ours * 1e6 / nodes, "pytorch_us_per_node": theirs * 1e6 / nodes,
+            "saved_us_per_node": (theirs - ours) * 1e6 / nodes}
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--jointfx", default=str(REPO / "build" / "tools" / "jointfx"))
+    p.add_argument("--fixture", action="append", type=Path)
+    p.add_argument("--pipeline", default=str(REPO / "configs" / "pipelines" / "default.json"),
+                   help="also time each fixture after this pipeline ('' to skip)")
+    p.add_argument("--steps", type=int, default=40)
+    p.add_argument("--warmup", type=int, default=10)
+    p.add_argument("--repeat", type=int, default=5)
+    p.add_argument("--json", type=Path, help="write the figures here")
+    a = p.parse_args()
+    fixtures = a.fixture or [REPO / "tests/data/traced/fsdp_w2.json",
+                             REPO / "tests/data/traced/sac_w2.json"]
+    from jointfx import reference
+
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="jfx-bench-") as tmp_dir:
+        tmp = Path(tmp_dir)
+        for fixture in fixtures:
+            nproc = int(fixture.stem.rsplit("_w", 1)[1])
+            params, batch = reference.write_fixture_data(fixture, tmp / fixture.stem)
+            graphs = [("original", fixture)]
+            if a.pipeline:
+                opt = tmp / f"{fixture.stem}.opt.json"
+                subprocess.run([a.jointfx, "opt", str(fixture), "-p", a.pipeline, "-o", str(opt)],
+                               check=True)
+                graphs.append((Path(a.pipeline).stem, opt))
+            for label, graph in graphs:
+                r = bench_graph(a.jointfx, graph, params, batch, nproc, a, tmp)
+                r.update(fixture=fixture.stem, graph=label, world=nproc)
+                rows.append(r)
+                print(f"{fixture.stem:10s} {label:9s} {r['call_nodes']:5d} nodes  jointfx "
+                      f"{r['jointfx_ms']:7.2f} ms  pytorch {r['pytorch_ms']:7.2f} ms  ratio "
+                      f"{r['ratio']:.2f}  per node {r['jointfx_us_per_node']:.1f} vs "
+                      f"{r['pytorch_us_per_node']:.1f} us (saves {r['saved_us_per_node']:.1f})",
+                      flush=True)
+    if a.json:
+        a.json.parent.mkdir(parents=True, exist_ok=True)
+        a.json.write_text(json.dumps({"steps": a.steps, "warmup": a.warmup, "repeat": a.repeat,
+                                      "rows": rows}, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,254 @@
+"""PyTorch's side of the executor comparisons: a jointfx graph run as a torch.fx GraphModule on
+real gloo ranks, with the data `jointfx exec` takes and the gradient files it writes.
+
+    python -m jointfx.reference GRAPH --nproc N --params P.safetensors --batch B.safetensors
+                                [--steps S] [--save-grads DIR] [--log PATH] [--threads T]
+
+Every rank imports GRAPH (jointfx.export.import_graph), creates the graph's process groups and
+registers them under their names (this rank's members from the graph's mesh, as the executor
+works them out; extra groups such as split-comm-groups' included), shards the full parameters of P exactly as the tracer does
+(trace.shard_param: TP piece, then zero-padded FSDP rows), takes its slice of the batch B, and
+calls the GraphModule S times on the same inputs (no optimizer). --save-grads writes
+DIR/grads.step<s>.rank<r>.safetensors with `__loss__` and one tensor per gradient FQN, the
+layout of `jointfx exec --save-grads`, so the two can be compared byte for byte. --log writes
+one JSON line per step and rank with the seconds the GraphModule call took (the executor's
+`seconds` measures the same span: inputs ready to outputs returned).
+
+The parent hosts the rendezvous TCPStore on 127.0.0.1 and starts one process per rank; if a rank
+fails the others are killed and the exit status is non-zero.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+PYTHON_DIR = Path(__file__).resolve().parent.parent
+
+
+def run(graph: str | Path, *, nproc: int, params: str | Path, batch: str | Path, steps: int = 1,
+        save_grads: str | Path | None = None, log: str | Path | None = None, threads: int = 1,
+        timeout_s: int = 300) -> None:
+    """Runs GRAPH on `nproc` gloo ranks (one process each); raises RuntimeError if a rank fails."""
+    import torch.distributed as dist
+
+    store = dist.TCPStore("127.0.0.1", 0, nproc + 1, True, timeout=timedelta(seconds=timeout_s),
+                          wait_for_workers=False)
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads),
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(PYTHON_DIR),
+                                                        os.environ.get("PYTHONPATH")]))}
+    common = [str(graph), "--nproc", str(nproc), "--params", str(params), "--batch", str(batch),
+              "--steps", str(steps), "--threads", str(threads), "--timeout-s", str(timeout_s)]
+    if save_grads:
+        common += ["--save-grads", str(save_grads)]
+    if log:
+        common += ["--log", str(log)]
+    procs = [subprocess.Popen([sys.executable, "-m", "jointfx.reference", *common, "--worker",
+                               "--rank", str(r), "--port", str(store.port)],
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for r in range(nproc)]
+    logs: list[str] = []
+    try:
+        for p in procs:
+            out, _ = p.communicate(timeout=timeout_s)
+            logs.append(out)
+    finally:
+        for p in procs:  # one failed rank must not leave the others waiting in a collective
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    for rank, p in enumerate(procs):
+        if p.returncode != 0:
+            tail = logs[rank][-4000:] if rank < len(logs) else ""
+            raise RuntimeError(f"reference rank {rank} exited with {p.returncode}:\n{tail}")
+
+
+def write_fixture_data(fixture: str | Path, out_dir: str | Path) -> tuple[Path, Path]:
+    """Full parameters and buffers (seed 0) and one batch (seed 1) for a traced fixture
+    `<variant>_w<N>.json`, as safetensors: (params, batch). The batch is the graph's own shape,
+    so every rank sees the same tokens."""
+    import re
+
+    import torch
+    from safetensors.torch import save_file
+
+    from jointfx import trace
+
+    m = re.fullmatch(r"(\w+)_w(\d+)", Path(fixture).stem)
+    if not m or m.group(1) not in trace.VARIANTS:
+        raise ValueError(f"{fixture}: not a traced fixture <variant>_w<N>.json")
+    cfg = trace.variant_config(m.group(1), int(m.group(2)))
+    full = trace.build_model(replace(cfg, model=replace(cfg.model, tp_size=1)), seed=0)
+    state = {k: v.detach().contiguous() for k, v in full.named_parameters()}
+    state.update({k: v.detach().contiguous() for k, v in full.named_buffers()})
+    gen = torch.Generator().manual_seed(1)
+    shape = (cfg.batch_size, cfg.seq_len)
+    tokens = torch.randint(0, cfg.model.vocab_size, shape, generator=gen)
+    labels = torch.randint(0, cfg.model.vocab_size, shape, generator=gen)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    save_file(state, out / "params.safetensors")
+    save_file({"tokens": tokens, "labels": labels}, out / "batch.safetensors")
+    return out / "params.safetensors", out / "batch.safetensors"
+
+
+def _mesh_instances(ranks: list[int], shape: list[int]) -> list[list[int]] | None:
+    """If `ranks` (rank 0's members of a group) is a sub-mesh of a row-major mesh of `shape` (all
+    ranks that differ only along some dims), every instance of that sub-mesh, one per fixed
+    coordinate of the other dims; else None."""
+    import itertools
+
+    dims = len(shape)
+    strides = [1] * dims
+    for d in range(dims - 2, -1, -1):
+        strides[d] = strides[d + 1] * shape[d + 1]
+    world = strides[0] * shape[0] if dims else 1
+    for mask in range(1, 1 << dims):
+        along = [d for d in range(dims) if mask >> d & 1]
+
+        def members(base: int) -> list[int]:
+            return sorted(base + sum(k * strides[d] for d, k in zip(along, ks))
+                          for ks in itertools.product(*(range(shape[d]) for d in along)))
+
+        if members(0) != sorted(ranks):
+            continue
+        bases = [r for r in range(world)
+                 if all((r // strides[d]) % shape[d] == 0 for d in along)]
+        return [members(b) for b in bases]
+    return None
+
+
+def _setup_groups(doc: dict[str, Any], rank: int, world: int) -> tuple[int, int]:
+    """Creates and registers every group of the graph header under its name, this rank's members
+    worked out from the graph's mesh as the executor does (the header lists rank 0's members);
+    groups that are not mesh-shaped (the world, literal rank lists) are the same on every rank.
+    Extra groups, e.g. split-comm-groups' copies, get their own process group. Returns
+    (tp_size, fsdp_size) from the mesh."""
+    import torch.distributed as dist
+
+    from jointfx.trace import _register_alias
+
+    shape = list(doc.get("meta", {}).get("mesh", {}).get("shape", [world]))
+    if len(shape) not in (1, 2) or math.prod(shape) != world:
+        raise RuntimeError(f"graph mesh {shape} does not fit a world of {world}")
+    world_name = dist.group.WORLD.group_name
+    for pg in doc["process_groups"]:
+        ranks = list(pg.get("ranks") or range(pg["size"]))
+        if pg["name"] == world_name and sorted(ranks) == list(range(world)):
+            continue  # the default group already carries that name
+        instances = _mesh_instances(ranks, shape) or [sorted(ranks)]
+        mine = None
+        for members in instances:  # every rank creates every instance, in the same order
+            group = dist.new_group(members)
+            if rank in members:
+                mine = group
+        if mine is not None:
+            _register_alias(pg["name"], mine)
+    return (shape[1] if len(shape) == 2 else 1), shape[0]
+
+
+def _inputs(doc: dict[str, Any], gm: Any, params: dict[str, Any], batch: dict[str, Any],
+            rank: int, tp: int, fsdp: int) -> list[Any]:
+    from jointfx.trace import ParamLayout, shard_param
+
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    tp_rank, fsdp_rank = rank % tp, rank // tp
+    values = []
+    for spec, node in zip(doc["inputs"], placeholders, strict=True):
+        shape = tuple(node.meta["val"].shape)
+        if spec["kind"] == "parameter":
+            full = params[spec["fqn"]]
+            layout = ParamLayout(spec["fqn"], tuple(full.shape), shape, shape)
+            values.append(shard_param(full, layout, fsdp_rank=fsdp_rank, fsdp_size=fsdp,
+                                      tp_rank=tp_rank, tp_size=tp))
+        elif spec["kind"] == "buffer":
+            values.append(params[spec["fqn"]].clone())
+        else:
+            t = batch[spec["name"]]
+            if tuple(t.shape) != shape:  # a global batch: this data-parallel rank's rows
+                t = t.narrow(0, fsdp_rank * shape[0], shape[0])
+            values.append(t.contiguous())
+        if tuple(values[-1].shape) != shape:
+            raise RuntimeError(f"input {spec['name']}: {tuple(values[-1].shape)} vs graph {shape}")
+    return values
+
+
+def _worker(a: argparse.Namespace) -> None:
+    import torch
+    import torch.distributed as dist
+    from safetensors.torch import load_file, save_file
+
+    from jointfx.export import import_graph, load_graph
+
+    torch.set_num_threads(a.threads)
+    timeout = timedelta(seconds=a.timeout_s)
+    store = dist.TCPStore("127.0.0.1", a.port, a.nproc + 1, False, timeout=timeout)
+    dist.init_process_group("gloo", store=store, rank=a.rank, world_size=a.nproc, timeout=timeout)
+    doc = load_graph(a.graph)
+    tp, fsdp = _setup_groups(doc, a.rank, a.nproc)
+    gm = import_graph(doc)
+    inputs = _inputs(doc, gm, load_file(a.params), load_file(a.batch), a.rank, tp, fsdp)
+    out_specs = doc["outputs"]
+    loss_index = next(i for i, o in enumerate(out_specs) if o["kind"] == "loss")
+    log = open(a.log.replace("{rank}", str(a.rank)), "w") if a.log else None
+    if a.save_grads:
+        Path(a.save_grads).mkdir(parents=True, exist_ok=True)
+    for step in range(1, a.steps + 1):
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            outs = gm(*inputs)
+        seconds = time.perf_counter() - t0
+        if a.save_grads:
+            tensors = {"__loss__": outs[loss_index].contiguous()}
+            for spec, value in zip(out_specs, outs):
+                if spec["kind"] == "gradient":
+                    tensors[spec["fqn"]] = value.contiguous()
+            save_file(tensors, f"{a.save_grads}/grads.step{step}.rank{a.rank}.safetensors")
+        if log:
+            log.write(json.dumps({"step": step, "rank": a.rank, "seconds": seconds,
+                                  "loss": outs[loss_index].item()}) + "\n")
+    if log:
+        log.close()
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("graph")
+    p.add_argument("--nproc", type=int, default=1)
+    p.add_argument("--params", required=True, help="full parameters and buffers by FQN")
+    p.add_argument("--batch", required=True, help="user inputs by input name")
+    p.add_argument("--steps", type=int, default=1)
+    p.add_argument("--save-grads")
+    p.add_argument("--log", help="JSONL per step and rank; {rank} in the path is replaced")
+    p.add_argument("--threads", type=int, default=1, help="intra-op threads per rank")
+    p.add_argument("--timeout-s", type=int, default=300)
+    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--rank", type=int, default=0, help=argparse.SUPPRESS)
+    p.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
+    a = p.parse_args()
+    if a.worker:
+        _worker(a)
+        return 0
+    try:
+        run(a.graph, nproc=a.nproc, params=a.params, batch=a.batch, steps=a.steps,
+            save_grads=a.save_grads, log=a.log, threads=a.threads, timeout_s=a.timeout_s)
+    except RuntimeError as e:
+        print(f"jointfx.reference: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
