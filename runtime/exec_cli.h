@@ -43,6 +43,8 @@ inline void addRunOptions(CLI::App* cmd, ExecOptions& o) {
   cmd->add_option("--threads", o.threads, "Intra-op threads per rank (default: cores / ranks)");
   cmd->add_flag("!--no-check-meta", o.check_meta,
                 "Do not compare op outputs with the graph's tensor meta");
+  cmd->add_flag("--profile", o.profile,
+                "Time every node; rank 0 prints the time per op target at the end (stderr)");
   // Failure injection for the launcher's tests; hidden from --help.
   cmd->add_option("--debug-fail-rank", o.debug_fail_rank)->group("");
   cmd->add_option("--debug-fail-step", o.debug_fail_step)->group("");

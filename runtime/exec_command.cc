@@ -82,6 +82,7 @@ std::vector<std::string> execArgs(const ExecOptions& o) {
   add("--progress", o.progress);
   if (!o.check_meta) a.push_back("--no-check-meta");
   if (o.quiet) a.push_back("--quiet");
+  if (o.profile) a.push_back("--profile");
   if (o.debug_fail_rank >= 0) {
     add("--debug-fail-rank", std::to_string(o.debug_fail_rank));
     add("--debug-fail-step", std::to_string(o.debug_fail_step));

@@ -9,6 +9,8 @@
 #include <torch/csrc/distributed/c10d/GroupRegistry.hpp>
 
 #include <algorithm>
+#include <chrono>
+#include <map>
 #include <unordered_map>
 
 #include "ir/error.h"
@@ -648,7 +650,14 @@ std::vector<c10::IValue> Executor::run(std::vector<c10::IValue> inputs) {
   max_live = live;
 
   std::vector<c10::IValue> stack;
-  for (Step& step : steps_) {
+  if (opts_.profile && step_seconds_.size() != steps_.size()) {
+    step_seconds_.assign(steps_.size(), 0.0);
+    step_calls_.assign(steps_.size(), 0);
+  }
+  for (size_t k = 0; k < steps_.size(); ++k) {
+    Step& step = steps_[k];
+    std::chrono::steady_clock::time_point t0;
+    if (opts_.profile) t0 = std::chrono::steady_clock::now();
     c10::IValue result;
     if (step.kind == Step::Kind::Getitem) {
       const c10::IValue& src = values[static_cast<size_t>(step.src_slot)];
@@ -754,6 +763,11 @@ std::vector<c10::IValue> Executor::run(std::vector<c10::IValue> inputs) {
       values[s] = c10::IValue();
       --live;
     }
+    if (opts_.profile) {
+      step_seconds_[k] +=
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      ++step_calls_[k];
+    }
   }
   stats_.max_live_values = max_live;
 
@@ -761,6 +775,22 @@ std::vector<c10::IValue> Executor::run(std::vector<c10::IValue> inputs) {
   out.reserve(output_slots_.size());
   for (int64_t s : output_slots_)
     out.push_back(s < 0 ? c10::IValue() : values[static_cast<size_t>(s)]);
+  return out;
+}
+
+std::vector<OpProfile> Executor::profile() const {
+  std::map<std::string, OpProfile> by_target;
+  for (size_t k = 0; k < step_seconds_.size(); ++k) {
+    OpProfile& p = by_target[steps_[k].target];
+    p.target = steps_[k].target;
+    p.calls += step_calls_[k];
+    p.seconds += step_seconds_[k];
+  }
+  std::vector<OpProfile> out;
+  for (auto& [target, p] : by_target)
+    out.push_back(std::move(p));
+  std::stable_sort(out.begin(), out.end(),
+                   [](const OpProfile& a, const OpProfile& b) { return a.seconds > b.seconds; });
   return out;
 }
 

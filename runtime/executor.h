@@ -38,6 +38,15 @@ struct ExecutorOptions {
   bool check_meta = true;
   // Check at plan time that every constant group_name of a collective is registered with c10d.
   bool check_groups = true;
+  // Time every node of every run (two clock reads per node) for profile().
+  bool profile = false;
+};
+
+// Time spent in one op target over all profiled runs.
+struct OpProfile {
+  std::string target;
+  size_t calls = 0;
+  double seconds = 0;
 };
 
 // A placeholder as the executor sees it: its position among the graph inputs, name, kind, FQN
@@ -71,6 +80,10 @@ class Executor {
 
   const ExecutorStats& stats() const { return stats_; }
 
+  // With ExecutorOptions::profile: seconds per target summed over every run so far, largest
+  // first (ties by target name). Empty without it.
+  std::vector<OpProfile> profile() const;
+
  private:
   struct Step;  // one planned node (defined in executor.cc)
   ExecutorOptions opts_;
@@ -79,6 +92,8 @@ class Executor {
   std::vector<Step> steps_;
   std::vector<int64_t> output_slots_;        // -1: a constant None in the output list
   std::vector<uint32_t> free_after_inputs_;  // placeholders nobody reads
+  std::vector<double> step_seconds_;         // per step, summed over runs (profile only)
+  std::vector<size_t> step_calls_;
   size_t num_slots_ = 0;
   size_t num_outputs_ = 0;
   ExecutorStats stats_;

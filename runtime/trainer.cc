@@ -202,6 +202,31 @@ std::string formatLoss(double v) {
   return buf;
 }
 
+// Rank 0's time per op target (Executor::profile), per step, largest first: where a step goes,
+// e.g. how much of it is spent waiting for collectives (wait_tensor).
+void printProfile(const std::vector<OpProfile>& ops, int steps) {
+  double total = 0;
+  for (const OpProfile& p : ops)
+    total += p.seconds;
+  if (total <= 0) return;
+  std::fprintf(stderr, "profile (rank 0, per step; %.3f ms in %zu targets):\n", 1e3 * total / steps,
+               ops.size());
+  std::fprintf(stderr, "  %9s %6s %6s  %s\n", "ms", "share", "calls", "target");
+  size_t shown = 0;
+  double rest = 0;
+  for (const OpProfile& p : ops) {
+    if (++shown > 15) {
+      rest += p.seconds;
+      continue;
+    }
+    std::fprintf(stderr, "  %9.3f %5.1f%% %6zu  %s\n", 1e3 * p.seconds / steps,
+                 100 * p.seconds / total, p.calls / static_cast<size_t>(steps), p.target.c_str());
+  }
+  if (rest > 0)
+    std::fprintf(stderr, "  %9.3f %5.1f%% %6s  (%zu more targets)\n", 1e3 * rest / steps,
+                 100 * rest / total, "", ops.size() - 15);
+}
+
 class ProgressBar {
  public:
   ProgressBar(bool enabled, int total) : enabled_(enabled), total_(total) {}
@@ -310,6 +335,7 @@ int runRankImpl(const ExecOptions& o, const DistEnv& env, std::unique_ptr<Proces
   ExecutorOptions eo;
   eo.device = device;
   eo.check_meta = o.check_meta;
+  eo.profile = o.profile;
   std::unique_ptr<Executor> ex;
   try {
     ex = std::make_unique<Executor>(*g, eo);
@@ -612,6 +638,7 @@ int runRankImpl(const ExecOptions& o, const DistEnv& env, std::unique_ptr<Proces
     std::fprintf(stderr, "jointfx exec: %d step%s on %d rank%s, %.4f s/step\n", o.steps,
                  o.steps == 1 ? "" : "s", env.world_size, env.world_size == 1 ? "" : "s",
                  total_seconds / o.steps);
+  if (leader && o.profile) printProfile(ex->profile(), o.steps);
   return kExecOk;
 }
 

@@ -135,7 +135,7 @@ def _setup_groups(doc: dict[str, Any], rank: int, world: int) -> tuple[int, int]
     (tp_size, fsdp_size) from the mesh."""
     import torch.distributed as dist
 
-    from jointfx.trace import _register_alias
+    from jointfx.trace import register_group_name
 
     shape = list(doc.get("meta", {}).get("mesh", {}).get("shape", [world]))
     if len(shape) not in (1, 2) or math.prod(shape) != world:
@@ -152,7 +152,7 @@ def _setup_groups(doc: dict[str, Any], rank: int, world: int) -> tuple[int, int]
             if rank in members:
                 mine = group
         if mine is not None:
-            _register_alias(pg["name"], mine)
+            register_group_name(pg["name"], mine)
     return (shape[1] if len(shape) == 2 else 1), shape[0]
 
 

@@ -121,7 +121,8 @@ def _group_spec(name: str, group: dist.ProcessGroup) -> ProcessGroupSpec:
     return ProcessGroupSpec(name=name, ranks=tuple(dist.get_process_group_ranks(group)))
 
 
-def _register_alias(name: str, group: dist.ProcessGroup) -> None:
+def register_group_name(name: str, group: dist.ProcessGroup) -> None:
+    """Makes `group` the one `_c10d_functional` collectives naming `name` run on."""
     # Collectives find groups by name in c10d's registry; re-registering a name throws.
     from torch._C._distributed_c10d import (
         _is_process_group_registered,
@@ -156,7 +157,7 @@ def setup_groups(tp_size: int) -> MeshGroups:
     specs = []
     for dim in ("fsdp", "tp"):
         group = mesh.get_group(dim)
-        _register_alias(dim, group)
+        register_group_name(dim, group)
         specs.append(_group_spec(dim, group))
     return MeshGroups(specs[0], specs[1], shape, ("fsdp", "tp"))
 

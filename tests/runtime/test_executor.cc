@@ -10,6 +10,7 @@
 #include <catch2/catch.hpp>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -120,6 +121,37 @@ TEST_CASE("executor: mm + sum + world-1 all_gather/wait/reduce_scatter/wait matc
     CHECK(bitwiseEqual(outs[0].toTensor(), at::sum(ref_y)));
     CHECK(bitwiseEqual(outs[1].toTensor(), ref_y));
   }
+}
+
+TEST_CASE("executor: profile sums time and calls per target over runs, only when asked",
+          "[runtime]") {
+  Graph g;
+  Node* x = placeholder(g, "x", f32({64, 64}), InputKind::UserInput);
+  Node* a = call(g, "aten.mm.default", {N(x), N(x)}, f32({64, 64}));
+  Node* b = call(g, "aten.mm.default", {N(a), N(x)}, f32({64, 64}));
+  Node* s = call(g, "aten.sum.default", {N(b)}, f32({}));
+  output(g, {s});
+  at::Tensor xv = at::randn({64, 64});
+
+  rt::Executor plain(g);
+  plain.run({xv});
+  CHECK(plain.profile().empty());
+
+  rt::ExecutorOptions opts;
+  opts.profile = true;
+  rt::Executor ex(g, opts);
+  for (int run = 0; run < 3; ++run)
+    ex.run({xv});
+  std::vector<rt::OpProfile> prof = ex.profile();
+  REQUIRE(prof.size() == 2);
+  for (size_t k = 1; k < prof.size(); ++k)
+    CHECK(prof[k - 1].seconds >= prof[k].seconds);
+  std::map<std::string, rt::OpProfile> by;
+  for (const rt::OpProfile& p : prof)
+    by[p.target] = p;
+  CHECK(by["aten.mm.default"].calls == 6);  // two nodes, three runs
+  CHECK(by["aten.sum.default"].calls == 3);
+  CHECK(by["aten.mm.default"].seconds > 0);
 }
 
 TEST_CASE("executor: multi-output + getitem, in-place, out=, kwargs, defaults, lists, prims",
