@@ -26,6 +26,17 @@ struct ListItem {
   c10::IValue constant;
 };
 
+// An int/float/bool list argument whose items are constants or values of earlier nodes (sizes
+// computed in the graph), built per run.
+template <typename T>
+c10::IValue scalarList(const std::vector<ListItem>& items, const std::vector<c10::IValue>& values) {
+  c10::List<T> l;
+  l.reserve(items.size());
+  for (const ListItem& li : items)
+    l.push_back((li.slot < 0 ? li.constant : values[static_cast<size_t>(li.slot)]).to<T>());
+  return c10::IValue(std::move(l));
+}
+
 // A stack position filled per run from the value table.
 struct DynamicArg {
   enum class Kind : uint8_t { Value, TensorList, OptionalTensorList, IntList, FloatList, BoolList };
@@ -709,30 +720,15 @@ std::vector<c10::IValue> Executor::run(std::vector<c10::IValue> inputs) {
             stack[d.pos] = c10::IValue(std::move(l));
             break;
           }
-          case DynamicArg::Kind::IntList: {
-            c10::List<int64_t> l;
-            for (const ListItem& li : d.items)
-              l.push_back(li.slot < 0 ? li.constant.toInt()
-                                      : values[static_cast<size_t>(li.slot)].toInt());
-            stack[d.pos] = c10::IValue(std::move(l));
+          case DynamicArg::Kind::IntList:
+            stack[d.pos] = scalarList<int64_t>(d.items, values);
             break;
-          }
-          case DynamicArg::Kind::FloatList: {
-            c10::List<double> l;
-            for (const ListItem& li : d.items)
-              l.push_back(li.slot < 0 ? li.constant.toDouble()
-                                      : values[static_cast<size_t>(li.slot)].toDouble());
-            stack[d.pos] = c10::IValue(std::move(l));
+          case DynamicArg::Kind::FloatList:
+            stack[d.pos] = scalarList<double>(d.items, values);
             break;
-          }
-          case DynamicArg::Kind::BoolList: {
-            c10::List<bool> l;
-            for (const ListItem& li : d.items)
-              l.push_back(li.slot < 0 ? li.constant.toBool()
-                                      : values[static_cast<size_t>(li.slot)].toBool());
-            stack[d.pos] = c10::IValue(std::move(l));
+          case DynamicArg::Kind::BoolList:
+            stack[d.pos] = scalarList<bool>(d.items, values);
             break;
-          }
         }
       }
       try {
