@@ -20,7 +20,8 @@ inline void addRunOptions(CLI::App* cmd, ExecOptions& o) {
       ->check(CLI::IsMember({"cpu", "cuda"}));
   cmd->add_option("--timeout-s", o.timeout_s,
                   "Seconds before a rendezvous or collective gives up (a failed rank never "
-                  "leaves the others hanging longer)")
+                  "leaves the others hanging longer); a rank that finishes no node for 5 s more "
+                  "ends itself")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--seed", o.seed, "Seed of the generated parameters and batches");
   cmd->add_option("--params", o.params,

@@ -665,8 +665,14 @@ std::vector<c10::IValue> Executor::run(std::vector<c10::IValue> inputs) {
     step_seconds_.assign(steps_.size(), 0.0);
     step_calls_.assign(steps_.size(), 0);
   }
+  // Relaxed: the watchdog only needs to see the counter move eventually.
+  struct NotRunning {
+    std::atomic<int64_t>& at;
+    ~NotRunning() { at.store(-1, std::memory_order_relaxed); }
+  } not_running{running_};
   for (size_t k = 0; k < steps_.size(); ++k) {
     Step& step = steps_[k];
+    running_.store(static_cast<int64_t>(k), std::memory_order_relaxed);
     std::chrono::steady_clock::time_point t0;
     if (opts_.profile) t0 = std::chrono::steady_clock::now();
     c10::IValue result;
@@ -764,6 +770,7 @@ std::vector<c10::IValue> Executor::run(std::vector<c10::IValue> inputs) {
           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       ++step_calls_[k];
     }
+    nodes_finished_.fetch_add(1, std::memory_order_relaxed);
   }
   stats_.max_live_values = max_live;
 
@@ -772,6 +779,13 @@ std::vector<c10::IValue> Executor::run(std::vector<c10::IValue> inputs) {
   for (int64_t s : output_slots_)
     out.push_back(s < 0 ? c10::IValue() : values[static_cast<size_t>(s)]);
   return out;
+}
+
+std::string Executor::runningNode() const {
+  int64_t k = running_.load(std::memory_order_relaxed);
+  if (k < 0 || static_cast<size_t>(k) >= steps_.size()) return "";
+  const Step& s = steps_[static_cast<size_t>(k)];  // planned once, never written by run()
+  return "'" + s.name + "' (" + s.target + ")";
 }
 
 std::vector<OpProfile> Executor::profile() const {

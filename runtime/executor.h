@@ -22,6 +22,7 @@
 #include <ATen/core/ivalue.h>
 #include <c10/core/Device.h>
 
+#include <atomic>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -84,6 +85,11 @@ class Executor {
   // first (ties by target name). Empty without it.
   std::vector<OpProfile> profile() const;
 
+  // Where run() is, for a watchdog on another thread: nodes finished over all runs, and the
+  // node running now as "'name' (target)" ("" outside run()).
+  uint64_t nodesFinished() const { return nodes_finished_.load(std::memory_order_relaxed); }
+  std::string runningNode() const;
+
  private:
   struct Step;  // one planned node (defined in executor.cc)
   ExecutorOptions opts_;
@@ -97,6 +103,8 @@ class Executor {
   size_t num_slots_ = 0;
   size_t num_outputs_ = 0;
   ExecutorStats stats_;
+  std::atomic<uint64_t> nodes_finished_{0};
+  std::atomic<int64_t> running_{-1};  // index into steps_, -1 outside run()
 };
 
 // Splits "aten.mm.default" into ("aten::mm", "") and "aten.add.Tensor" into ("aten::add",

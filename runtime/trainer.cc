@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -24,6 +25,7 @@
 #include <iostream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -33,9 +35,14 @@
 #include "runtime/process_groups.h"
 #include "runtime/safetensors.h"
 #include "runtime/tensor_io.h"
+#include "runtime/watchdog.h"
 
 namespace jfx::rt {
 namespace {
+
+// How much longer than --timeout-s a rank may stand still before its watchdog ends it: room for
+// c10d to raise its own timeout error first, which names the collective.
+constexpr int kWatchdogGraceSeconds = 5;
 
 // An error with the exit code it should produce.
 struct RankError {
@@ -498,9 +505,30 @@ int runRankImpl(const ExecOptions& o, const DistEnv& env, std::unique_ptr<Proces
   bool tty = ::isatty(2) != 0;
   ProgressBar bar(leader && (o.progress == "always" || (o.progress == "auto" && tty)), o.steps);
 
-  // ---- the loop
+  // ---- the loop, watched (runtime/watchdog.h): a rank that finishes no node and no phase of
+  // a step for the collective timeout plus a grace for c10d's own error path gives up.
+  std::atomic<uint64_t> phases{0};
+  std::atomic<int> current_step{0};
+  std::optional<Watchdog> watchdog;
+  watchdog.emplace(
+      std::chrono::seconds(o.timeout_s + kWatchdogGraceSeconds),
+      [&] { return phases.load(std::memory_order_relaxed) + ex->nodesFinished(); },
+      [&, who = env.world_size > 1 ? "rank " + std::to_string(env.rank) + ": "
+                                   : std::string()](double stalled) {
+        std::string node = ex->runningNode();
+        std::fprintf(stderr,
+                     "jointfx exec: %sno progress for %.0f s at step %d%s, longer than the "
+                     "collective timeout (--timeout-s %d); giving up\n",
+                     who.c_str(), stalled, current_step.load(),
+                     node.empty() ? "" : (", in node " + node).c_str(), o.timeout_s);
+        std::fflush(stdout);
+        std::fflush(stderr);
+        std::_Exit(kExecRankFailed);
+      });
   double total_seconds = 0;
   for (int step = 1; step <= o.steps; ++step) {
+    current_step = step;
+    phases.fetch_add(1, std::memory_order_relaxed);
     debugFail(o, env.rank, step);
     std::vector<c10::IValue> args;
     args.reserve(inputs.size());
@@ -549,6 +577,7 @@ int runRankImpl(const ExecOptions& o, const DistEnv& env, std::unique_ptr<Proces
     }
     double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     total_seconds += seconds;
+    phases.fetch_add(1, std::memory_order_relaxed);
 
     if (loss_index >= outs.size() || !outs[loss_index].isTensor())
       throw RankError{kExecRankFailed, "output " + std::to_string(loss_index) + " is not a tensor"};
@@ -600,11 +629,13 @@ int runRankImpl(const ExecOptions& o, const DistEnv& env, std::unique_ptr<Proces
   }
 
   // Nobody tears down its connections while a peer may still be reading from them.
+  phases.fetch_add(1, std::memory_order_relaxed);
   try {
     pgs->worldBarrier("end");
   } catch (const JfxError& e) {
     throw RankError{kExecRankFailed, e.message()};
   }
+  watchdog.reset();
 
   if (!o.save.empty()) {
     SafetensorsWriter w;

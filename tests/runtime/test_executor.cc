@@ -7,11 +7,13 @@
 #include <ATen/ops/stack.h>
 #include <ATen/ops/sum.h>
 
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <cstring>
 #include <functional>
 #include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "ir/error.h"
@@ -152,6 +154,35 @@ TEST_CASE("executor: profile sums time and calls per target over runs, only when
   CHECK(by["aten.mm.default"].calls == 6);  // two nodes, three runs
   CHECK(by["aten.sum.default"].calls == 3);
   CHECK(by["aten.mm.default"].seconds > 0);
+}
+
+TEST_CASE("executor: reports nodes finished and the node running, for the watchdog", "[runtime]") {
+  Graph g;
+  Node* x = placeholder(g, "x", f32({384, 384}), InputKind::UserInput);
+  Node* prev = x;
+  for (int i = 0; i < 24; ++i)  // long enough (tens of ms) for another thread to look in
+    prev = call(g, "aten.mm.default", {N(prev), N(x)}, f32({384, 384}));
+  Node* s = call(g, "aten.sum.default", {N(prev)}, f32({}));
+  output(g, {s});
+  at::Tensor xv = at::randn({384, 384}).mul_(0.05);
+
+  rt::Executor ex(g);
+  CHECK(ex.nodesFinished() == 0);
+  CHECK(ex.runningNode().empty());
+  std::atomic<bool> done{false};
+  std::string seen;
+  std::thread observer([&] {
+    while (!done.load() && seen.empty())
+      seen = ex.runningNode();
+  });
+  ex.run({xv});
+  done = true;
+  observer.join();
+  CHECK(ex.nodesFinished() == 25);
+  CHECK(ex.runningNode().empty());  // not inside run() any more
+  CHECK_THAT(seen, Catch::Matches("'[a-z0-9_]+' \\(aten\\.(mm|sum)\\.default\\)"));
+  ex.run({xv});
+  CHECK(ex.nodesFinished() == 50);
 }
 
 TEST_CASE("executor: multi-output + getitem, in-place, out=, kwargs, defaults, lists, prims",
