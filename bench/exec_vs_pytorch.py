@@ -2,8 +2,8 @@
 """Executor step time against PyTorch calling the same GraphModule: CPU, gloo, same graph, data.
 
     .venv/bin/python bench/exec_vs_pytorch.py [--jointfx build/tools/jointfx]
-        [--fixture tests/data/traced/fsdp_w2.json ...] [--pipeline P] [--steps 40] [--warmup 10]
-        [--repeat 5] [--json bench/results/exec_vs_pytorch.json]
+        [--fixture tests/data/traced/fsdp_w2.json ...] [--pipeline P] [--steps 60] [--warmup 10]
+        [--repeat 9] [--json bench/results/exec_vs_pytorch.json]
 
 For each fixture (default: fsdp_w2 and sac_w2 at world 2, and fsdp_w1 and sac_w1, whose one
 rank has no communication to wait for, so that the difference is the per-node cost alone), and
@@ -17,7 +17,8 @@ that fixture after --pipeline (default configs/pipelines/default.json), both sid
 
 A step's time is the slowest rank's; the first --warmup steps are dropped and a run's time is the
 median of the rest; the figure is the median over --repeat runs, the two sides interleaved (every
-run's figure is in the JSON). Per-node time is step time / call nodes; the per-node
+run's figure is in the JSON). Also the 10th, 50th and 90th percentiles of all timed steps of all
+runs pooled, per side: where gloo latency makes the step, they show how much is the machine. Per-node time is step time / call nodes; the per-node
 overhead saved is (pytorch - jointfx) / call nodes. Figures, never a pass/fail: the target
 (jointfx <= 0.9x pytorch) is reported, not enforced.
 """
@@ -45,6 +46,14 @@ def step_times(log_pattern: str, nproc: int, warmup: int) -> list[float]:
     return steps[warmup:]
 
 
+QUANTILES = (10, 50, 90)
+
+
+def quantile(values: list[float], q: int) -> float:
+    ordered = sorted(values)
+    return ordered[round(q / 100 * (len(ordered) - 1))]
+
+
 def call_nodes(graph: Path) -> int:
     doc = json.loads(graph.read_text())
     return sum(1 for n in doc["nodes"] if n["op"] == "call_function")
@@ -55,17 +64,22 @@ def bench_graph(jointfx: str, graph: Path, params: Path, batch: Path, nproc: int
     from jointfx import reference
 
     runs: dict[str, list[float]] = {"jointfx": [], "pytorch": []}
+    pooled: dict[str, list[float]] = {"jointfx": [], "pytorch": []}  # every timed step
     for rep in range(a.repeat):  # interleaved, so drifting machine load hits both sides alike
         log = tmp / f"exec.{rep}.rank{{rank}}.jsonl"
         subprocess.run([jointfx, "exec", str(graph), "--nproc", str(nproc), "--steps", str(a.steps),
                         "--optimizer", "none", "--threads", "1", "--params", str(params),
                         "--batch", str(batch), "--log", str(log), "--quiet", "--timeout-s", "300"],
                        check=True)
-        runs["jointfx"].append(statistics.median(step_times(str(log), nproc, a.warmup)))
+        steps = step_times(str(log), nproc, a.warmup)
+        runs["jointfx"].append(statistics.median(steps))
+        pooled["jointfx"] += steps
         log = tmp / f"torch.{rep}.rank{{rank}}.jsonl"
         reference.run(graph, nproc=nproc, params=params, batch=batch, steps=a.steps,
                       log=str(log), threads=1)
-        runs["pytorch"].append(statistics.median(step_times(str(log), nproc, a.warmup)))
+        steps = step_times(str(log), nproc, a.warmup)
+        runs["pytorch"].append(statistics.median(steps))
+        pooled["pytorch"] += steps
     nodes = call_nodes(graph)
     ours, theirs = statistics.median(runs["jointfx"]), statistics.median(runs["pytorch"])
     return {"call_nodes": nodes, "jointfx_ms": ours * 1e3, "pytorch_ms": theirs * 1e3,
@@ -73,7 +87,15 @@ def bench_graph(jointfx: str, graph: Path, params: Path, batch: Path, nproc: int
             "jointfx_ms_runs": [round(t * 1e3, 3) for t in runs["jointfx"]],
             "pytorch_ms_runs": [round(t * 1e3, 3) for t in runs["pytorch"]],
             "jointfx_us_per_node": ours * 1e6 / nodes, "pytorch_us_per_node": theirs * 1e6 / nodes,
-            "saved_us_per_node": (theirs - ours) * 1e6 / nodes}
+            "saved_us_per_node": (theirs - ours) * 1e6 / nodes,
+            # Quantiles of every timed step of every run: the low ones are the steps that the
+            # machine disturbed least (timeit's argument for the minimum), the high ones the
+            # tail of gloo wake-ups on a shared VM.
+            "quantiles": {f"p{q}": {"jointfx_ms": quantile(pooled["jointfx"], q) * 1e3,
+                                     "pytorch_ms": quantile(pooled["pytorch"], q) * 1e3,
+                                     "ratio": quantile(pooled["jointfx"], q)
+                                              / quantile(pooled["pytorch"], q)}
+                          for q in QUANTILES}}
 
 
 def main() -> int:
@@ -83,9 +105,9 @@ def main() -> int:
     p.add_argument("--fixture", action="append", type=Path)
     p.add_argument("--pipeline", default=str(REPO / "configs" / "pipelines" / "default.json"),
                    help="also time each fixture after this pipeline ('' to skip)")
-    p.add_argument("--steps", type=int, default=40)
+    p.add_argument("--steps", type=int, default=60)
     p.add_argument("--warmup", type=int, default=10)
-    p.add_argument("--repeat", type=int, default=5)
+    p.add_argument("--repeat", type=int, default=9)
     p.add_argument("--json", type=Path, help="write the figures here")
     a = p.parse_args()
     # World 2 as the issue asks; world 1 has no communication, so its gap is the per-node cost.
@@ -116,6 +138,9 @@ def main() -> int:
                       f"{r['ratio']:.2f}  per node {r['jointfx_us_per_node']:.1f} vs "
                       f"{r['pytorch_us_per_node']:.1f} us (saves {r['saved_us_per_node']:.1f})  "
                       f"runs {spread} ms", flush=True)
+                print("    all steps, jointfx / pytorch ms (ratio): " + "  ".join(
+                    f"p{q} {v['jointfx_ms']:.2f} / {v['pytorch_ms']:.2f} ({v['ratio']:.2f})"
+                    for q, v in ((q, r["quantiles"][f"p{q}"]) for q in QUANTILES)), flush=True)
     if a.json:
         a.json.parent.mkdir(parents=True, exist_ok=True)
         a.json.write_text(json.dumps({"steps": a.steps, "warmup": a.warmup, "repeat": a.repeat,

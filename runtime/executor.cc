@@ -11,6 +11,8 @@
 #include <algorithm>
 #include <chrono>
 #include <map>
+#include <optional>
+#include <type_traits>
 #include <unordered_map>
 
 #include "ir/error.h"
@@ -34,6 +36,31 @@ c10::IValue scalarList(const std::vector<ListItem>& items, const std::vector<c10
   l.reserve(items.size());
   for (const ListItem& li : items)
     l.push_back((li.slot < 0 ? li.constant : values[static_cast<size_t>(li.slot)]).to<T>());
+  return c10::IValue(std::move(l));
+}
+
+// A Tensor[] (Elem = at::Tensor) or Tensor?[] (Elem = std::optional<at::Tensor>) argument from
+// the values of earlier nodes, built per run; a Tensor?[] item without a slot is None. An item
+// that holds no tensor is left in `bad` (and the list is not finished).
+template <typename Elem>
+c10::IValue tensorList(const std::vector<ListItem>& items, const std::vector<c10::IValue>& values,
+                       const c10::IValue*& bad) {
+  c10::List<Elem> l;
+  l.reserve(items.size());
+  for (const ListItem& li : items) {
+    if constexpr (!std::is_same_v<Elem, at::Tensor>) {
+      if (li.slot < 0) {
+        l.push_back(std::nullopt);
+        continue;
+      }
+    }
+    const c10::IValue& v = values[static_cast<size_t>(li.slot)];
+    if (!v.isTensor()) {
+      bad = &v;
+      return {};
+    }
+    l.push_back(v.toTensor());
+  }
   return c10::IValue(std::move(l));
 }
 
@@ -696,34 +723,15 @@ std::vector<c10::IValue> Executor::run(std::vector<c10::IValue> inputs) {
           case DynamicArg::Kind::Value:
             stack[d.pos] = values[static_cast<size_t>(d.slot)];
             break;
-          case DynamicArg::Kind::TensorList: {
-            c10::List<at::Tensor> l;
-            l.reserve(d.items.size());
-            for (const ListItem& li : d.items) {
-              const c10::IValue& v = values[static_cast<size_t>(li.slot)];
-              if (!v.isTensor())
-                throwStepError(step.name, step.target,
-                               "list item is " + describe(v) + ", not a tensor");
-              l.push_back(v.toTensor());
-            }
-            stack[d.pos] = c10::IValue(std::move(l));
-            break;
-          }
+          case DynamicArg::Kind::TensorList:
           case DynamicArg::Kind::OptionalTensorList: {
-            c10::List<std::optional<at::Tensor>> l;
-            l.reserve(d.items.size());
-            for (const ListItem& li : d.items) {
-              if (li.slot < 0) {
-                l.push_back(std::nullopt);
-                continue;
-              }
-              const c10::IValue& v = values[static_cast<size_t>(li.slot)];
-              if (!v.isTensor())
-                throwStepError(step.name, step.target,
-                               "list item is " + describe(v) + ", not a tensor");
-              l.push_back(v.toTensor());
-            }
-            stack[d.pos] = c10::IValue(std::move(l));
+            const c10::IValue* bad = nullptr;
+            stack[d.pos] = d.kind == DynamicArg::Kind::TensorList
+                               ? tensorList<at::Tensor>(d.items, values, bad)
+                               : tensorList<std::optional<at::Tensor>>(d.items, values, bad);
+            if (bad)
+              throwStepError(step.name, step.target,
+                             "list item is " + describe(*bad) + ", not a tensor");
             break;
           }
           case DynamicArg::Kind::IntList:
