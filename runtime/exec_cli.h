@@ -23,6 +23,11 @@ inline void addRunOptions(CLI::App* cmd, ExecOptions& o) {
                   "leaves the others hanging longer); a rank that finishes no node for 5 s more "
                   "ends itself")
       ->check(CLI::PositiveNumber);
+  cmd->add_option("--gloo-threads", o.gloo_threads,
+                  "Worker threads per gloo group. 2 (PyTorch's default) lets collectives in flight "
+                  "on one group overlap, but LibTorch 2.15's gloo then corrupts the heap now and "
+                  "then (docs/executor.md, Limits)")
+      ->check(CLI::Range(1, 64));
   cmd->add_option("--seed", o.seed, "Seed of the generated parameters and batches");
   cmd->add_option("--params", o.params,
                   "safetensors file of full parameters (and buffers) by FQN; default: seeded "

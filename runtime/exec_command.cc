@@ -31,6 +31,7 @@ std::string validate(const ExecOptions& o) {
   if (o.nproc < 1 || o.nproc > 4096) return "--nproc must be in [1, 4096]";
   if (o.steps < 1) return "--steps must be at least 1";
   if (o.timeout_s < 1) return "--timeout-s must be at least 1";
+  if (o.gloo_threads < 1 || o.gloo_threads > 64) return "--gloo-threads must be in [1, 64]";
   if (o.optimizer != "sgd" && o.optimizer != "adamw" && o.optimizer != "none")
     return "--optimizer must be sgd, adamw or none";
   if (o.progress != "auto" && o.progress != "always" && o.progress != "never")
@@ -64,6 +65,7 @@ std::vector<std::string> execArgs(const ExecOptions& o) {
   add("--steps", std::to_string(o.steps));
   add("--device", o.device);
   add("--timeout-s", std::to_string(o.timeout_s));
+  add("--gloo-threads", std::to_string(o.gloo_threads));
   add("--seed", std::to_string(o.seed));
   if (!o.params.empty()) add("--params", o.params);
   if (!o.batch.empty()) add("--batch", o.batch);

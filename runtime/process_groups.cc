@@ -124,7 +124,8 @@ struct ProcessGroups::Group {
 };
 
 ProcessGroups::ProcessGroups(const std::vector<ProcessGroupInfo>& groups, const DistEnv& env,
-                             CommBackend backend, std::chrono::milliseconds timeout)
+                             CommBackend backend, std::chrono::milliseconds timeout,
+                             int gloo_threads)
     : env_(env), timeout_(timeout) {
 #if !JFX_WITH_CUDA
   if (backend == CommBackend::Nccl)
@@ -197,6 +198,13 @@ ProcessGroups::ProcessGroups(const std::vector<ProcessGroupInfo>& groups, const 
       g->pg = c10::make_intrusive<c10d::ProcessGroup>(prefixed, g->my_rank, size);
       if (backend == CommBackend::Gloo) {
         auto opts = c10d::ProcessGroupGloo::Options::create(timeout);
+        // One worker thread by default, not gloo's two: with two, collectives of one group run
+        // concurrently and LibTorch 2.15's gloo path corrupts the heap now and then
+        // (AsyncAllgatherCoalescedWork; PyTorch alone does it too): sac_w1 after the default
+        // pipeline with idle-priority busy loops on every CPU crashed in 15 of 140 runs with
+        // two threads, in none of 400 with one. The price: collectives in flight on one group
+        // run one after another (docs/executor.md, Limits). Results are the same either way.
+        opts->threads = gloo_threads;
         // Loopback or the master's address: ranks meet on this host (or where MASTER_ADDR says).
         opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(
             env.master_addr == "localhost" ? "127.0.0.1" : env.master_addr));

@@ -68,8 +68,9 @@ class ProcessGroups {
   // has arrived, or `timeout` passes (then throws). `timeout` also bounds every collective.
   // Throws JfxError when the header does not fit the world (a group needing more ranks than there
   // are, duplicate ranks, size != ranks) or NCCL was asked for in a build without it.
+  // `gloo_threads`: worker threads of each gloo group (see process_groups.cc for why 1).
   ProcessGroups(const std::vector<ProcessGroupInfo>& groups, const DistEnv& env,
-                CommBackend backend, std::chrono::milliseconds timeout);
+                CommBackend backend, std::chrono::milliseconds timeout, int gloo_threads = 1);
   ~ProcessGroups();
   ProcessGroups(const ProcessGroups&) = delete;
   ProcessGroups& operator=(const ProcessGroups&) = delete;

@@ -332,7 +332,7 @@ int runRankImpl(const ExecOptions& o, const DistEnv& env, std::unique_ptr<Proces
     pgs = std::make_unique<ProcessGroups>(
         localizeGroups(g->processGroups(), g->extraJson(), env.rank, env.world_size), env,
         o.device == "cuda" ? CommBackend::Nccl : CommBackend::Gloo,
-        std::chrono::seconds(o.timeout_s));
+        std::chrono::seconds(o.timeout_s), o.gloo_threads);
   } catch (const CommError& e) {
     throw RankError{kExecRankFailed, e.message()};
   } catch (const JfxError& e) {

@@ -24,8 +24,11 @@ import argparse
 import json
 import math
 import os
+import queue
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 from dataclasses import replace
 from datetime import timedelta
@@ -37,8 +40,10 @@ PYTHON_DIR = Path(__file__).resolve().parent.parent
 
 def run(graph: str | Path, *, nproc: int, params: str | Path, batch: str | Path, steps: int = 1,
         save_grads: str | Path | None = None, log: str | Path | None = None, threads: int = 1,
-        timeout_s: int = 300) -> None:
-    """Runs GRAPH on `nproc` gloo ranks (one process each); raises RuntimeError if a rank fails."""
+        timeout_s: int = 300, debug_exit_rank: int | None = None) -> None:
+    """Runs GRAPH on `nproc` gloo ranks (one process each); raises RuntimeError naming the first
+    rank that fails, once the others are killed. `debug_exit_rank` (tests): that rank exits with
+    status 3 after joining the group, leaving its peers waiting in their first collective."""
     import torch.distributed as dist
 
     store = dist.TCPStore("127.0.0.1", 0, nproc + 1, True, timeout=timedelta(seconds=timeout_s),
@@ -52,24 +57,49 @@ def run(graph: str | Path, *, nproc: int, params: str | Path, batch: str | Path,
         common += ["--save-grads", str(save_grads)]
     if log:
         common += ["--log", str(log)]
-    procs = [subprocess.Popen([sys.executable, "-m", "jointfx.reference", *common, "--worker",
-                               "--rank", str(r), "--port", str(store.port)],
-                              env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-             for r in range(nproc)]
-    logs: list[str] = []
-    try:
-        for p in procs:
-            out, _ = p.communicate(timeout=timeout_s)
-            logs.append(out)
-    finally:
-        for p in procs:  # one failed rank must not leave the others waiting in a collective
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-    for rank, p in enumerate(procs):
-        if p.returncode != 0:
-            tail = logs[rank][-4000:] if rank < len(logs) else ""
-            raise RuntimeError(f"reference rank {rank} exited with {p.returncode}:\n{tail}")
+    if debug_exit_rank is not None:
+        common += ["--debug-exit-rank", str(debug_exit_rank)]
+    with tempfile.TemporaryDirectory(prefix="jfx-reference-") as out_dir:
+        outs = [open(Path(out_dir) / f"rank{r}.log", "w+") for r in range(nproc)]
+        procs = [subprocess.Popen([sys.executable, "-m", "jointfx.reference", *common, "--worker",
+                                   "--rank", str(r), "--port", str(store.port)],
+                                  env=env, stdout=outs[r], stderr=subprocess.STDOUT, text=True)
+                 for r in range(nproc)]
+        # Each rank's exit lands on a queue the moment it happens, so the first rank to fail is
+        # the one reported (its peers fail right after, of "connection closed by peer"), and
+        # the others, stuck in a collective with it or spinning in gloo, are killed at once.
+        exits: queue.Queue[int] = queue.Queue()
+        for rank, p in enumerate(procs):
+            threading.Thread(target=lambda r=rank, q=p: (q.wait(), exits.put(r)),
+                             daemon=True).start()
+        failed = None  # (rank, what happened)
+        deadline = time.monotonic() + timeout_s + 60
+        try:
+            for _ in procs:
+                try:
+                    rank = exits.get(timeout=max(0.0, deadline - time.monotonic()))
+                except queue.Empty:
+                    rank = next(r for r, p in enumerate(procs) if p.poll() is None)
+                    failed = (rank, f"did not finish within {timeout_s + 60} s")
+                    break
+                if procs[rank].returncode != 0:
+                    failed = (rank, f"exited with {procs[rank].returncode}")
+                    break
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+            logs = []
+            for f in outs:
+                f.seek(0)
+                logs.append(f.read())
+                f.close()
+    if failed is not None:
+        rank, what = failed
+        others = "".join(f"\n--- rank {r}:\n{log[-2000:]}" for r, log in enumerate(logs)
+                         if r != rank)
+        raise RuntimeError(f"reference rank {rank} {what}:\n{logs[rank][-4000:]}{others}")
 
 
 def write_fixture_data(fixture: str | Path, out_dir: str | Path) -> tuple[Path, Path]:
@@ -193,6 +223,9 @@ def _worker(a: argparse.Namespace) -> None:
     timeout = timedelta(seconds=a.timeout_s)
     store = dist.TCPStore("127.0.0.1", a.port, a.nproc + 1, False, timeout=timeout)
     dist.init_process_group("gloo", store=store, rank=a.rank, world_size=a.nproc, timeout=timeout)
+    if a.debug_exit_rank == a.rank:
+        print(f"rank {a.rank}: --debug-exit-rank", flush=True)
+        os._exit(3)
     doc = load_graph(a.graph)
     tp, fsdp = _setup_groups(doc, a.rank, a.nproc)
     gm = import_graph(doc)
@@ -235,6 +268,7 @@ def main() -> int:
     p.add_argument("--threads", type=int, default=1, help="intra-op threads per rank")
     p.add_argument("--timeout-s", type=int, default=300)
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--debug-exit-rank", type=int, help=argparse.SUPPRESS)
     p.add_argument("--rank", type=int, default=0, help=argparse.SUPPRESS)
     p.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
     a = p.parse_args()
