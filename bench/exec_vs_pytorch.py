@@ -22,7 +22,8 @@ run's figure is in the JSON). Also the 10th, 50th and 90th percentiles of all ti
 runs pooled, per side: where gloo latency makes the step, they show how much is the machine.
 --awake runs both sides with an idle-priority busy loop on every CPU, so that no CPU idles: on
 a VM whose idle vCPUs halt into the hypervisor, each wake-up of a thread blocked on a collective
-otherwise waits for its vCPU to be scheduled again (see keep_cpus_awake). Per-node time is step time / call nodes; the per-node
+otherwise waits for its vCPU to be scheduled again (see keep_cpus_awake). Per-node time is
+step time / call nodes; the per-node
 overhead saved is (pytorch - jointfx) / call nodes. Figures, never a pass/fail: the target
 (jointfx <= 0.9x pytorch) is reported, not enforced.
 """
@@ -121,11 +122,10 @@ def bench_graph(jointfx: str, graph: Path, params: Path, batch: Path, nproc: int
             # Quantiles of every timed step of every run: the low ones are the steps that the
             # machine disturbed least (timeit's argument for the minimum), the high ones the
             # tail of gloo wake-ups on a shared VM.
-            "quantiles": {f"p{q}": {"jointfx_ms": quantile(pooled["jointfx"], q) * 1e3,
-                                     "pytorch_ms": quantile(pooled["pytorch"], q) * 1e3,
-                                     "ratio": quantile(pooled["jointfx"], q)
-                                              / quantile(pooled["pytorch"], q)}
-                          for q in QUANTILES}}
+            "quantiles": {f"p{q}": {"jointfx_ms": j * 1e3, "pytorch_ms": t * 1e3, "ratio": j / t}
+                          for q in QUANTILES
+                          for j, t in [(quantile(pooled["jointfx"], q),
+                                        quantile(pooled["pytorch"], q))]}}
 
 
 def main() -> int:
