@@ -605,8 +605,13 @@ def _dtype_name(dtype: torch.dtype | None) -> str | None:
     return str(dtype).removeprefix("torch.") if dtype is not None else None
 
 
+def _tensor_meta(name: str, t: torch.Tensor) -> dict[str, Any]:
+    return {"dtype": _dtype_name(t.dtype), "name": name, "shape": list(t.shape)}
+
+
 def describe_model(model: nn.Module, layouts: Sequence[ParamLayout], buffers: BufferInputs,
-                   user_inputs: Sequence[tuple[str, torch.Tensor]], *, aux_losses: int,
+                   user_inputs: Sequence[tuple[str, torch.Tensor]], *, n_model_inputs: int,
+                   aux_losses: int,
                    param_dtype: torch.dtype | None, reduce_dtype: torch.dtype | None,
                    tp_size: int, sac: bool, config: Mapping[str, Any] | None) -> dict[str, Any]:
     """Graph meta "model": what was traced (docs/pytorch-bridge.md, "jointfx.trace")."""
@@ -616,8 +621,8 @@ def describe_model(model: nn.Module, layouts: Sequence[ParamLayout], buffers: Bu
         "parameters": len(layouts),
         "parameter_numel": sum(math.prod(lay.full_shape) for lay in layouts),
         "buffers": len(buffers),
-        "inputs": [{"dtype": _dtype_name(t.dtype), "name": name, "shape": list(t.shape)}
-                   for name, t in user_inputs],
+        "inputs": [_tensor_meta(name, t) for name, t in user_inputs[:n_model_inputs]],
+        "targets": [_tensor_meta(name, t) for name, t in user_inputs[n_model_inputs:]],
         "aux_losses": aux_losses,
         "param_dtype": _dtype_name(param_dtype),
         "reduce_dtype": _dtype_name(reduce_dtype),
@@ -743,7 +748,8 @@ def trace(
     pgs = [groups.fsdp] + ([groups.tp] if groups.tp is not None else [])
     if model_meta is None:
         user = list(zip(in_names + tgt_names, inputs + target_list))
-        model_meta = describe_model(model, layouts, buffers, user, aux_losses=aux_count[0],
+        model_meta = describe_model(model, layouts, buffers, user, n_model_inputs=len(inputs),
+                                    aux_losses=aux_count[0],
                                     param_dtype=param_dtype, reduce_dtype=reduce_dtype,
                                     tp_size=tp_size, sac=bool(checkpoint_modules), config=config)
     graph_meta: dict[str, Any] = {
