@@ -22,6 +22,9 @@ from __future__ import annotations
 
 import contextlib
 import math
+import re
+import sys
+import types
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
@@ -648,6 +651,7 @@ def trace(
     tp_setup: Callable[[nn.Module, str], None] | None = None,
     param_dtype: torch.dtype | None = None,
     reduce_dtype: torch.dtype | None = None,
+    cast_forward_inputs: bool = True,
     checkpoint_modules: Sequence[nn.Module] = (),
     input_names: Sequence[str] | None = None,
     target_names: Sequence[str] | None = None,
@@ -663,14 +667,16 @@ def trace(
       is the graph's loss output (auxiliary losses are kept, never dropped). None: the model's
       output itself is the loss or such a tuple.
     example_inputs, targets: tensors of any dtype and shape; graph inputs of kind user_input in
-      that order, named input_names / target_names (default input[_i], target[_i]).
+      that order, named input_names / target_names (default inputs[_i], targets[_i]).
     world_size: trace on a fake process group of this many ranks (as `rank`); None: on the
       initialized torch.distributed world.
     tp_size: 0 for 1-D FSDP; n >= 1 for a (world // n, n) ("fsdp", "tp") mesh, with tp_dim(fqn)
       giving each parameter's TP-sharded dim and tp_setup(model, "tp") installing the model's
       activation collectives.
     param_dtype / reduce_dtype: mixed precision: parameters cast before the all-gather, gradients
-      cast before the reduce-scatter (and back to the shard's dtype after).
+      cast before the reduce-scatter (and back to the shard's dtype after). With param_dtype,
+      floating-point model inputs are cast to it too unless cast_forward_inputs=False (FSDP2's
+      MixedPrecisionPolicy does the same); targets are left alone.
     checkpoint_modules: modules run under selective activation checkpointing.
     config: plain-JSON model settings recorded in graph meta under model.config.
     model_meta: replaces the generated graph meta "model" entirely.
@@ -683,9 +689,9 @@ def trace(
     inputs = _as_tensor_list(example_inputs, "example_inputs")
     target_list = _as_tensor_list(targets, "targets")
     in_names = list(input_names) if input_names is not None else _default_names(
-        "input", len(inputs))
+        "inputs", len(inputs))
     tgt_names = list(target_names) if target_names is not None else _default_names(
-        "target", len(target_list))
+        "targets", len(target_list))
     if len(in_names) != len(inputs) or len(tgt_names) != len(target_list):
         raise ValueError("input_names/target_names must name every input/target")
 
@@ -715,7 +721,13 @@ def trace(
         current.update({lay.fqn: s for lay, s in zip(layouts, shards)})
         buffers.bind(flat[n_params:n_params + n_buffers])
         user = flat[n_params + n_buffers:]
-        out = model(*user[:len(inputs)])
+        model_inputs = user[:len(inputs)]
+        if param_dtype is not None and cast_forward_inputs:
+            # As FSDP2's MixedPrecisionPolicy(cast_forward_inputs=True): floating-point model
+            # inputs meet the parameters in param_dtype.
+            model_inputs = tuple(x.to(param_dtype) if x.is_floating_point() else x
+                                 for x in model_inputs)
+        out = model(*model_inputs)
         with fx_traceback.annotate({"module_fqn": "loss"}):
             result = loss_fn(out, *user[len(inputs):]) if loss_fn is not None else out
             loss, n_aux = _total_loss(result)
@@ -739,7 +751,7 @@ def trace(
         buffers.restore()
     placeholder_names = ([_ident(lay.fqn) for lay in layouts] + buffers.placeholder_names()
                          + in_names + tgt_names)
-    gm = _rename_placeholders(gm, placeholder_names)
+    gm = _rename_placeholders(gm, placeholder_names, in_names + tgt_names)
     _normalize_meta(gm.graph, seq_base[0])
 
     in_specs = ([InputSpec("parameter", lay.fqn) for lay in layouts] + buffers.input_specs()
@@ -790,7 +802,11 @@ def trace_joint(cfg: TraceConfig, model: Transformer | None = None) -> TracedGra
 
 
 def _ident(fqn: str) -> str:
-    return fqn.replace(".", "_")
+    """A placeholder name for an FQN: dots become underscores ("layers_0_attention_wq_weight"),
+    and a name that would start with a digit (an nn.Sequential's "0.weight") gets a leading
+    underscore, so that the name is a Python identifier as FX's generated code needs."""
+    name = re.sub(r"\W", "_", fqn)
+    return f"_{name}" if name[:1].isdigit() else name
 
 
 def _model_meta(cfg: TraceConfig) -> dict[str, Any]:
@@ -836,8 +852,15 @@ def make_real_inputs(cfg: TraceConfig, layouts: Sequence[ParamLayout], *, fsdp_s
 # ----------------------------------------------------------------------------- post-processing
 
 
-def _rename_placeholders(gm: fx.GraphModule, names: Sequence[str]) -> fx.GraphModule:
-    """Copies the graph with placeholders named after what they are (FQN-based)."""
+def _rename_placeholders(gm: fx.GraphModule, names: Sequence[str],
+                         node_names_exact: Sequence[str] = ()) -> fx.GraphModule:
+    """Copies the graph with placeholders named after what they are (FQN-based).
+
+    FX turns a name into its own form (snake_case: "LayerNorm" -> "layer_norm", a suffix on
+    a duplicate or a builtin such as "input"); that is fine for parameters and buffers, whose
+    input specs carry the FQN, but the names in `node_names_exact` (the user inputs the caller
+    named) must come out as given.
+    """
     old = gm.graph
     new = fx.Graph()
     env: dict[fx.Node, fx.Node] = {}
@@ -846,6 +869,10 @@ def _rename_placeholders(gm: fx.GraphModule, names: Sequence[str]) -> fx.GraphMo
         raise AssertionError(f"{len(placeholders)} placeholders, {len(names)} names")
     for node, name in zip(placeholders, names):
         env[node] = new.placeholder(name)
+        if node_names_exact and env[node].name != name and name in node_names_exact:
+            raise ValueError(f"graph input {name!r} would be named {env[node].name!r} by FX (a "
+                             "duplicate, reserved or not snake_case name): pass other "
+                             "input_names/target_names")
         env[node].meta = dict(node.meta)
     for node in old.nodes:
         if node.op != "placeholder":
@@ -885,3 +912,13 @@ def trace_variant(variant: str, world_size: int, **model_overrides: Any) -> Trac
     """Initializes a fake world of `world_size` ranks (rank 0) and traces one variant."""
     init_fake_world(world_size)
     return trace_joint(variant_config(variant, world_size, **model_overrides))
+
+
+class _CallableModule(types.ModuleType):
+    """`jointfx.trace` is this module (its other names are public too) and calls trace()."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> TracedGraph:
+        return trace(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule
