@@ -28,11 +28,8 @@ enum class Side { Gather, Data };
 
 // Ops that may be moved past other nodes: no effects, no aliasing writes, known to the table.
 bool isMovablePure(const Node* n) {
-  const OpInfo& info = n->info();
-  return n->op() == OpKind::CallFunction && info.category != OpCategory::Unknown &&
-         info.category != OpCategory::Collective && info.category != OpCategory::Wait &&
-         !info.random && !info.side_effect && info.alias != AliasKind::InPlace &&
-         info.alias != AliasKind::Out;
+  const OpCategory c = n->info().category;
+  return n->isPure() && c != OpCategory::Collective && c != OpCategory::Wait;
 }
 
 size_t distinctOperands(const Node* n) {

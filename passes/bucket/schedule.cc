@@ -73,11 +73,8 @@ class MaxTree {
 // Parameter preparation that may run earlier than written: casts, views, flattens, the bucket's
 // cat, zero padding. Everything else is compute and stays where it is.
 bool isLaunchPrep(const Node* n) {
-  const OpInfo& info = n->info();
-  if (n->op() != OpKind::CallFunction || info.random || info.side_effect ||
-      info.alias == AliasKind::InPlace || info.alias == AliasKind::Out)
-    return false;
-  switch (info.category) {
+  if (!n->isPure()) return false;
+  switch (n->info().category) {
     case OpCategory::View:
     case OpCategory::Copy:
     case OpCategory::Getitem:
@@ -92,9 +89,8 @@ bool isLaunchPrep(const Node* n) {
 
 // Users of a deferred wait that may move down with it: views and casts with one operand.
 bool isMovableDown(const Node* n) {
-  if (!isLaunchPrep(n) &&
-      !(n->op() == OpKind::CallFunction && n->info().category == OpCategory::Elementwise &&
-        !n->info().random && n->info().alias == AliasKind::None))
+  if (!isLaunchPrep(n) && !(n->isPure() && n->info().category == OpCategory::Elementwise &&
+                            n->info().alias == AliasKind::None))
     return false;
   const auto& ins = n->inputs();
   for (const Node* p : ins)

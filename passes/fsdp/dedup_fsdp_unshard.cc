@@ -58,9 +58,7 @@ bool sameGather(const FsdpUnshardChain& keep, const FsdpUnshardChain& dup) {
 
 bool isMergeable(const Node* n) {
   const OpInfo& info = n->info();
-  if (n->op() != OpKind::CallFunction || info.random || info.side_effect ||
-      info.alias == AliasKind::InPlace || info.alias == AliasKind::Out)
-    return false;
+  if (!n->isPure()) return false;
   OpCategory c = info.category;
   return c == OpCategory::View || c == OpCategory::Copy || c == OpCategory::Getitem ||
          n->is("aten.cat.default") || n->is("aten.stack.default");
