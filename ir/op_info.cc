@@ -14,25 +14,38 @@ constexpr uint8_t kMutatesFlag = 2;
 constexpr uint8_t kEffectFlag = 4;
 
 // A row of ir/ops_generated.def.
+// Plain data (a C string, enums, ints): the array is a constant image, with no code to build it.
 struct SchemaRow {
-  std::string_view target;
+  const char* target;
   OpCategory category;
   AliasKind alias;
   uint8_t flags;
   int8_t min_args, max_args;
+  uint32_t written = 0;
   CollectiveKind collective = CollectiveKind::None;
   bool coalesced = false;
   int8_t reduce_op_arg = -1, group_size_arg = -1, group_name_arg = -1, dropout_p_arg = -1;
 };
 
 #define V(version)
-#define S(t, cat, al, fl, mn, mx) {t, OpCategory::cat, AliasKind::al, fl, mn, mx},
-#define D(t, cat, al, fl, mn, mx, dp) \
-  {t, OpCategory::cat, AliasKind::al, fl, mn, mx, CollectiveKind::None, false, -1, -1, -1, dp},
+#define S(t, cat, al, fl, mn, mx, wr) {t, OpCategory::cat, AliasKind::al, fl, mn, mx, wr},
+#define D(t, cat, al, fl, mn, mx, wr, dp) \
+  {t, OpCategory::cat, AliasKind::al, fl, mn, mx, wr, CollectiveKind::None, false, -1, -1, -1, dp},
 #define C(t, kind, co, al, fl, mn, mx, ro, gs, gn) \
-  {t, OpCategory::Collective, AliasKind::al, fl, mn, mx, CollectiveKind::kind, co, ro, gs, gn},
+  {t,                                              \
+   OpCategory::Collective,                         \
+   AliasKind::al,                                  \
+   fl,                                             \
+   mn,                                             \
+   mx,                                             \
+   AliasKind::al == AliasKind::InPlace,            \
+   CollectiveKind::kind,                           \
+   co,                                             \
+   ro,                                             \
+   gs,                                             \
+   gn},
 #define W(t, fl, mn, mx) {t, OpCategory::Wait, AliasKind::View, fl, mn, mx},
-const SchemaRow kSchemaRows[] = {
+constexpr SchemaRow kSchemaRows[] = {
 #include "ir/ops_generated.def"
 };
 #undef V
@@ -59,7 +72,7 @@ constexpr std::string_view kTorchVersion =
 enum class HandKind : uint8_t { Op, Alias, Mutates, Extern };
 struct HandRow {
   HandKind kind;
-  std::string_view target;
+  const char* target;
   OpCategory category = OpCategory::Unknown;
   FlopFormula flops = FlopFormula::Zero;
   AliasKind alias = AliasKind::None;
@@ -72,7 +85,7 @@ struct HandRow {
 #define MUTATES(t) {HandKind::Mutates, t},
 #define EXTERN(t, cat, al, eff, mn, mx) \
   {HandKind::Extern, t, OpCategory::cat, FlopFormula::Zero, AliasKind::al, eff, mn, mx},
-const HandRow kHandRows[] = {
+constexpr HandRow kHandRows[] = {
 #include "ir/ops.def"
 };
 #undef OP
@@ -124,6 +137,7 @@ OpInfo fromSchema(const SchemaRow& s) {
       s.group_size_arg,
       s.group_name_arg};
   r.dropout_p_arg = s.dropout_p_arg;
+  r.written_args = s.written;
   r.in_registry = true;
   return r;
 }
@@ -178,7 +192,10 @@ struct OpIndex {
           }
           break;
         case HandKind::Mutates:
-          if (it != at.end()) rows[it->second].mutates = true;
+          if (it != at.end()) {
+            rows[it->second].mutates = true;
+            rows[it->second].written_args = ~uint32_t{0};  // which ones is not known: all
+          }
           break;
         case HandKind::Extern:
           if (it == at.end()) {

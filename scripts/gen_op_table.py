@@ -13,6 +13,7 @@ namespaces. Everything in a row comes from the overload's schema and tags:
             alias_info.is_write), 4 side effect (returns nothing, or a collective / wait)
   category  Elementwise (torch.Tag.pointwise), Reduction (torch.Tag.reduction), View (alias View),
             Compute (anything else); the hand rows of ir/ops.def override it
+  written   bit mask of the positional arguments written (keyword-only out= ones go by name)
   min, max  positional arity as make_fx records it: required positional arguments .. all
             positional arguments (keyword-only ones never count)
 
@@ -66,13 +67,15 @@ HEADER = """\
 // (tests/python/test_op_table.py fails when this file is stale against the installed torch).
 // Rows per namespace: {counts}.
 // Included by ir/op_info.cc with these macros defined:
-//   S(target, category, alias, flags, min_args, max_args)
+//   S(target, category, alias, flags, min_args, max_args, written)
 //   C(target, kind, coalesced, alias, flags, min_args, max_args, reduce_op, group_size, group_name)
 //   W(target, flags, min_args, max_args)
-//   D(target, category, alias, flags, min_args, max_args, dropout_p_arg)   random only when the
+//   D(target, category, alias, flags, min_args, max_args, written, dropout_p_arg)   random only if the
 //     argument at dropout_p_arg (or the dropout_p keyword) is non-zero
 //   V(torch_version)
 // flags: 1 random (Tag.nondeterministic_seeded), 2 writes an argument, 4 side effect.
+// written: bit i set when positional argument i is written (Tensor(a!)); keyword-only writes (out=)
+// are not in it.
 """
 
 
@@ -205,9 +208,12 @@ def schema_row(torch, ns, op, ov):
             f"{flags | F_EFFECT}, {min_args}, {max_args}, {max(pos('reduce_op'), pos('reduceOp'))}, "
             f"{pos('group_size')}, {pos('group_name')})"
         )
+    # Positional arguments written (bit i: argument i); keyword-only ones (out=) go by name.
+    written_mask = sum(1 << i for i in written if not args[i].kwarg_only and i < 32)
+    head = f'"{target}", {category}, {alias}, {flags}, {min_args}, {max_args}, {written_mask:#x}'
     if dropout_p >= 0:
-        return f'D("{target}", {category}, {alias}, {flags}, {min_args}, {max_args}, {dropout_p})'
-    return f'S("{target}", {category}, {alias}, {flags}, {min_args}, {max_args})'
+        return f"D({head}, {dropout_p})"
+    return f"S({head})"
 
 
 def generate():
@@ -253,6 +259,7 @@ def write_atomic(path, text):
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
+        os.chmod(tmp, 0o644)
         os.replace(tmp, path)
     except BaseException:
         os.unlink(tmp)

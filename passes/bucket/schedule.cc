@@ -12,6 +12,7 @@
 #include "passes/analysis/cost_model.h"
 #include "passes/analysis/fsdp.h"
 #include "passes/analysis/memory.h"
+#include "passes/analysis/mutation.h"
 #include "passes/analysis/phase.h"
 #include "passes/bucket/bucket.h"
 
@@ -117,7 +118,12 @@ struct Unit {
 class Scheduler {
  public:
   Scheduler(Graph& g, const ScheduleOptions& opts, PassContext& ctx)
-      : g_(g), opts_(opts), ctx_(ctx), phases_(computePhases(g)), fsdp_(analyzeFsdp(g, phases_)) {}
+      : g_(g),
+        opts_(opts),
+        ctx_(ctx),
+        phases_(computePhases(g)),
+        fsdp_(analyzeFsdp(g, phases_)),
+        written_(g) {}
   bool run();
 
  private:
@@ -145,8 +151,9 @@ class Scheduler {
   PassContext& ctx_;
   PhaseInfo phases_;
   FsdpAnalysis fsdp_;
-  std::vector<size_t> idx_;             // original step by node id
-  std::vector<uint8_t> moved_;          // by node id
+  WrittenStorage written_;      // values written in place: their readers stay where they are
+  std::vector<size_t> idx_;     // original step by node id
+  std::vector<uint8_t> moved_;  // by node id
   std::vector<Node*> prev_same_group_;  // by node id: the previous collective of its group
   std::optional<MaxTree> tree_;
 };
@@ -160,7 +167,7 @@ std::vector<Node*> Scheduler::launchChain(Node* coll, Node*& at) const {
       Node* p = work.back();
       work.pop_back();
       if (p->isBefore(at) || std::find(chain.begin(), chain.end(), p) != chain.end()) continue;
-      if (!isLaunchPrep(p) || chain.size() >= kMaxChain) {
+      if (!isLaunchPrep(p) || written_.touches(p) || chain.size() >= kMaxChain) {
         if (!barrier || barrier->isBefore(p)) barrier = p;
         continue;
       }
@@ -242,7 +249,7 @@ bool Scheduler::deferWaits(const std::vector<Unit>& seq) {
       for (Node* u : x->users()) {
         if (!u->isBefore(at) || std::find(movers.begin(), movers.end(), u) != movers.end())
           continue;
-        if (isMovableDown(u)) {
+        if (isMovableDown(u) && !written_.touches(u)) {
           movers.push_back(u);
           work.push_back(u);
         } else {
