@@ -135,3 +135,27 @@ def test_once_unknown_ops_are_known(jfx_bin: Path) -> None:
         for target, where in seen.items():
             if where == path:
                 assert ONCE_UNKNOWN[target] in stats["categories"], (target, path.name)
+
+
+def test_remat_refuses_tagged_dropout_from_the_cli(jfx_bin: Path, tmp_path: Path) -> None:
+    """The traced GPT-2 with its block-0 MLP tagged MUST_RECOMPUTE (dropout included): `jointfx
+    opt -p remat` exits non-zero naming the in-place random op, and writes no output."""
+    doc = json.loads((TRACED_DIR / "gpt2_w2.json").read_text())
+    tagged = 0
+    for n in doc["nodes"]:
+        meta = n.get("meta", {})
+        fqn = meta.get("custom", {}).get("module_fqn", "")
+        if (n["op"] == "call_function" and meta.get("phase") == "forward"
+                and fqn.startswith("transformer.h.0.mlp")
+                and not n["target"].startswith("_c10d_functional.")):
+            meta["recompute"] = 2  # MUST_RECOMPUTE
+            tagged += 1
+    assert tagged > 3
+    src = tmp_path / "gpt2_mlp_recompute.json"
+    src.write_text(json.dumps(doc))
+    out = tmp_path / "out.json"
+    r = run_cli(jfx_bin, "opt", src, "--pipeline", "remat", "-o", out)
+    assert r.returncode != 0
+    assert "bernoulli_" in r.stderr and "aten.bernoulli_.float" in r.stderr, r.stderr
+    assert "draws random numbers" in r.stderr
+    assert not out.exists()
