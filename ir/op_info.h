@@ -91,12 +91,12 @@ struct OpInfo {
   int8_t reduce_op_arg;  // collectives: position of reduce_op, group_size, group_name (-1 = none)
   int8_t group_size_arg;
   int8_t group_name_arg;
-  int8_t dropout_p_arg = -1;
+  int8_t dropout_p_arg = -1;  // random only when this argument (or kwarg dropout_p) is non-zero
   // Positional arguments it writes (bit i: argument i; all bits when the table only knows that it
   // writes something). Keyword-only writes (out=) are not in it: they go by name.
-  uint32_t written_args = 0;  // random only when this argument (or kwarg dropout_p) is non-zero
-  bool in_registry = false;   // a row of ir/ops_generated.def: the schema facts are torch's
-  bool hand = false;  // ir/ops.def gave its category (directly or through its functional op)
+  uint32_t written_args = 0;
+  bool in_registry = false;  // a row of ir/ops_generated.def: the schema facts are torch's
+  bool hand = false;         // ir/ops.def gave its category (directly or through its functional op)
 };
 
 // The row for a target; a shared "unknown" row (category Unknown) when the target is not listed.

@@ -25,9 +25,15 @@ WrittenStorage::WrittenStorage(const Graph& g) : root_(g.maxId()), written_(g.ma
   }
   std::vector<const Node*> targets;
   for (const Node* n = g.first(); n; n = n->next()) {
-    if (n->op() != OpKind::CallFunction || !n->info().mutates) continue;
+    if (n->op() != OpKind::CallFunction) continue;
+    const OpInfo& info = n->info();
+    if (!info.mutates && info.category != OpCategory::Unknown) continue;
     targets.clear();
-    const uint32_t mask = n->info().written_args;
+    // An unknown op may write anything it is given; so may one the table knows only to write
+    // (an out= op writes its kwarg, collected below).
+    uint32_t mask = info.written_args;
+    if (info.category == OpCategory::Unknown || (mask == 0 && info.alias != AliasKind::Out))
+      mask = ~uint32_t{0};
     for (size_t i = 0; i < n->numArgs(); ++i)
       if (i < 32 && (mask >> i) & 1u) collectNodes(n->arg(i), targets);
     for (const auto& kv : n->kwargs())

@@ -7,8 +7,8 @@
 // positional arguments (OpInfo::written_args) and every node in its kwargs (out=). A node touches
 // written storage when its own root or one of its operands' roots is marked.
 //
-// Conservative where the table is: an op known only to write something (all bits set) marks every
-// operand; an unknown op marks nothing (passes never move unknown ops). Cost: O(N + E).
+// Conservative where the table is: an op not in the table, or known only to write something,
+// marks every operand. Cost: O(N + E).
 #pragma once
 
 #include <cstdint>

@@ -10,6 +10,7 @@
 #include "ir/hash.h"
 #include "ir/io.h"
 #include "ir/op_info.h"
+#include "passes/analysis/mutation.h"
 #include "passes/fsdp/remat.h"
 #include "passes/transforms/dce.h"
 
@@ -303,4 +304,50 @@ TEST_CASE("dce: a mutating op with an unused result stays, its pure twin goes", 
   CHECK(g.findNode("foreach") != nullptr);
   CHECK(g.findNode("add") == nullptr);
   CHECK(g.findNode("topk") == nullptr);  // known now, and pure: an unused one is dead
+}
+
+TEST_CASE("written storage: a traced GPT-2 writes only its dropout masks in place",
+          "[op_info][mutation]") {
+  auto g = traced("gpt2_w2.json");
+  const WrittenStorage written(*g);
+  REQUIRE(written.any());
+  size_t touched = 0, masks = 0;
+  for (Node* n = g->first(); n; n = n->next()) {
+    if (!written.touches(n)) continue;
+    ++touched;
+    // The mask: empty_like -> bernoulli_ -> div_, and its readers (the forward mul, the
+    // backward mul); nothing on a collective's path.
+    const std::string_view t = n->target().str();
+    if (t == "aten.empty_like.default" || t == "aten.bernoulli_.float" || t == "aten.div_.Scalar")
+      ++masks;
+    else
+      CHECK(t == "aten.mul.Tensor");
+    CHECK(!n->isCollective());
+    CHECK(!n->isWait());
+  }
+  CHECK(masks > 0);
+  CHECK(masks % 3 == 0);
+  CHECK(touched > masks);
+  // The all-gathers and their waits: untouched, so bucket and schedule still move them.
+  for (Node* n = g->first(); n; n = n->next())
+    if (n->isCollective()) CHECK(!written.touches(n));
+}
+
+TEST_CASE("written storage: views share the written root; unknown ops count as writers",
+          "[op_info][mutation]") {
+  Graph g;
+  Node* x = g.create(OpKind::Placeholder, Symbol::intern("x"), {}, {}, "x");
+  Node* y = g.create(OpKind::Placeholder, Symbol::intern("y"), {}, {}, "y");
+  Node* z = g.create(OpKind::Placeholder, Symbol::intern("z"), {}, {}, "z");
+  Node* v = g.createCall("aten.view.default", {N(x), Arg::ofInts({4})}, {}, nullptr, "v");
+  Node* t = g.createCall("aten.t.default", {N(x)}, {}, nullptr, "t");
+  g.createCall("aten.add_.Tensor", {N(v), N(y)}, {}, nullptr, "write");  // writes x via v
+  Node* ry = g.createCall("aten.neg.default", {N(y)}, {}, nullptr, "ry");
+  g.createCall("mylib.opaque.default", {N(z)}, {}, nullptr, "opaque");
+  Node* rz = g.createCall("aten.neg.default", {N(z)}, {}, nullptr, "rz");
+  const WrittenStorage written(g);
+  CHECK(written.touches(t));  // another view of the written x
+  CHECK(written.touches(v));
+  CHECK(!written.touches(ry));  // y is only read by add_
+  CHECK(written.touches(rz));   // z went to an op of unknown effect
 }
