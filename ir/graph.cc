@@ -18,6 +18,7 @@ const OpInfo kPlaceholderInfo{"placeholder",
                               false,
                               false,
                               true,
+                              false,
                               FlopFormula::Zero,
                               0,
                               -1,
@@ -31,6 +32,7 @@ const OpInfo kOutputInfo{"output",
                          false,
                          false,
                          true,
+                         false,
                          FlopFormula::Zero,
                          1,
                          1,
@@ -41,6 +43,7 @@ const OpInfo kGetAttrInfo{"get_attr",
                           OpCategory::GetAttr,
                           AliasKind::None,
                           CollectiveKind::None,
+                          false,
                           false,
                           false,
                           false,
@@ -212,6 +215,31 @@ const Arg* Node::kwarg(std::string_view key) const {
   for (const auto& kv : kwargs_)
     if (kv.first.str() == key) return &kv.second;
   return nullptr;
+}
+
+bool Node::isRandom() const {
+  if (op_ != OpKind::CallFunction || !info_->random) return false;
+  if (info_->dropout_p_arg < 0) return true;
+  const size_t i = static_cast<size_t>(info_->dropout_p_arg);
+  const Arg* p = i < args_.size() ? &args_[i] : kwarg("dropout_p");
+  if (p == nullptr) return false;  // the schema's default, 0
+  switch (p->kind()) {
+    case Arg::Kind::Float:
+      return p->toFloat() != 0.0;
+    case Arg::Kind::Int:
+      return p->toInt() != 0;
+    case Arg::Kind::Bool:
+      return p->toBool();
+    default:
+      return true;  // a computed or unreadable probability: assume it draws
+  }
+}
+
+bool Node::isPure() const {
+  if (op_ != OpKind::CallFunction) return false;
+  const OpInfo& i = *info_;
+  return i.category != OpCategory::Unknown && !i.side_effect && !i.mutates && !isRandom() &&
+         i.alias != AliasKind::InPlace && i.alias != AliasKind::Out;
 }
 
 std::vector<Node*> Node::users() const {

@@ -132,6 +132,12 @@ class Node {
 
   bool isCollective() const { return info_->category == OpCategory::Collective; }
   bool isWait() const { return info_->category == OpCategory::Wait; }
+  // Draws random numbers: the op is seeded (OpInfo::random) and, for ops seeded only through a
+  // dropout_p argument (the attention kernels), that argument is not 0.
+  bool isRandom() const;
+  // Moving it or dropping it unused cannot change the result: a call_function known to the op
+  // table, with no side effect, no argument written and no random draw (isRandom).
+  bool isPure() const;
   bool is(std::string_view target) const { return target_.str() == target; }
 
  private:

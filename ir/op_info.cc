@@ -1,96 +1,103 @@
 #include "ir/op_info.h"
 
+#include <algorithm>
+#include <iterator>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
 namespace jfx {
 namespace {
 
-#define OP(t, cat, alias, flops, mn, mx) \
-  {t,                                    \
-   OpCategory::cat,                      \
-   AliasKind::alias,                     \
-   CollectiveKind::None,                 \
-   false,                                \
-   false,                                \
-   false,                                \
-   FlopFormula::flops,                   \
-   mn,                                   \
-   mx,                                   \
-   -1,                                   \
-   -1,                                   \
-   -1},
-#define RANDOM(t, cat, flops, mn, mx) \
-  {t,                                 \
-   OpCategory::cat,                   \
-   AliasKind::None,                   \
-   CollectiveKind::None,              \
-   false,                             \
-   true,                              \
-   false,                             \
-   FlopFormula::flops,                \
-   mn,                                \
-   mx,                                \
-   -1,                                \
-   -1,                                \
-   -1},
-#define EFFECT(t, cat, mn, mx) \
-  {t,                          \
-   OpCategory::cat,            \
-   AliasKind::None,            \
-   CollectiveKind::None,       \
-   false,                      \
-   false,                      \
-   true,                       \
-   FlopFormula::Zero,          \
-   mn,                         \
-   mx,                         \
-   -1,                         \
-   -1,                         \
-   -1},
-#define COLL(t, kind, coalesced, alias, mn, mx, ro, gs, gn) \
-  {t,                                                       \
-   OpCategory::Collective,                                  \
-   AliasKind::alias,                                        \
-   CollectiveKind::kind,                                    \
-   coalesced,                                               \
-   false,                                                   \
-   true,                                                    \
-   FlopFormula::Zero,                                       \
-   mn,                                                      \
-   mx,                                                      \
-   ro,                                                      \
-   gs,                                                      \
-   gn},
-#define WAIT(t)          \
-  {t,                    \
-   OpCategory::Wait,     \
-   AliasKind::View,      \
-   CollectiveKind::None, \
-   false,                \
-   false,                \
-   true,                 \
-   FlopFormula::Zero,    \
-   1,                    \
-   1,                    \
-   -1,                   \
-   -1,                   \
-   -1},
+constexpr uint8_t kRandomFlag = 1;
+constexpr uint8_t kMutatesFlag = 2;
+constexpr uint8_t kEffectFlag = 4;
 
-const OpInfo kTable[] = {
-#include "ir/ops.def"
+// A row of ir/ops_generated.def.
+// Plain data (a C string, enums, ints): the array is a constant image, with no code to build it.
+struct SchemaRow {
+  const char* target;
+  OpCategory category;
+  AliasKind alias;
+  uint8_t flags;
+  int8_t min_args, max_args;
+  uint32_t written = 0;
+  CollectiveKind collective = CollectiveKind::None;
+  bool coalesced = false;
+  int8_t reduce_op_arg = -1, group_size_arg = -1, group_name_arg = -1, dropout_p_arg = -1;
 };
 
+#define V(version)
+#define S(t, cat, al, fl, mn, mx, wr) {t, OpCategory::cat, AliasKind::al, fl, mn, mx, wr},
+#define D(t, cat, al, fl, mn, mx, wr, dp) \
+  {t, OpCategory::cat, AliasKind::al, fl, mn, mx, wr, CollectiveKind::None, false, -1, -1, -1, dp},
+#define C(t, kind, co, al, fl, mn, mx, ro, gs, gn) \
+  {t,                                              \
+   OpCategory::Collective,                         \
+   AliasKind::al,                                  \
+   fl,                                             \
+   mn,                                             \
+   mx,                                             \
+   AliasKind::al == AliasKind::InPlace,            \
+   CollectiveKind::kind,                           \
+   co,                                             \
+   ro,                                             \
+   gs,                                             \
+   gn},
+#define W(t, fl, mn, mx) {t, OpCategory::Wait, AliasKind::View, fl, mn, mx},
+constexpr SchemaRow kSchemaRows[] = {
+#include "ir/ops_generated.def"
+};
+#undef V
+#undef S
+#undef D
+#undef C
+#undef W
+
+#define V(version) version
+#define S(...)
+#define D(...)
+#define C(...)
+#define W(...)
+constexpr std::string_view kTorchVersion =
+#include "ir/ops_generated.def"
+    ;
+#undef V
+#undef S
+#undef D
+#undef C
+#undef W
+
+// A row of ir/ops.def.
+enum class HandKind : uint8_t { Op, Alias, Mutates, Extern };
+struct HandRow {
+  HandKind kind;
+  const char* target;
+  OpCategory category = OpCategory::Unknown;
+  FlopFormula flops = FlopFormula::Zero;
+  AliasKind alias = AliasKind::None;
+  bool side_effect = false;
+  int8_t min_args = 0, max_args = -1;
+};
+
+#define OP(t, cat, fl) {HandKind::Op, t, OpCategory::cat, FlopFormula::fl},
+#define ALIAS(t, al) {HandKind::Alias, t, OpCategory::Unknown, FlopFormula::Zero, AliasKind::al},
+#define MUTATES(t) {HandKind::Mutates, t},
+#define EXTERN(t, cat, al, eff, mn, mx) \
+  {HandKind::Extern, t, OpCategory::cat, FlopFormula::Zero, AliasKind::al, eff, mn, mx},
+constexpr HandRow kHandRows[] = {
+#include "ir/ops.def"
+};
 #undef OP
-#undef RANDOM
-#undef EFFECT
-#undef COLL
-#undef WAIT
+#undef ALIAS
+#undef MUTATES
+#undef EXTERN
 
 const OpInfo kUnknown{"",
                       OpCategory::Unknown,
                       AliasKind::None,
                       CollectiveKind::None,
+                      false,
                       false,
                       false,
                       false,
@@ -101,12 +108,130 @@ const OpInfo kUnknown{"",
                       -1,
                       -1};
 
-// Lookup by symbol id: a registry filled on first use and append-only afterwards.
+// The FLOP formula a category implies when no hand row names one.
+FlopFormula defaultFlops(OpCategory c) {
+  switch (c) {
+    case OpCategory::Elementwise:
+      return FlopFormula::OutNumel;
+    case OpCategory::Reduction:
+      return FlopFormula::InNumel;
+    default:
+      return FlopFormula::Zero;
+  }
+}
+
+OpInfo fromSchema(const SchemaRow& s) {
+  OpInfo r{
+      s.target,
+      s.category,
+      s.alias,
+      s.collective,
+      s.coalesced,
+      (s.flags & kRandomFlag) != 0,
+      (s.flags & kEffectFlag) != 0,
+      (s.flags & kMutatesFlag) != 0 || s.alias == AliasKind::InPlace || s.alias == AliasKind::Out,
+      defaultFlops(s.category),
+      s.min_args,
+      s.max_args,
+      s.reduce_op_arg,
+      s.group_size_arg,
+      s.group_name_arg};
+  r.dropout_p_arg = s.dropout_p_arg;
+  r.written_args = s.written;
+  r.in_registry = true;
+  return r;
+}
+
+// "aten.add_.Scalar" -> "aten.add.Scalar"; empty when `target` is not `ns.op_.overload`
+// (dunder ops such as "aten.__iand__.Tensor" are not in-place variants of anything here).
+std::string functionalName(std::string_view target) {
+  size_t dot1 = target.find('.');
+  if (dot1 == std::string_view::npos) return {};
+  size_t dot2 = target.find('.', dot1 + 1);
+  if (dot2 == std::string_view::npos || dot2 < dot1 + 3 || target[dot2 - 1] != '_' ||
+      target[dot2 - 2] == '_')
+    return {};
+  std::string out(target.substr(0, dot2 - 1));
+  out += target.substr(dot2);
+  return out;
+}
+
+void applyHandOp(OpInfo& r, const HandRow& h) {
+  r.category = h.category;
+  r.flops = h.flops;
+  r.hand = true;
+}
+
+// The merged table, built once on first use and read-only afterwards; lookup by symbol id.
 struct OpIndex {
+  std::vector<OpInfo> rows;  // sorted by target
   std::unordered_map<uint32_t, const OpInfo*> by_symbol;
+
   OpIndex() {
-    for (const OpInfo& row : kTable)
-      by_symbol.emplace(Symbol::intern(row.target).id(), &row);
+    std::unordered_map<std::string_view, size_t> at;  // target -> index in rows
+    rows.reserve(std::size(kSchemaRows) + std::size(kHandRows));
+    for (const SchemaRow& s : kSchemaRows) {
+      at.emplace(s.target, rows.size());
+      rows.push_back(fromSchema(s));
+    }
+    std::unordered_map<std::string_view, const HandRow*> op_rows;
+    for (const HandRow& h : kHandRows) {
+      auto it = at.find(h.target);
+      switch (h.kind) {
+        case HandKind::Op:
+          // A row naming no registry op has no schema facts to refine: it stays out, and
+          // tests/unit/test_op_info.cc fails on it.
+          op_rows.emplace(h.target, &h);
+          if (it != at.end()) applyHandOp(rows[it->second], h);
+          break;
+        case HandKind::Alias:
+          if (it != at.end()) {
+            OpInfo& r = rows[it->second];
+            r.alias = h.alias;
+            r.mutates = r.mutates || h.alias == AliasKind::InPlace || h.alias == AliasKind::Out;
+          }
+          break;
+        case HandKind::Mutates:
+          if (it != at.end()) {
+            rows[it->second].mutates = true;
+            rows[it->second].written_args = ~uint32_t{0};  // which ones is not known: all
+          }
+          break;
+        case HandKind::Extern:
+          if (it == at.end()) {
+            OpInfo r{h.target,
+                     h.category,
+                     h.alias,
+                     CollectiveKind::None,
+                     false,
+                     false,
+                     h.side_effect,
+                     h.alias == AliasKind::InPlace || h.alias == AliasKind::Out,
+                     h.flops,
+                     h.min_args,
+                     h.max_args,
+                     -1,
+                     -1,
+                     -1};
+            r.hand = true;
+            at.emplace(h.target, rows.size());
+            rows.push_back(r);
+          }
+          break;
+      }
+    }
+    // In-place variants without their own row take the functional op's category and FLOPs.
+    for (OpInfo& r : rows) {
+      if (r.hand || r.alias != AliasKind::InPlace) continue;
+      std::string base = functionalName(r.target);
+      auto it = base.empty() ? op_rows.end() : op_rows.find(base);
+      if (it != op_rows.end()) applyHandOp(r, *it->second);
+    }
+    std::sort(rows.begin(), rows.end(),
+              [](const OpInfo& a, const OpInfo& b) { return a.target < b.target; });
+    by_symbol.reserve(rows.size());
+    for (const OpInfo& r : rows)
+      by_symbol.emplace(Symbol::intern(r.target).id(), &r);
   }
 };
 
@@ -132,8 +257,13 @@ bool isKnownOp(Symbol target) {
 }
 
 const OpInfo* opInfoTable(size_t* count) {
-  *count = sizeof(kTable) / sizeof(kTable[0]);
-  return kTable;
+  const OpIndex& idx = index();
+  *count = idx.rows.size();
+  return idx.rows.data();
+}
+
+std::string_view opTableTorchVersion() {
+  return kTorchVersion;
 }
 
 std::string_view categoryName(OpCategory c) {
@@ -176,6 +306,12 @@ std::string_view categoryName(OpCategory c) {
       return "collective";
     case OpCategory::Wait:
       return "wait";
+    case OpCategory::Conv:
+      return "conv";
+    case OpCategory::Pool:
+      return "pool";
+    case OpCategory::Compute:
+      return "compute";
     case OpCategory::Other:
       return "other";
   }

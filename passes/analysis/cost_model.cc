@@ -227,6 +227,18 @@ double CostModel::flops(const Node& n) {
     case FlopFormula::SdpaBwd:
       // Backward args start with grad_out, then q, k, v; the op-info rule is 2.5x forward.
       return 2.5 * sdpaForwardFlops(argTensor(n, 1), argTensor(n, 2), argTensor(n, 3));
+    case FlopFormula::Conv:
+    case FlopFormula::ConvBwd: {
+      // Each output element takes (in channels / groups) x kernel multiply-adds, which is the
+      // weight's numel over its out channels. Backward computes grad input and grad weight, each
+      // as costly as the forward, from grad_out (arg 0) and the weight (arg 2).
+      const bool bwd = info.flops == FlopFormula::ConvBwd;
+      const TensorMeta* out = bwd ? argTensor(n, 0) : firstTensor(n.val());
+      const TensorMeta* w = argTensor(n, bwd ? 2 : 1);
+      if (!out || !w || w->shape.empty() || w->shape[0] <= 0) return 0;
+      double fwd = 2 * numel(out) * numel(w) / static_cast<double>(w->shape[0]);
+      return bwd ? 2 * fwd : fwd;
+    }
   }
   return 0;
 }

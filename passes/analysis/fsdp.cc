@@ -9,7 +9,7 @@ namespace {
 // not a second data input.
 bool isInputFreeFactory(const Node* n) {
   return n->op() == OpKind::CallFunction && n->info().category == OpCategory::Factory &&
-         !n->info().random && n->inputs().empty();
+         !n->isRandom() && n->inputs().empty();
 }
 
 // The one distinct node operand of `n` other than input-free factories; nullptr if none or several.
@@ -24,9 +24,7 @@ Node* soleDataInput(const Node* n) {
 }
 
 bool isPure(const Node* n) {
-  const OpInfo& info = n->info();
-  return n->op() == OpKind::CallFunction && !info.random && !info.side_effect &&
-         info.alias != AliasKind::InPlace && info.alias != AliasKind::Out;
+  return n->isPure();
 }
 
 // Ops that may sit between a parameter and its all-gather: casts, views, padding.

@@ -12,6 +12,7 @@
 #include "ir/error.h"
 #include "passes/analysis/cost_model.h"
 #include "passes/analysis/fsdp.h"
+#include "passes/analysis/mutation.h"
 #include "passes/analysis/phase.h"
 
 namespace jfx {
@@ -28,11 +29,8 @@ enum class Side { Gather, Data };
 
 // Ops that may be moved past other nodes: no effects, no aliasing writes, known to the table.
 bool isMovablePure(const Node* n) {
-  const OpInfo& info = n->info();
-  return n->op() == OpKind::CallFunction && info.category != OpCategory::Unknown &&
-         info.category != OpCategory::Collective && info.category != OpCategory::Wait &&
-         !info.random && !info.side_effect && info.alias != AliasKind::InPlace &&
-         info.alias != AliasKind::Out;
+  const OpCategory c = n->info().category;
+  return n->isPure() && c != OpCategory::Collective && c != OpCategory::Wait;
 }
 
 size_t distinctOperands(const Node* n) {
@@ -131,7 +129,12 @@ std::string withBucketMeta(const std::string& extra, const char* key, std::strin
 class Bucketer {
  public:
   Bucketer(Graph& g, const BucketOptions& opts, PassContext& ctx)
-      : g_(g), opts_(opts), ctx_(ctx), phases_(computePhases(g)), fsdp_(analyzeFsdp(g, phases_)) {}
+      : g_(g),
+        opts_(opts),
+        ctx_(ctx),
+        phases_(computePhases(g)),
+        fsdp_(analyzeFsdp(g, phases_)),
+        written_(g) {}
 
   bool run();
 
@@ -168,6 +171,7 @@ class Bucketer {
   PassContext& ctx_;
   PhaseInfo phases_;
   FsdpAnalysis fsdp_;
+  WrittenStorage written_;    // values written in place: their readers stay where they are
   std::vector<int64_t> pos_;  // program index by node id, at scan time
   std::vector<KeyTuple> keys_;
   std::map<KeyTuple, size_t> key_index_;
@@ -261,7 +265,7 @@ bool Bucketer::collectHoist(Node* in, int64_t first_pos, std::vector<Node*>& out
     work.pop_back();
     if (pos_[x->id()] < first_pos) continue;
     if (std::find(seen.begin(), seen.end(), x) != seen.end()) continue;
-    if (!isMovablePure(x) || seen.size() >= kMaxHoist) return false;
+    if (!isMovablePure(x) || written_.touches(x) || seen.size() >= kMaxHoist) return false;
     seen.push_back(x);
     for (Node* p : x->inputs())
       work.push_back(p);
@@ -281,7 +285,7 @@ int64_t Bucketer::hardUse(Node* wait) const {
     work.pop_back();
     for (const Use& u : x->uses()) {
       Node* user = u.user;
-      if (isMovablePure(user) && distinctOperands(user) == 1)
+      if (isMovablePure(user) && !written_.touches(user) && distinctOperands(user) == 1)
         work.push_back(user);
       else
         first = std::min(first, pos_[user->id()]);

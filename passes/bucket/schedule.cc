@@ -12,6 +12,7 @@
 #include "passes/analysis/cost_model.h"
 #include "passes/analysis/fsdp.h"
 #include "passes/analysis/memory.h"
+#include "passes/analysis/mutation.h"
 #include "passes/analysis/phase.h"
 #include "passes/bucket/bucket.h"
 
@@ -73,11 +74,8 @@ class MaxTree {
 // Parameter preparation that may run earlier than written: casts, views, flattens, the bucket's
 // cat, zero padding. Everything else is compute and stays where it is.
 bool isLaunchPrep(const Node* n) {
-  const OpInfo& info = n->info();
-  if (n->op() != OpKind::CallFunction || info.random || info.side_effect ||
-      info.alias == AliasKind::InPlace || info.alias == AliasKind::Out)
-    return false;
-  switch (info.category) {
+  if (!n->isPure()) return false;
+  switch (n->info().category) {
     case OpCategory::View:
     case OpCategory::Copy:
     case OpCategory::Getitem:
@@ -92,9 +90,8 @@ bool isLaunchPrep(const Node* n) {
 
 // Users of a deferred wait that may move down with it: views and casts with one operand.
 bool isMovableDown(const Node* n) {
-  if (!isLaunchPrep(n) &&
-      !(n->op() == OpKind::CallFunction && n->info().category == OpCategory::Elementwise &&
-        !n->info().random && n->info().alias == AliasKind::None))
+  if (!isLaunchPrep(n) && !(n->isPure() && n->info().category == OpCategory::Elementwise &&
+                            n->info().alias == AliasKind::None))
     return false;
   const auto& ins = n->inputs();
   for (const Node* p : ins)
@@ -121,7 +118,12 @@ struct Unit {
 class Scheduler {
  public:
   Scheduler(Graph& g, const ScheduleOptions& opts, PassContext& ctx)
-      : g_(g), opts_(opts), ctx_(ctx), phases_(computePhases(g)), fsdp_(analyzeFsdp(g, phases_)) {}
+      : g_(g),
+        opts_(opts),
+        ctx_(ctx),
+        phases_(computePhases(g)),
+        fsdp_(analyzeFsdp(g, phases_)),
+        written_(g) {}
   bool run();
 
  private:
@@ -149,8 +151,9 @@ class Scheduler {
   PassContext& ctx_;
   PhaseInfo phases_;
   FsdpAnalysis fsdp_;
-  std::vector<size_t> idx_;             // original step by node id
-  std::vector<uint8_t> moved_;          // by node id
+  WrittenStorage written_;      // values written in place: their readers stay where they are
+  std::vector<size_t> idx_;     // original step by node id
+  std::vector<uint8_t> moved_;  // by node id
   std::vector<Node*> prev_same_group_;  // by node id: the previous collective of its group
   std::optional<MaxTree> tree_;
 };
@@ -164,7 +167,7 @@ std::vector<Node*> Scheduler::launchChain(Node* coll, Node*& at) const {
       Node* p = work.back();
       work.pop_back();
       if (p->isBefore(at) || std::find(chain.begin(), chain.end(), p) != chain.end()) continue;
-      if (!isLaunchPrep(p) || chain.size() >= kMaxChain) {
+      if (!isLaunchPrep(p) || written_.touches(p) || chain.size() >= kMaxChain) {
         if (!barrier || barrier->isBefore(p)) barrier = p;
         continue;
       }
@@ -246,7 +249,7 @@ bool Scheduler::deferWaits(const std::vector<Unit>& seq) {
       for (Node* u : x->users()) {
         if (!u->isBefore(at) || std::find(movers.begin(), movers.end(), u) != movers.end())
           continue;
-        if (isMovableDown(u)) {
+        if (isMovableDown(u) && !written_.touches(u)) {
           movers.push_back(u);
           work.push_back(u);
         } else {

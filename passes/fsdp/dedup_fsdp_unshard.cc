@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "passes/analysis/fsdp.h"
+#include "passes/analysis/mutation.h"
 #include "passes/analysis/phase.h"
 
 namespace jfx {
@@ -58,9 +59,7 @@ bool sameGather(const FsdpUnshardChain& keep, const FsdpUnshardChain& dup) {
 
 bool isMergeable(const Node* n) {
   const OpInfo& info = n->info();
-  if (n->op() != OpKind::CallFunction || info.random || info.side_effect ||
-      info.alias == AliasKind::InPlace || info.alias == AliasKind::Out)
-    return false;
+  if (!n->isPure()) return false;
   OpCategory c = info.category;
   return c == OpCategory::View || c == OpCategory::Copy || c == OpCategory::Getitem ||
          n->is("aten.cat.default") || n->is("aten.stack.default");
@@ -71,6 +70,9 @@ bool isMergeable(const Node* n) {
 bool DedupFsdpUnshardPass::run(Graph& g, PassContext& ctx) {
   PhaseInfo phases = computePhases(g);
   FsdpAnalysis fsdp = analyzeFsdp(g, phases);
+  // A gathered value some op writes in place is that reader's own copy: sharing it would let the
+  // write reach the other chain's readers.
+  const WrittenStorage written(g);
 
   // Group chains by (parameter position, side); within a group, the earliest wait first.
   std::vector<const FsdpUnshardChain*> order;
@@ -95,6 +97,10 @@ bool DedupFsdpUnshardPass::run(Graph& g, PassContext& ctx) {
     const FsdpUnshardChain& keep = *order[i];
     for (size_t d = i + 1; d < j; ++d) {
       const FsdpUnshardChain& dup = *order[d];
+      if (written.touches(keep.wait) || written.touches(dup.wait)) {
+        ctx.stat("written-in-place");
+        continue;
+      }
       if (!sameGather(keep, dup)) {
         ctx.stat("mismatched");
         ctx.remark("dedup-fsdp-unshard: '" + dup.all_gather->name() + "' gathers '" +

@@ -84,12 +84,24 @@ bool RematPass::run(Graph& g, PassContext& ctx) {
     for (Node* p : b->inputs()) {
       if (!recomputable[p->id()]) continue;
       postOrder(p, recomputable, needed, [&](Node* x) {
-        if (x->info().random)
+        const std::string what =
+            "cannot recompute '" + x->name() + "' (" + std::string(x->target().str()) + "): ";
+        const std::string fix = " (needed by backward node '" + b->name() +
+                                "'); tag it MUST_SAVE or drop its recompute tag";
+        // In-place random ops (bernoulli_ in a traced dropout) included: the op-info table
+        // marks every Tag.nondeterministic_seeded overload.
+        if (x->isRandom())
           throw JfxError(SourceLocation::atNode(x->name()),
-                         "cannot recompute '" + x->name() + "' (" + std::string(x->target().str()) +
-                             "): it draws random numbers, so a backward copy would differ from "
-                             "the forward value (needed by backward node '" +
-                             b->name() + "'); tag it MUST_SAVE or drop its recompute tag");
+                         what +
+                             "it draws random numbers, so a backward copy would differ from the "
+                             "forward value" +
+                             fix);
+        if (x->info().mutates)
+          throw JfxError(SourceLocation::atNode(x->name()),
+                         what +
+                             "it writes its argument in place, so a backward copy would write "
+                             "it a second time" +
+                             fix);
       });
     }
   }

@@ -16,9 +16,12 @@ bool Dce::isRemovable(const Node& n, bool remove_random) {
   if (info.side_effect || info.category == OpCategory::Collective ||
       info.category == OpCategory::Wait)
     return false;
-  if (info.alias == AliasKind::InPlace || info.alias == AliasKind::Out) return false;
+  // Writes an argument (in place, out=, or another such as BatchNorm's running stats): its
+  // effect outlives its unused result.
+  if (info.mutates || info.alias == AliasKind::InPlace || info.alias == AliasKind::Out)
+    return false;
   if (n.kwarg("out") != nullptr) return false;  // an out= overload writes its argument
-  if (info.random && !remove_random) return false;
+  if (n.isRandom() && !remove_random) return false;
   return true;
 }
 

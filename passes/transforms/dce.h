@@ -2,8 +2,10 @@
 // and that have no effect beyond their result.
 //
 // Kept even when unused: placeholders and the output (the graph's interface); ops the op-info
-// table marks side_effect (collectives, waits, asserts); ops that write an input in place or an
-// `out=` tensor; ops not in the table (their effects are unknown); and random ops, unless
+// table marks side_effect (collectives, waits, asserts, anything returning nothing); ops that
+// write an argument (OpInfo::mutates from the schema's alias annotations: in place, `out=`, or
+// another argument such as BatchNorm's running stats); ops not in the table (their effects are
+// unknown); and random ops (Node::isRandom, in-place ones included), unless
 // `remove-random=true`. A random op's result may be unused while its draw still matters: removing
 // it shifts the RNG stream every later random op reads, so the graph would no longer match eager
 // PyTorch bit for bit (FX's Node.is_impure() treats seeded random ops as impure for the same

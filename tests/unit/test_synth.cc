@@ -20,30 +20,11 @@ using namespace jfx;
 
 namespace {
 
-// Rows ops.def gets wrong, each a fact about torch 2.15 that tests report (WARN) instead of
-// failing on, so fixing ops.def needs no change here:
-//   - _scaled_dot_product_flash_attention_backward: the schema has 14 positional args (grad_out,
-//     query, key, value, out, logsumexp, cum_seq_q, cum_seq_k, max_q, max_k, dropout_p,
-//     is_causal, philox_seed, philox_offset; scale is keyword-only); the table says 13.
-const std::set<std::string> kOpTableGaps = {
-    "aten._scaled_dot_product_flash_attention_backward.default",
-};
-
-// Verifier issues other than arity complaints about the ops above (reported once, as a warning).
+// Verifier issues, as strings. (Arity bounds come from torch's schemas: ir/ops_generated.def.)
 std::vector<std::string> verifyIssues(const Graph& g) {
   std::vector<std::string> out;
-  std::set<std::string> gaps;
-  for (const VerifyIssue& issue : verifyGraph(g)) {
-    const Node* n = g.findNode(issue.node);
-    std::string target = n ? std::string(n->target().str()) : "";
-    if (issue.rule == "arity" && kOpTableGaps.count(target)) {
-      gaps.insert(target);
-      continue;
-    }
+  for (const VerifyIssue& issue : verifyGraph(g))
     out.push_back(issue.str());
-  }
-  for (const std::string& t : gaps)
-    WARN("ir/ops.def arity is off for " << t);
   return out;
 }
 
@@ -210,10 +191,7 @@ TEST_CASE("synth: every node has meta and every target is known", "[synth]") {
         CHECK(n->meta().seq_nr.has_value());
         if (!isKnownOp(n->target())) unknown.insert(std::string(n->target().str()));
       });
-      for (const std::string& t : unknown) {
-        CHECK(kOpTableGaps.count(t) == 1);
-        WARN(t << " is not in ir/ops.def");
-      }
+      CHECK(unknown.empty());
       CHECK(verifyIssues(*g).empty());
     }
   }

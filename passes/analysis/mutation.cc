@@ -1,0 +1,64 @@
+#include "passes/analysis/mutation.h"
+
+namespace jfx {
+namespace {
+
+void collectNodes(const Arg& a, std::vector<const Node*>& out) {
+  if (a.isNode()) {
+    out.push_back(a.node());
+  } else if (a.isSequence()) {
+    for (const Arg& x : a.items())
+      collectNodes(x, out);
+  }
+}
+
+}  // namespace
+
+WrittenStorage::WrittenStorage(const Graph& g) : root_(g.maxId()), written_(g.maxId(), 0) {
+  // Program order: an operand's root is known before its users ask.
+  for (const Node* n = g.first(); n; n = n->next()) {
+    const AliasKind a = n->info().alias;
+    const Node* in0 = n->input(0);
+    root_[n->id()] = (a == AliasKind::View || a == AliasKind::InPlace) && in0 && in0->isBefore(n)
+                         ? root_[in0->id()]
+                         : n->id();
+  }
+  std::vector<const Node*> targets;
+  for (const Node* n = g.first(); n; n = n->next()) {
+    if (n->op() != OpKind::CallFunction) continue;
+    const OpInfo& info = n->info();
+    if (!info.mutates && info.category != OpCategory::Unknown) continue;
+    targets.clear();
+    // An unknown op may write anything it is given; so may one the table knows only to write
+    // (an out= op writes its kwarg, collected below).
+    uint32_t mask = info.written_args;
+    if (info.category == OpCategory::Unknown || (mask == 0 && info.alias != AliasKind::Out))
+      mask = ~uint32_t{0};
+    for (size_t i = 0; i < n->numArgs(); ++i)
+      if (i < 32 && (mask >> i) & 1u) collectNodes(n->arg(i), targets);
+    for (const auto& kv : n->kwargs())
+      collectNodes(kv.second, targets);
+    for (const Node* t : targets) {
+      written_[rootOf(t)] = 1;
+      any_ = true;
+    }
+  }
+}
+
+uint32_t WrittenStorage::rootOf(const Node* n) const {
+  return n->id() < root_.size() ? root_[n->id()] : n->id();
+}
+
+bool WrittenStorage::touches(const Node* n) const {
+  if (!any_) return false;
+  auto marked = [&](const Node* x) {
+    uint32_t r = rootOf(x);
+    return r < written_.size() && written_[r];
+  };
+  if (marked(n)) return true;
+  for (const Node* p : n->inputs())
+    if (marked(p)) return true;
+  return false;
+}
+
+}  // namespace jfx
