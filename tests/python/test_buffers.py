@@ -1,0 +1,173 @@
+"""Buffer updates: the conv + BatchNorm fixtures (tests/data/buffers, scripts/gen_buffer_fixtures.py).
+
+The graphs update BatchNorm's running statistics in place; export/import carry that both ways
+(and the functional form, outputs of kind buffer_mutation); `jointfx exec` starts the buffers as
+the module does and carries the updates from step to step, exactly as PyTorch eager does.
+"""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from conftest import REPO
+from jointfx.convbn import ConvBnArgs, build_convbn
+from jointfx.export import (
+    ExportError,
+    InputSpec,
+    OutputSpec,
+    buffers_to_mutate,
+    dumps_graph,
+    export_graph,
+    import_graph,
+    load_graph,
+)
+
+BUFFER_DIR = REPO / "tests" / "data" / "buffers"
+WORLDS = (1, 2)
+STEPS = 3
+LR = 0.1
+
+
+def fixture(world: int) -> Path:
+    return BUFFER_DIR / f"convbn_w{world}.json"
+
+
+def test_regeneration_is_byte_identical(tmp_path: Path) -> None:
+    r = subprocess.run([sys.executable, str(REPO / "scripts" / "gen_buffer_fixtures.py"),
+                        "--out", str(tmp_path)], capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr
+    for world in WORLDS:
+        assert (tmp_path / f"convbn_w{world}.json").read_bytes() == fixture(world).read_bytes()
+
+
+@pytest.mark.parametrize("world", WORLDS)
+def test_import_export_carries_the_inplace_updates(world: int) -> None:
+    doc = load_graph(fixture(world))
+    gm = import_graph(doc)
+    assert dumps_graph(export_graph(gm)) == dumps_graph(doc)
+    assert buffers_to_mutate(gm) == {
+        "add_": ["layers.0.bn.num_batches_tracked"],
+        "native_batch_norm": ["layers.0.bn.running_mean", "layers.0.bn.running_var"],
+        "add__1": ["layers.1.bn.num_batches_tracked"],
+        "native_batch_norm_1": ["layers.1.bn.running_mean", "layers.1.bn.running_var"],
+    }
+    assert doc["meta"]["buffer_init"] == {
+        f"layers.{i}.bn.{b}": kind for i in (0, 1)
+        for b, kind in (("running_mean", "zeros"), ("running_var", "ones"),
+                        ("num_batches_tracked", "zeros"))}
+
+
+def _functional_gm() -> torch.fx.GraphModule:
+    # running_mean' = lerp(running_mean, batch mean, 0.1): the form torch.export records.
+    g = torch.fx.Graph()
+    rm, x = g.placeholder("rm"), g.placeholder("x")
+    mean = g.call_function(torch.ops.aten.mean.dim, (x, [0]))
+    upd = g.call_function(torch.ops.aten.lerp.Scalar, (rm, mean, 0.1))
+    loss = g.call_function(torch.ops.aten.sum.default, (x,))
+    g.output([loss, upd])
+    return torch.fx.GraphModule(torch.nn.Module(), g)
+
+
+def test_buffer_mutation_outputs_round_trip() -> None:
+    gm = _functional_gm()
+    inputs = [InputSpec("buffer", "bn.running_mean"), InputSpec("user_input")]
+    outputs = [OutputSpec("loss"), OutputSpec("buffer_mutation", "bn.running_mean")]
+    doc = export_graph(gm, inputs=inputs, outputs=outputs)
+    assert doc["outputs"][1] == {"fqn": "bn.running_mean", "kind": "buffer_mutation"}
+    back = import_graph(doc)
+    assert buffers_to_mutate(back) == {"lerp_scalar": ["bn.running_mean"]}
+    assert dumps_graph(export_graph(back)) == dumps_graph(doc)
+    with pytest.raises(ExportError, match="output 1 .buffer_mutation. names 'bn.nope'"):
+        export_graph(gm, inputs=inputs,
+                     outputs=[OutputSpec("loss"), OutputSpec("buffer_mutation", "bn.nope")])
+
+
+def _eager_reference(world: int, images: torch.Tensor, labels: torch.Tensor
+                     ) -> list[list[dict[str, torch.Tensor]]]:
+    """Buffers of each rank after each step: one model copy per rank (own buffers, same
+    parameters), rank r trains on slice r of the batch, gradients summed over ranks (the graph's
+    reduce-scatter "sum"), then SGD p -= lr * g, as `jointfx exec --optimizer sgd` does."""
+    args = ConvBnArgs()
+    models = [build_convbn(args, seed=0) for _ in range(world)]
+    b = args.batch_size
+    out: list[list[dict[str, torch.Tensor]]] = []
+    for _ in range(STEPS):
+        grads = []
+        for r, m in enumerate(models):
+            loss = F.cross_entropy(m(images[r * b:(r + 1) * b]), labels[r * b:(r + 1) * b])
+            grads.append(torch.autograd.grad(loss, list(m.parameters())))
+        total = [sum(gs[1:], gs[0]) if world > 1 else gs[0] for gs in zip(*grads)]
+        with torch.no_grad():
+            for m in models:
+                for p, g in zip(m.parameters(), total):
+                    p.add_(g, alpha=-LR)
+        out.append([{k: v.clone() for k, v in m.named_buffers()} for m in models])
+    return out
+
+
+@pytest.mark.parametrize("world", WORLDS)
+def test_exec_updates_running_stats_exactly_as_eager(world: int, jfx_bin: Path,
+                                                     tmp_path: Path) -> None:
+    from safetensors.torch import load_file, save_file
+
+    args = ConvBnArgs()
+    model = build_convbn(args, seed=0)
+    state = {k: v.detach().contiguous() for k, v in model.named_parameters()}
+    state.update({k: v.detach().contiguous() for k, v in model.named_buffers()})
+    save_file(state, tmp_path / "params.safetensors")
+    gen = torch.Generator().manual_seed(3)
+    n = world * args.batch_size
+    images = torch.randn(n, args.in_channels, args.image_size, args.image_size, generator=gen)
+    labels = torch.randint(0, args.n_classes, (n,), generator=gen)
+    save_file({"images": images, "labels": labels}, tmp_path / "batch.safetensors")
+    r = subprocess.run([str(jfx_bin), "exec", str(fixture(world)), "--nproc", str(world),
+                        "--steps", str(STEPS), "--optimizer", "sgd", "--lr", str(LR),
+                        "--params", str(tmp_path / "params.safetensors"),
+                        "--batch", str(tmp_path / "batch.safetensors"),
+                        "--save-grads", str(tmp_path / "out"), "--quiet", "--timeout-s", "120"],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    ref = _eager_reference(world, images, labels)
+    compared = 0
+    for step in range(STEPS):
+        for rank in range(world):
+            got = load_file(tmp_path / "out" / f"grads.step{step + 1}.rank{rank}.safetensors")
+            bufs = {k.removeprefix("buffer:"): v for k, v in got.items()
+                    if k.startswith("buffer:")}
+            want = ref[step][rank]
+            assert sorted(bufs) == sorted(want)
+            for fqn, value in want.items():
+                assert torch.equal(bufs[fqn], value), (step + 1, rank, fqn,
+                                                        (bufs[fqn] - value).abs().max())
+                compared += 1
+    assert compared == STEPS * world * 6
+    # The ranks saw different data, so their running statistics differ (no SyncBatchNorm).
+    if world == 2:
+        assert not torch.equal(ref[0][0]["layers.0.bn.running_mean"],
+                               ref[0][1]["layers.0.bn.running_mean"])
+
+
+def test_exec_starts_buffers_as_the_module_does(jfx_bin: Path, tmp_path: Path) -> None:
+    """Without --params the graph meta's buffer_init applies: running_var starts at one, so after
+    one step it is 0.9 + 0.1 * (batch variance) >= 0.9, and the counter is at one."""
+    from safetensors.torch import load_file
+
+    r = subprocess.run([str(jfx_bin), "exec", str(fixture(1)), "--steps", "2", "--optimizer",
+                        "none", "--save-grads", str(tmp_path / "out"), "--quiet"],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    for step in (1, 2):
+        got = load_file(tmp_path / "out" / f"grads.step{step}.rank0.safetensors")
+        for i in (0, 1):
+            assert got[f"buffer:layers.{i}.bn.num_batches_tracked"].item() == step
+            assert bool((got[f"buffer:layers.{i}.bn.running_var"] >= 0.9 ** step).all())
+    first = load_file(tmp_path / "out" / "grads.step1.rank0.safetensors")
+    # running_mean = 0.9 * 0 + 0.1 * batch mean: small, and not a randn draw.
+    assert first["buffer:layers.0.bn.running_mean"].abs().max().item() < 1.0
