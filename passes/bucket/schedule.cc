@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "ir/error.h"
+#include "ir/mutation.h"
 #include "passes/analysis/cost_model.h"
 #include "passes/analysis/fsdp.h"
 #include "passes/analysis/memory.h"
@@ -143,12 +144,18 @@ class Scheduler {
   bool deferWaits(const std::vector<Unit>& seq);
   // The launch chain of `coll` if it moved before `at`; `at` moves down past non-movable producers.
   std::vector<Node*> launchChain(Node* coll, Node*& at) const;
+  // Reads or writes a buffer the graph writes in place: moving it could cross the write
+  // (Note [Buffer updates] in ir/mutation.h).
+  bool movesBuffer(const Node* n) const {
+    return bufs_.writesBuffer(n) || bufs_.readsWrittenBuffer(n);
+  }
 
   Graph& g_;
   const ScheduleOptions& opts_;
   PassContext& ctx_;
   PhaseInfo phases_;
   FsdpAnalysis fsdp_;
+  BufferMutations bufs_ = analyzeBufferMutations(g_);
   std::vector<size_t> idx_;             // original step by node id
   std::vector<uint8_t> moved_;          // by node id
   std::vector<Node*> prev_same_group_;  // by node id: the previous collective of its group
@@ -164,7 +171,7 @@ std::vector<Node*> Scheduler::launchChain(Node* coll, Node*& at) const {
       Node* p = work.back();
       work.pop_back();
       if (p->isBefore(at) || std::find(chain.begin(), chain.end(), p) != chain.end()) continue;
-      if (!isLaunchPrep(p) || chain.size() >= kMaxChain) {
+      if (!isLaunchPrep(p) || movesBuffer(p) || chain.size() >= kMaxChain) {
         if (!barrier || barrier->isBefore(p)) barrier = p;
         continue;
       }
@@ -246,7 +253,7 @@ bool Scheduler::deferWaits(const std::vector<Unit>& seq) {
       for (Node* u : x->users()) {
         if (!u->isBefore(at) || std::find(movers.begin(), movers.end(), u) != movers.end())
           continue;
-        if (isMovableDown(u)) {
+        if (isMovableDown(u) && !movesBuffer(u)) {
           movers.push_back(u);
           work.push_back(u);
         } else {
@@ -298,6 +305,9 @@ bool Scheduler::run() {
     prev_same_group_[n->id()] = last;
     last = n;
     if (n->uses().size() != 1 || !n->uses()[0].user->isWait()) continue;
+    // A collective over a buffer the graph writes in place (a synced running statistic) stays
+    // where it reads the value the program order gives it.
+    if (bufs_.readsWrittenBuffer(n)) continue;
     Unit u{n, n->uses()[0].user};
     CollectiveRole role = fsdp_.roleOf(n);
     CollectiveKind kind = n->info().collective;

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "ir/error.h"
+#include "ir/mutation.h"
 #include "passes/analysis/phase.h"
 
 namespace jfx {
@@ -71,6 +72,22 @@ bool RematPass::run(Graph& g, PassContext& ctx) {
         ctx.stat("sac-boundary-saved");
         break;
       }
+    }
+  }
+
+  // A node that writes an operand in place (BatchNorm's running statistics) runs exactly once: a
+  // backward copy would apply the update twice. One that reads a buffer the graph writes would
+  // read it after the write when copied into backward. Both stay saved; their pure users may
+  // still be recomputed from them.
+  BufferMutations bufs = analyzeBufferMutations(g);
+  for (Node* n = g.first(); n; n = n->next()) {
+    if (!recomputable[n->id()]) continue;
+    if (!mutatedOperands(*n).empty()) {
+      recomputable[n->id()] = 0;
+      ctx.stat("in-place-saved");
+    } else if (bufs.readsWrittenBuffer(n)) {
+      recomputable[n->id()] = 0;
+      ctx.stat("buffer-read-saved");
     }
   }
 

@@ -2,6 +2,8 @@
 
 #include <vector>
 
+#include "ir/mutation.h"
+
 namespace jfx {
 
 void Dce::configure(PassOptions& options) {
@@ -18,6 +20,8 @@ bool Dce::isRemovable(const Node& n, bool remove_random) {
     return false;
   if (info.alias == AliasKind::InPlace || info.alias == AliasKind::Out) return false;
   if (n.kwarg("out") != nullptr) return false;  // an out= overload writes its argument
+  // Writes an operand in place (a buffer update, Note [Buffer updates]) even if nothing reads it.
+  if (!mutatedOperands(n).empty()) return false;
   if (info.random && !remove_random) return false;
   return true;
 }
