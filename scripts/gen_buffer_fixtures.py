@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
-"""Regenerates the buffer-updating fixtures tests/data/buffers/convbn_w<world>.json.
+"""Regenerates tests/data/buffers/convbn_w1.json: the conv + BatchNorm model family
+(jointfx.models "convbn") traced by jointfx.trace at world size 1, on a fake process group.
 
-A 2-block conv + BatchNorm2d classifier (jointfx.convbn) traced with SimpleFSDP sharding at world
-sizes 1 and 2 on a fake process group as rank 0. The graphs update BatchNorm's running_mean,
-running_var and num_batches_tracked in place (native_batch_norm / add_ on buffer placeholders)
-and record the buffers' init in meta.buffer_init. Deterministic: running this twice gives
-byte-identical files (tests/python/test_buffers.py checks it).
+The world-2 trace is tests/data/traced/convbn_w2.json (scripts/gen_fixtures.py); this one adds
+world 1 for the buffer-update tests. The graph updates BatchNorm's running_mean, running_var and
+num_batches_tracked in place (native_batch_norm / add_ on buffer placeholders) and records the
+buffers' init in meta.buffer_init. Deterministic: running this twice gives byte-identical files
+(tests/python/test_buffers.py checks it).
 
     python scripts/gen_buffer_fixtures.py [--out DIR]
 """
@@ -20,22 +21,22 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "python"))
 
-WORLDS = (1, 2)
+FIXTURES = (("convbn", 1),)
 
 
 def generate(out_dir: Path) -> list[Path]:
     import torch
     import torch.distributed as dist
 
-    from jointfx.convbn import trace_convbn_world
     from jointfx.export import write_graph
+    from jointfx.models import trace_case
 
     torch.manual_seed(0)
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
-    for world in WORLDS:
-        doc = trace_convbn_world(world).export(include_stack_trace=False)
-        path = out_dir / f"convbn_w{world}.json"
+    for case, world in FIXTURES:
+        doc = trace_case(case, world).export(include_stack_trace=False)
+        path = out_dir / f"{case}_w{world}.json"
         write_graph(doc, path)
         written.append(path)
         print(f"{path}: {len(doc['nodes'])} nodes, {path.stat().st_size} bytes")

@@ -1,4 +1,5 @@
-"""Buffer updates: the conv + BatchNorm fixtures (tests/data/buffers, scripts/gen_buffer_fixtures.py).
+"""Buffer updates: the conv + BatchNorm fixtures (tests/data/buffers/convbn_w1.json from
+scripts/gen_buffer_fixtures.py, tests/data/traced/convbn_w2.json from scripts/gen_fixtures.py).
 
 The graphs update BatchNorm's running statistics in place; export/import carry that both ways
 (and the functional form, outputs of kind buffer_mutation); `jointfx exec` starts the buffers as
@@ -7,7 +8,6 @@ the module does and carries the updates from step to step, exactly as PyTorch ea
 
 from __future__ import annotations
 
-import copy
 import subprocess
 import sys
 from pathlib import Path
@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from conftest import REPO
-from jointfx.convbn import ConvBnArgs, build_convbn
+from jointfx.models import CASES, WEIGHT_SEED
 from jointfx.export import (
     ExportError,
     InputSpec,
@@ -29,22 +29,27 @@ from jointfx.export import (
     load_graph,
 )
 
-BUFFER_DIR = REPO / "tests" / "data" / "buffers"
 WORLDS = (1, 2)
 STEPS = 3
 LR = 0.1
+CASE = CASES["convbn"]
+LOCAL_BATCH = 4  # images per rank in the traced graph
 
 
 def fixture(world: int) -> Path:
-    return BUFFER_DIR / f"convbn_w{world}.json"
+    folder = "buffers" if world == 1 else "traced"
+    return REPO / "tests" / "data" / folder / f"convbn_w{world}.json"
+
+
+def bn_buffers() -> list[str]:
+    return [fqn for fqn, _ in CASE.build(WEIGHT_SEED).named_buffers()]
 
 
 def test_regeneration_is_byte_identical(tmp_path: Path) -> None:
     r = subprocess.run([sys.executable, str(REPO / "scripts" / "gen_buffer_fixtures.py"),
                         "--out", str(tmp_path)], capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stderr
-    for world in WORLDS:
-        assert (tmp_path / f"convbn_w{world}.json").read_bytes() == fixture(world).read_bytes()
+    assert (tmp_path / "convbn_w1.json").read_bytes() == fixture(1).read_bytes()
 
 
 @pytest.mark.parametrize("world", WORLDS)
@@ -52,16 +57,19 @@ def test_import_export_carries_the_inplace_updates(world: int) -> None:
     doc = load_graph(fixture(world))
     gm = import_graph(doc)
     assert dumps_graph(export_graph(gm)) == dumps_graph(doc)
-    assert buffers_to_mutate(gm) == {
-        "add_": ["layers.0.bn.num_batches_tracked"],
-        "native_batch_norm": ["layers.0.bn.running_mean", "layers.0.bn.running_var"],
-        "add__1": ["layers.1.bn.num_batches_tracked"],
-        "native_batch_norm_1": ["layers.1.bn.running_mean", "layers.1.bn.running_var"],
-    }
+    writes = buffers_to_mutate(gm)
+    # Every BatchNorm: native_batch_norm writes running_mean and running_var, add_ the counter.
+    assert sorted(f for fqns in writes.values() for f in fqns) == sorted(bn_buffers())
+    assert len(writes) == 2 * len(bn_buffers()) // 3
+    for name, fqns in writes.items():
+        target = next(n.target for n in gm.graph.nodes if n.name == name)
+        if target is torch.ops.aten.native_batch_norm.default:
+            assert [f.rsplit(".", 1)[1] for f in fqns] == ["running_mean", "running_var"]
+        else:
+            assert target is torch.ops.aten.add_.Tensor
+            assert fqns[0].endswith("num_batches_tracked")
     assert doc["meta"]["buffer_init"] == {
-        f"layers.{i}.bn.{b}": kind for i in (0, 1)
-        for b, kind in (("running_mean", "zeros"), ("running_var", "ones"),
-                        ("num_batches_tracked", "zeros"))}
+        fqn: "ones" if fqn.endswith("running_var") else "zeros" for fqn in bn_buffers()}
 
 
 def _functional_gm() -> torch.fx.GraphModule:
@@ -94,16 +102,15 @@ def _eager_reference(world: int, images: torch.Tensor, labels: torch.Tensor
     """Buffers of each rank after each step: one model copy per rank (own buffers, same
     parameters), rank r trains on slice r of the batch, gradients summed over ranks (the graph's
     reduce-scatter "sum"), then SGD p -= lr * g, as `jointfx exec --optimizer sgd` does."""
-    args = ConvBnArgs()
-    models = [build_convbn(args, seed=0) for _ in range(world)]
-    b = args.batch_size
+    models = [CASE.build(WEIGHT_SEED) for _ in range(world)]
+    b = LOCAL_BATCH
     out: list[list[dict[str, torch.Tensor]]] = []
     for _ in range(STEPS):
         grads = []
         for r, m in enumerate(models):
-            loss = F.cross_entropy(m(images[r * b:(r + 1) * b]), labels[r * b:(r + 1) * b])
+            loss = CASE.loss_fn(m(images[r * b:(r + 1) * b]), labels[r * b:(r + 1) * b])
             grads.append(torch.autograd.grad(loss, list(m.parameters())))
-        total = [sum(gs[1:], gs[0]) if world > 1 else gs[0] for gs in zip(*grads)]
+        total = [gs[0] + gs[1] if world == 2 else gs[0] for gs in zip(*grads)]
         with torch.no_grad():
             for m in models:
                 for p, g in zip(m.parameters(), total):
@@ -117,15 +124,16 @@ def test_exec_updates_running_stats_exactly_as_eager(world: int, jfx_bin: Path,
                                                      tmp_path: Path) -> None:
     from safetensors.torch import load_file, save_file
 
-    args = ConvBnArgs()
-    model = build_convbn(args, seed=0)
+    cfg = CASE.config
+    model = CASE.build(WEIGHT_SEED)
     state = {k: v.detach().contiguous() for k, v in model.named_parameters()}
     state.update({k: v.detach().contiguous() for k, v in model.named_buffers()})
     save_file(state, tmp_path / "params.safetensors")
     gen = torch.Generator().manual_seed(3)
-    n = world * args.batch_size
-    images = torch.randn(n, args.in_channels, args.image_size, args.image_size, generator=gen)
-    labels = torch.randint(0, args.n_classes, (n,), generator=gen)
+    n = world * LOCAL_BATCH
+    images = torch.randn(n, cfg["in_channels"], cfg["image_size"], cfg["image_size"],
+                         generator=gen)
+    labels = torch.randint(0, cfg["num_classes"], (n,), generator=gen)
     save_file({"images": images, "labels": labels}, tmp_path / "batch.safetensors")
     r = subprocess.run([str(jfx_bin), "exec", str(fixture(world)), "--nproc", str(world),
                         "--steps", str(STEPS), "--optimizer", "sgd", "--lr", str(LR),
@@ -147,11 +155,11 @@ def test_exec_updates_running_stats_exactly_as_eager(world: int, jfx_bin: Path,
                 assert torch.equal(bufs[fqn], value), (step + 1, rank, fqn,
                                                         (bufs[fqn] - value).abs().max())
                 compared += 1
-    assert compared == STEPS * world * 6
+    assert compared == STEPS * world * len(bn_buffers())
     # The ranks saw different data, so their running statistics differ (no SyncBatchNorm).
     if world == 2:
-        assert not torch.equal(ref[0][0]["layers.0.bn.running_mean"],
-                               ref[0][1]["layers.0.bn.running_mean"])
+        assert not torch.equal(ref[0][0]["stem.bn.running_mean"],
+                               ref[0][1]["stem.bn.running_mean"])
 
 
 def test_exec_starts_buffers_as_the_module_does(jfx_bin: Path, tmp_path: Path) -> None:
@@ -165,9 +173,11 @@ def test_exec_starts_buffers_as_the_module_does(jfx_bin: Path, tmp_path: Path) -
     assert r.returncode == 0, r.stdout + r.stderr
     for step in (1, 2):
         got = load_file(tmp_path / "out" / f"grads.step{step}.rank0.safetensors")
-        for i in (0, 1):
-            assert got[f"buffer:layers.{i}.bn.num_batches_tracked"].item() == step
-            assert bool((got[f"buffer:layers.{i}.bn.running_var"] >= 0.9 ** step).all())
+        for fqn in bn_buffers():
+            if fqn.endswith("num_batches_tracked"):
+                assert got[f"buffer:{fqn}"].item() == step
+            elif fqn.endswith("running_var"):
+                assert bool((got[f"buffer:{fqn}"] >= 0.9 ** step).all())
     first = load_file(tmp_path / "out" / "grads.step1.rank0.safetensors")
     # running_mean = 0.9 * 0 + 0.1 * batch mean: small, and not a randn draw.
-    assert first["buffer:layers.0.bn.running_mean"].abs().max().item() < 1.0
+    assert first["buffer:stem.bn.running_mean"].abs().max().item() < 1.0

@@ -1,6 +1,7 @@
 // Buffer updates (ir/mutation.h, Note [Buffer updates]): the traced conv + BatchNorm graphs
-// (tests/data/buffers, scripts/gen_buffer_fixtures.py), the buffer_mutation output kind in both
-// formats and the verifier, and what dce / remat / schedule do with them.
+// (tests/data/buffers/convbn_w1.json, tests/data/traced/convbn_w2.json; five BatchNorm layers), the
+// buffer_mutation output kind in both formats and the verifier, and what dce / remat / schedule do
+// with them.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -22,7 +23,8 @@ using namespace jfx;
 namespace {
 
 std::unique_ptr<Graph> convbn(int world) {
-  return loadGraph(std::string(JFX_SOURCE_DIR) + "/tests/data/buffers/convbn_w" +
+  return loadGraph(std::string(JFX_SOURCE_DIR) +
+                   (world == 1 ? "/tests/data/buffers" : "/tests/data/traced") + "/convbn_w" +
                    std::to_string(world) + ".json");
 }
 
@@ -62,15 +64,16 @@ TEST_CASE("buffers: the traced conv+BN graph writes every BatchNorm buffer in pl
   for (int world : {1, 2}) {
     auto g = convbn(world);
     BufferMutations m = analyzeBufferMutations(*g);
-    // Two blocks: native_batch_norm (running_mean, running_var) and add_ (num_batches_tracked).
-    REQUIRE(m.writers.size() == 4);
-    std::vector<std::string> written;
-    for (const Node* n : g->placeholders())
+    // Five BatchNorms: native_batch_norm (running_mean, running_var) and add_
+    // (num_batches_tracked) each.
+    REQUIRE(m.writers.size() == 10);
+    std::vector<std::string> written, buffers;
+    for (const Node* n : g->placeholders()) {
+      if (n->inputKind() == InputKind::Buffer) buffers.push_back(n->inputFqn());
       if (m.written_alias[n->id()]) written.push_back(n->inputFqn());
-    CHECK(written == std::vector<std::string>{"layers.0.bn.running_mean", "layers.0.bn.running_var",
-                                              "layers.0.bn.num_batches_tracked",
-                                              "layers.1.bn.running_mean", "layers.1.bn.running_var",
-                                              "layers.1.bn.num_batches_tracked"});
+    }
+    CHECK(buffers.size() == 15);
+    CHECK(written == buffers);
     const Node* bn = g->findNode("native_batch_norm");
     REQUIRE(bn);
     CHECK(mutatedOperands(*bn).size() == 2);
@@ -91,7 +94,7 @@ TEST_CASE("buffers: batch norm in eval mode writes nothing", "[buffers]") {
   args[5] = Arg::ofBool(false);
   g->setArgs(bn, args);
   CHECK(mutatedOperands(*bn).empty());
-  CHECK(analyzeBufferMutations(*g).writers.size() == 3);
+  CHECK(analyzeBufferMutations(*g).writers.size() == 9);
 }
 
 TEST_CASE("buffers: buffer_mutation outputs round-trip text <-> JSON losslessly", "[buffers]") {
@@ -172,12 +175,12 @@ TEST_CASE("buffers: dce keeps every buffer write, even one nothing reads", "[buf
   auto g = convbn(2);
   // add_ on num_batches_tracked has no users: only its write keeps it.
   size_t adds = countTarget(*g, "aten.add_.Tensor");
-  REQUIRE(adds == 2);
+  REQUIRE(adds == 5);
   Dce dce;
   PassContext ctx;
   dce.run(*g, ctx);
-  CHECK(countTarget(*g, "aten.add_.Tensor") == 2);
-  CHECK(countTarget(*g, "aten.native_batch_norm.default") == 2);
+  CHECK(countTarget(*g, "aten.add_.Tensor") == 5);
+  CHECK(countTarget(*g, "aten.native_batch_norm.default") == 5);
 
   Graph h;
   Node* x = h.create(OpKind::Placeholder, Symbol::intern("x"), {}, {}, "x");
@@ -212,12 +215,12 @@ TEST_CASE("buffers: remat never recomputes a buffer write", "[buffers]") {
   PipelineResult r = runPasses(*g, passes, {});
   REQUIRE(r.passes.size() == 1);
   const Statistics& stats = r.passes[0].stats;
-  CHECK(stats.at("in-place-saved") == 4);  // two native_batch_norm, two add_
-  CHECK(stats.at("nodes-cloned") > 0);     // the rest of the forward is recomputed
+  CHECK(stats.at("in-place-saved") == 10);  // five native_batch_norm, five add_
+  CHECK(stats.at("nodes-cloned") > 0);      // the rest of the forward is recomputed
   // Exactly one write per buffer per step: the originals, never a backward copy.
-  CHECK(countTarget(*g, "aten.native_batch_norm.default") == 2);
-  CHECK(countTarget(*g, "aten.add_.Tensor") == 2);
-  CHECK(analyzeBufferMutations(*g).writers.size() == 4);
+  CHECK(countTarget(*g, "aten.native_batch_norm.default") == 5);
+  CHECK(countTarget(*g, "aten.add_.Tensor") == 5);
+  CHECK(analyzeBufferMutations(*g).writers.size() == 10);
   g->forEach([&](const Node* n) {
     if (n->name().find("_recomputed") != std::string::npos) CHECK(mutatedOperands(*n).empty());
   });
@@ -238,13 +241,13 @@ TEST_CASE("buffers: the default pipeline keeps every buffer read on its side of 
   for (int world : {1, 2}) {
     auto g = convbn(world);
     std::vector<std::string> before = touches(*g);
-    REQUIRE(before.size() == 6);  // 4 writes, 2 backward reads (native_batch_norm_backward)
+    REQUIRE(before.size() == 15);  // 10 writes, 5 backward reads (native_batch_norm_backward)
     uint64_t hash_before = structuralHash(*g);
     runPipeline(
         *g, resolvePipeline(std::string(JFX_SOURCE_DIR) + "/configs/pipelines/default.json"), {});
     runPipeline(*g, resolvePipeline("bucket,schedule{prefetch=4}"), {});
     CHECK(structuralHash(*g) != hash_before);  // the pipeline did move and add nodes
     CHECK(touches(*g) == before);
-    CHECK(analyzeBufferMutations(*g).writers.size() == 4);
+    CHECK(analyzeBufferMutations(*g).writers.size() == 10);
   }
 }
