@@ -321,8 +321,8 @@ class BufferInputs:
 
     All buffer handling of the tracer lives here: which buffers become inputs, binding the
     traced values into the modules for the traced step, and putting the originals back.
-    Buffers are read (and, for BatchNorm in training mode, updated in place) by the graph;
-    nothing here says which inputs the graph mutates.
+    Buffers are read (and, for BatchNorm in training mode, updated in place) by the graph; the
+    ops say which (jointfx.export.buffers_to_mutate), and init_kinds() how the module set them.
     """
 
     def __init__(self, model: nn.Module) -> None:
