@@ -102,6 +102,9 @@ def _eager_reference(world: int, images: torch.Tensor, labels: torch.Tensor
     """Buffers of each rank after each step: one model copy per rank (own buffers, same
     parameters), rank r trains on slice r of the batch, gradients summed over ranks (the graph's
     reduce-scatter "sum"), then SGD p -= lr * g, as `jointfx exec --optimizer sgd` does."""
+    # Reductions (convolution backward, batch statistics) split work by thread: run with the
+    # executor's --threads 1 so both sum in the same order.
+    torch.set_num_threads(1)
     models = [CASE.build(WEIGHT_SEED) for _ in range(world)]
     b = LOCAL_BATCH
     out: list[list[dict[str, torch.Tensor]]] = []
@@ -139,7 +142,8 @@ def test_exec_updates_running_stats_exactly_as_eager(world: int, jfx_bin: Path,
                         "--steps", str(STEPS), "--optimizer", "sgd", "--lr", str(LR),
                         "--params", str(tmp_path / "params.safetensors"),
                         "--batch", str(tmp_path / "batch.safetensors"),
-                        "--save-grads", str(tmp_path / "out"), "--quiet", "--timeout-s", "120"],
+                        "--save-grads", str(tmp_path / "out"), "--threads", "1", "--quiet",
+                        "--timeout-s", "120"],
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr
     ref = _eager_reference(world, images, labels)
@@ -181,3 +185,35 @@ def test_exec_starts_buffers_as_the_module_does(jfx_bin: Path, tmp_path: Path) -
     first = load_file(tmp_path / "out" / "grads.step1.rank0.safetensors")
     # running_mean = 0.9 * 0 + 0.1 * batch mean: small, and not a randn draw.
     assert first["buffer:stem.bn.running_mean"].abs().max().item() < 1.0
+
+
+def test_exec_copies_buffer_mutation_outputs_into_the_buffer(jfx_bin: Path,
+                                                             tmp_path: Path) -> None:
+    """The functional form: an output of kind buffer_mutation becomes the buffer's value for the
+    next step (rm <- lerp(rm, mean(x), 0.1), as BatchNorm's running-mean update)."""
+    from safetensors.torch import load_file, save_file
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from jointfx.export import write_graph
+
+    def step(rm: torch.Tensor, x: torch.Tensor) -> list[torch.Tensor]:
+        return [x.sum(), torch.lerp(rm, x.mean(0), 0.1)]
+
+    gm = make_fx(step, tracing_mode="fake")(torch.zeros(4), torch.zeros(2, 4))
+    doc = export_graph(gm, inputs=[InputSpec("buffer", "bn.running_mean"), InputSpec("user_input")],
+                       outputs=[OutputSpec("loss"), OutputSpec("buffer_mutation", "bn.running_mean")],
+                       graph_meta={"buffer_init": {"bn.running_mean": "zeros"}})
+    write_graph(doc, tmp_path / "g.json")
+    x = torch.randn(2, 4, generator=torch.Generator().manual_seed(5))
+    x_name = [i["name"] for i in doc["inputs"] if i["kind"] == "user_input"][0]
+    save_file({x_name: x}, tmp_path / "batch.safetensors")
+    r = subprocess.run([str(jfx_bin), "exec", str(tmp_path / "g.json"), "--steps", "3",
+                        "--optimizer", "none", "--batch", str(tmp_path / "batch.safetensors"),
+                        "--save-grads", str(tmp_path / "out"), "--quiet"],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    rm = torch.zeros(4)
+    for s in (1, 2, 3):
+        rm = torch.lerp(rm, x.mean(0), 0.1)
+        got = load_file(tmp_path / "out" / f"grads.step{s}.rank0.safetensors")
+        assert torch.equal(got["buffer:bn.running_mean"], rm), s
