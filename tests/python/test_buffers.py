@@ -217,3 +217,38 @@ def test_exec_copies_buffer_mutation_outputs_into_the_buffer(jfx_bin: Path,
         rm = torch.lerp(rm, x.mean(0), 0.1)
         got = load_file(tmp_path / "out" / f"grads.step{s}.rank0.safetensors")
         assert torch.equal(got["buffer:bn.running_mean"], rm), s
+
+
+@pytest.mark.parametrize("world", WORLDS)
+def test_exec_and_the_graphmodule_update_buffers_alike(world: int, jfx_bin: Path,
+                                                       tmp_path: Path) -> None:
+    """jointfx exec and PyTorch calling the same GraphModule (jointfx.reference, gloo ranks):
+    loss, gradients and every updated buffer bitwise equal after each of 3 steps."""
+    from safetensors.torch import load_file, save_file
+
+    from jointfx import reference
+
+    model = CASE.build(WEIGHT_SEED)
+    state = {k: v.detach().contiguous() for k, v in model.named_parameters()}
+    state.update({k: v.detach().contiguous() for k, v in model.named_buffers()})
+    save_file(state, tmp_path / "params.safetensors")
+    (images,), (labels,) = CASE.batch(7)
+    save_file({"images": images, "labels": labels}, tmp_path / "batch.safetensors")
+    common = ["--params", str(tmp_path / "params.safetensors"),
+              "--batch", str(tmp_path / "batch.safetensors")]
+    r = subprocess.run([str(jfx_bin), "exec", str(fixture(world)), "--nproc", str(world),
+                        "--steps", str(STEPS), "--optimizer", "none", "--threads", "1",
+                        "--save-grads", str(tmp_path / "exec"), "--quiet", *common],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    reference.run(fixture(world), nproc=world, params=tmp_path / "params.safetensors",
+                  batch=tmp_path / "batch.safetensors", steps=STEPS,
+                  save_grads=tmp_path / "torch", threads=1)
+    for step in range(1, STEPS + 1):
+        for rank in range(world):
+            name = f"grads.step{step}.rank{rank}.safetensors"
+            ours, theirs = load_file(tmp_path / "exec" / name), load_file(tmp_path / "torch" / name)
+            assert sorted(ours) == sorted(theirs)
+            assert sum(k.startswith("buffer:") for k in ours) == len(bn_buffers())
+            for key in ours:
+                assert torch.equal(ours[key], theirs[key]), (step, rank, key)
