@@ -201,6 +201,8 @@ std::string_view outputKindName(OutputKind k) {
       return "loss";
     case OutputKind::Gradient:
       return "gradient";
+    case OutputKind::BufferMutation:
+      return "buffer_mutation";
   }
   return "other";
 }
@@ -208,6 +210,7 @@ std::optional<OutputKind> outputKindFromName(std::string_view s) {
   if (s == "other") return OutputKind::Other;
   if (s == "loss") return OutputKind::Loss;
   if (s == "gradient") return OutputKind::Gradient;
+  if (s == "buffer_mutation") return OutputKind::BufferMutation;
   return std::nullopt;
 }
 

@@ -45,7 +45,8 @@ enum class Recompute : int8_t {
   PreferRecompute = 3
 };
 enum class InputKind : uint8_t { None, Parameter, Buffer, UserInput };
-enum class OutputKind : uint8_t { Other, Loss, Gradient };
+// BufferMutation: the new value of a buffer (fqn), copied into it after the step (ir/mutation.h).
+enum class OutputKind : uint8_t { Other, Loss, Gradient, BufferMutation };
 
 std::string_view opKindName(OpKind k);  // "placeholder", "call_function", ...
 std::optional<OpKind> opKindFromName(std::string_view s);
@@ -55,7 +56,7 @@ std::string_view recomputeName(Recompute r);  // "MUST_SAVE", ...; "" for Unset
 std::optional<Recompute> recomputeFromName(std::string_view s);
 std::string_view inputKindName(InputKind k);  // "parameter", "buffer", "user_input", "none"
 std::optional<InputKind> inputKindFromName(std::string_view s);
-std::string_view outputKindName(OutputKind k);  // "loss", "gradient", "other"
+std::string_view outputKindName(OutputKind k);  // "loss", "gradient", "buffer_mutation", "other"
 std::optional<OutputKind> outputKindFromName(std::string_view s);
 
 // Node meta that passes read is typed; every other key rides along in extra_json.
@@ -172,7 +173,7 @@ struct ProcessGroupInfo {
 
 struct OutputSpec {
   OutputKind kind = OutputKind::Other;
-  std::string fqn;  // gradients: the parameter's FQN
+  std::string fqn;  // gradients: the parameter's FQN; buffer mutations: the buffer's
   friend bool operator==(const OutputSpec&, const OutputSpec&) = default;
 };
 

@@ -1351,10 +1351,12 @@ class JsonReader : public TreeBuilder {
         OutputSpec spec;
         {
           Scope k(this, "kind");
-          std::string_view s = str(member(out, "kind", "loss, gradient or other"), "a kind");
+          std::string_view s =
+              str(member(out, "kind", "loss, gradient, buffer_mutation or other"), "a kind");
           auto ok = outputKindFromName(s);
           if (!ok)
-            fail("unknown output kind '" + std::string(s) + "' (expected loss, gradient, other)");
+            fail("unknown output kind '" + std::string(s) +
+                 "' (expected loss, gradient, buffer_mutation, other)");
           spec.kind = *ok;
         }
         if (JView f = out.find("fqn")) {

@@ -78,11 +78,14 @@ struct HandRow {
   AliasKind alias = AliasKind::None;
   bool side_effect = false;
   int8_t min_args = 0, max_args = -1;
+  uint32_t written_args = 0;
 };
 
 #define OP(t, cat, fl) {HandKind::Op, t, OpCategory::cat, FlopFormula::fl},
 #define ALIAS(t, al) {HandKind::Alias, t, OpCategory::Unknown, FlopFormula::Zero, AliasKind::al},
-#define MUTATES(t) {HandKind::Mutates, t},
+#define MUTATES(t, args)                                                                   \
+  {HandKind::Mutates, t, OpCategory::Unknown, FlopFormula::Zero, AliasKind::None, false, 0, -1, \
+   args},
 #define EXTERN(t, cat, al, eff, mn, mx) \
   {HandKind::Extern, t, OpCategory::cat, FlopFormula::Zero, AliasKind::al, eff, mn, mx},
 constexpr HandRow kHandRows[] = {
@@ -194,7 +197,7 @@ struct OpIndex {
         case HandKind::Mutates:
           if (it != at.end()) {
             rows[it->second].mutates = true;
-            rows[it->second].written_args = ~uint32_t{0};  // which ones is not known: all
+            rows[it->second].written_args |= h.written_args;
           }
           break;
         case HandKind::Extern:

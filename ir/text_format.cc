@@ -755,7 +755,7 @@ class Parser {
           auto kind = outputKindFromName(identifier());
           if (!kind) {
             p_ = kind_at;
-            fail("expected an output kind (loss, gradient, other)");
+            fail("expected an output kind (loss, gradient, buffer_mutation, other)");
           }
           OutputSpec spec{*kind, {}};
           skipSpaces();

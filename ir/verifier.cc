@@ -1,5 +1,7 @@
 #include "ir/verifier.h"
 
+#include "ir/mutation.h"
+
 #include <map>
 #include <string_view>
 #include <unordered_map>
@@ -453,6 +455,7 @@ class Verifier {
       if (n->op() == OpKind::Placeholder && n->inputKind() == InputKind::Parameter)
         params.insert(n->inputFqn());
     });
+    checkBufferMutations(out, a, count);
     for (size_t i = 0; i < specs.size(); ++i) {
       if (specs[i].kind != OutputKind::Gradient) continue;
       if (specs[i].fqn.empty())
@@ -461,6 +464,64 @@ class Verifier {
         add(out, "output-info",
             "output " + std::to_string(i) + " is the gradient of \"" + specs[i].fqn +
                 "\", which is not a parameter input");
+    }
+  }
+
+  // A buffer_mutation output names a buffer input, at most once, and has the buffer's dtype and
+  // shape; a buffer is updated either by an output or by in-place ops, not both (the runner would
+  // apply the output over the in-place result).
+  void checkBufferMutations(const Node* out, const Arg& list, size_t count) {
+    const auto& specs = g_.outputSpecs();
+    std::unordered_map<std::string_view, const Node*> buffers;
+    g_.forEach([&](const Node* n) {
+      if (n->op() == OpKind::Placeholder && n->inputKind() == InputKind::Buffer)
+        buffers.emplace(n->inputFqn(), n);
+    });
+    std::unordered_set<std::string_view> seen;
+    BufferMutations inplace;
+    bool analyzed = false;
+    for (size_t i = 0; i < specs.size(); ++i) {
+      if (specs[i].kind != OutputKind::BufferMutation) continue;
+      std::string what = "output " + std::to_string(i) + " (buffer_mutation";
+      what += specs[i].fqn.empty() ? ")" : " \"" + specs[i].fqn + "\")";
+      auto it = buffers.find(specs[i].fqn);
+      if (specs[i].fqn.empty()) {
+        add(out, "buffer-mutation", what + " names no buffer (no fqn)");
+        continue;
+      }
+      if (it == buffers.end()) {
+        add(out, "buffer-mutation", what + " names no buffer input");
+        continue;
+      }
+      if (!seen.insert(specs[i].fqn).second) {
+        add(out, "buffer-mutation", what + ": the buffer is updated by an earlier output too");
+        continue;
+      }
+      const Node* buf = it->second;
+      if (!analyzed) {
+        inplace = analyzeBufferMutations(g_);
+        analyzed = true;
+      }
+      if (buf->id() < inplace.written_alias.size() && inplace.written_alias[buf->id()])
+        add(out, "buffer-mutation", what + ": the buffer is also written in place");
+      const Arg* item = nullptr;
+      if (list.isSequence() && i < list.items().size())
+        item = &list.items()[i];
+      else if (!list.isSequence() && count == 1)
+        item = &list;
+      if (!item || !item->isNode()) {
+        add(out, "buffer-mutation", what + " is not a node");
+        continue;
+      }
+      const ValueMeta& v = item->node()->val();
+      const ValueMeta& b = buf->val();
+      if (v.isTensor() && b.isTensor() &&
+          (v.tensor.dtype != b.tensor.dtype || v.tensor.shape != b.tensor.shape))
+        add(out, "buffer-mutation",
+            what + ": value " + quoted(item->node()) +
+                " does not match the buffer's dtype and "
+                "shape (placeholder " +
+                quoted(buf) + ")");
     }
   }
 

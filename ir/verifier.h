@@ -26,7 +26,9 @@ struct VerifyOptions {
 // known), collective-wait-pairing (each collective has exactly one wait user, each wait reads a
 // collective), collective-shape (all-gather out dim0 = in dim0 x group_size; reduce-scatter in
 // dim0 = out dim0 x group_size), group-size (equals the header's size for the group),
-// unknown-group, input-info (header inputs vs placeholders).
+// unknown-group, input-info (header inputs vs placeholders), output-info, buffer-mutation
+// (buffer_mutation outputs name a buffer input once, match its dtype and shape, and are not
+// combined with in-place writes of the same buffer).
 std::vector<VerifyIssue> verifyGraph(const Graph& g, const VerifyOptions& opts = {});
 
 }  // namespace jfx

@@ -224,8 +224,9 @@ std::string gradFile(const std::string& dir, int step, int rank) {
 }  // namespace
 
 bool compareGradDirs(const std::string& dir_a, const std::string& dir_b, int nproc, int steps,
-                     std::vector<std::string>& report) {
+                     std::vector<std::string>& report, bool* buffers) {
   bool same = true;
+  if (buffers) *buffers = false;
   for (int step = 1; step <= steps; ++step)
     for (int rank = 0; rank < nproc; ++rank) {
       std::string where = "step " + std::to_string(step) + " rank " + std::to_string(rank);
@@ -239,8 +240,10 @@ bool compareGradDirs(const std::string& dir_a, const std::string& dir_b, int npr
         continue;
       }
       std::set<std::string> names;
-      for (const auto& e : fa->entries())
+      for (const auto& e : fa->entries()) {
         names.insert(e.name);
+        if (buffers && e.name.starts_with("buffer:")) *buffers = true;
+      }
       for (const auto& e : fb->entries())
         names.insert(e.name);
       for (const std::string& name : names) {
@@ -358,11 +361,13 @@ int runParity(const ParityOptions& o) {
       if (int code = runForParity(o.exec, c.graph, c.dir); code != kExecOk)
         return failed("B " + c.label, c.graph, code);
       std::vector<std::string> report;
-      bool same = compareGradDirs(work + "/a", c.dir, o.exec.nproc, o.exec.steps, report);
+      bool buffers = false;
+      bool same = compareGradDirs(work + "/a", c.dir, o.exec.nproc, o.exec.steps, report, &buffers);
       std::string label = o.a + " vs " + c.label;
       if (same) {
-        std::printf("parity: %s: loss and gradients bitwise identical (%d rank%s, %d step%s%s)\n",
-                    label.c_str(), o.exec.nproc, o.exec.nproc == 1 ? "" : "s", o.exec.steps,
+        std::printf("parity: %s: %s bitwise identical (%d rank%s, %d step%s%s)\n", label.c_str(),
+                    buffers ? "loss, gradients and updated buffers" : "loss and gradients",
+                    o.exec.nproc, o.exec.nproc == 1 ? "" : "s", o.exec.steps,
                     o.exec.steps == 1 ? "" : "s", c.change.c_str());
       } else {
         all_same = false;

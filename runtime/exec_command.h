@@ -72,7 +72,9 @@ int runParity(const ParityOptions& o);
 
 // Byte-level comparison of two directories written by --save-grads (used by runParity; exposed
 // for tests). Appends one line per difference to `report`; returns true when identical.
+// Entries named "buffer:<fqn>" are the buffers the graph updates, after the step's update;
+// `buffers` (when given) is set to whether A's files hold any.
 bool compareGradDirs(const std::string& dir_a, const std::string& dir_b, int nproc, int steps,
-                     std::vector<std::string>& report);
+                     std::vector<std::string>& report, bool* buffers = nullptr);
 
 }  // namespace jfx::rt

@@ -31,6 +31,7 @@
 
 #include "ir/error.h"
 #include "ir/io.h"
+#include "ir/mutation.h"
 #include "runtime/executor.h"
 #include "runtime/process_groups.h"
 #include "runtime/safetensors.h"
@@ -412,15 +413,37 @@ int runRankImpl(const ExecOptions& o, const DistEnv& env, std::unique_ptr<Proces
   } catch (const JfxError& e) {
     inputError(e.what());
   }
+  // How the module initializes each buffer when no --params file gives it (graph meta
+  // "buffer_init", written by the tracer: docs/graph-format.md).
+  std::map<std::string, std::string> buffer_init;
+  if (!g->extraJson().empty()) {
+    auto meta = nlohmann::json::parse(g->extraJson(), nullptr, false);
+    if (meta.is_object() && meta.contains("buffer_init")) {
+      const auto& bi = meta["buffer_init"];
+      if (!bi.is_object()) inputError(o.graph + ": meta.buffer_init is not an object");
+      for (auto it = bi.begin(); it != bi.end(); ++it) {
+        if (!it.value().is_string() || (it.value() != "zeros" && it.value() != "ones"))
+          inputError(o.graph + ": meta.buffer_init['" + it.key() +
+                     "'] is not \"zeros\" or \"ones\"");
+        buffer_init[it.key()] = it.value().get<std::string>();
+      }
+    }
+  }
   for (Input& in : inputs) {
     if (in.info.kind != InputKind::Parameter && in.info.kind != InputKind::Buffer) continue;
     const TensorMeta& m = in.info.meta.tensor;
     at::Tensor full;
+    auto init = buffer_init.find(in.info.fqn);
     if (params_file) {
       const SafetensorsEntry* e = params_file->find(in.info.fqn);
       if (!e)
         inputError(o.params + ": no tensor '" + in.info.fqn + "' (input '" + in.info.name + "')");
       full = readTensor(*params_file, *e);
+    } else if (in.info.kind == InputKind::Buffer && init != buffer_init.end()) {
+      // As the module's constructor does (BatchNorm: running_mean zeros, running_var ones,
+      // num_batches_tracked 0). Buffers are not FSDP-sharded: the shape is the placeholder's.
+      full =
+          init->second == "ones" ? at::ones(m.shape, at::kFloat) : at::zeros(m.shape, at::kFloat);
     } else {
       // The padded full tensor [s * G, ...]: the padding rows never reach the loss (the graph
       // slices them off after the gather), so their values do not matter, and the shape, hence
@@ -443,12 +466,18 @@ int runRankImpl(const ExecOptions& o, const DistEnv& env, std::unique_ptr<Proces
 
   // ---- outputs: which is the loss, which gradient belongs to which parameter
   size_t loss_index = 0;
-  std::vector<std::pair<size_t, size_t>> grad_outputs;  // (output index, input index)
+  std::vector<std::pair<size_t, size_t>> grad_outputs;    // (output index, input index)
+  std::vector<std::pair<size_t, size_t>> buffer_outputs;  // (output index, buffer input index)
+  std::vector<size_t> buffer_inputs;  // the buffers the graph updates, in input order
+  std::vector<uint8_t> inplace_written;
   {
     const auto& specs = g->outputSpecs();
-    std::map<std::string, size_t> param_by_fqn;
-    for (size_t i = 0; i < inputs.size(); ++i)
+    std::map<std::string, size_t> param_by_fqn, buffer_by_fqn;
+    for (size_t i = 0; i < inputs.size(); ++i) {
       if (inputs[i].info.kind == InputKind::Parameter) param_by_fqn[inputs[i].info.fqn] = i;
+      if (inputs[i].info.kind == InputKind::Buffer) buffer_by_fqn[inputs[i].info.fqn] = i;
+    }
+    inplace_written = analyzeBufferMutations(*g).written_alias;
     if (!specs.empty()) {
       if (specs.size() != ex->numOutputs())
         inputError("header lists " + std::to_string(specs.size()) + " outputs, the graph has " +
@@ -464,6 +493,13 @@ int runRankImpl(const ExecOptions& o, const DistEnv& env, std::unique_ptr<Proces
             inputError("output " + std::to_string(k) + " is the gradient of '" + specs[k].fqn +
                        "', which is no parameter input");
           grad_outputs.emplace_back(k, it->second);
+        } else if (specs[k].kind == OutputKind::BufferMutation) {
+          auto it = buffer_by_fqn.find(specs[k].fqn);
+          if (it == buffer_by_fqn.end())
+            inputError("output " + std::to_string(k) + " updates buffer '" + specs[k].fqn +
+                       "', which is no buffer input");
+          buffer_outputs.emplace_back(k, it->second);
+          buffer_inputs.push_back(it->second);
         }
       }
     } else if (ex->numOutputs() == 1 + param_by_fqn.size()) {
@@ -473,6 +509,13 @@ int runRankImpl(const ExecOptions& o, const DistEnv& env, std::unique_ptr<Proces
         if (inputs[i].info.kind == InputKind::Parameter) grad_outputs.emplace_back(k++, i);
     }
   }
+
+  for (size_t i = 0; i < inputs.size(); ++i)
+    if (inputs[i].node && inputs[i].node->id() < inplace_written.size() &&
+        inplace_written[inputs[i].node->id()])
+      buffer_inputs.push_back(i);
+  std::sort(buffer_inputs.begin(), buffer_inputs.end());
+  buffer_inputs.erase(std::unique(buffer_inputs.begin(), buffer_inputs.end()), buffer_inputs.end());
 
   // ---- optimizer over the local shards that get gradients
   std::unique_ptr<torch::optim::Optimizer> opt;
@@ -581,6 +624,16 @@ int runRankImpl(const ExecOptions& o, const DistEnv& env, std::unique_ptr<Proces
 
     if (loss_index >= outs.size() || !outs[loss_index].isTensor())
       throw RankError{kExecRankFailed, "output " + std::to_string(loss_index) + " is not a tensor"};
+    // Buffer updates carry to the next step: outputs of kind buffer_mutation are copied into the
+    // buffer; in-place writes (native_batch_norm's running statistics) already went to it, since
+    // the buffer tensor itself is the graph input.
+    for (auto [k, i] : buffer_outputs) {
+      if (!outs[k].isTensor() || outs[k].toTensor().sizes() != inputs[i].value.sizes())
+        throw RankError{kExecRankFailed, "output " + std::to_string(k) + " (update of buffer '" +
+                                             inputs[i].info.fqn + "') is not a tensor of shape " +
+                                             shapeStr(inputs[i].value.sizes())};
+      inputs[i].value.copy_(outs[k].toTensor());
+    }
     at::Tensor loss = outs[loss_index].toTensor();
     double loss_value = loss.numel() == 1 ? loss.to(at::kCPU).to(at::kDouble).item<double>() : 0.0;
 
@@ -589,6 +642,9 @@ int runRankImpl(const ExecOptions& o, const DistEnv& env, std::unique_ptr<Proces
       addTensor(w, "__loss__", loss);
       for (auto [k, i] : grad_outputs)
         addTensor(w, inputs[i].info.fqn, outs[k].toTensor());
+      // The updated buffers after this step, so parity compares running statistics too.
+      for (size_t i : buffer_inputs)
+        addTensor(w, "buffer:" + inputs[i].info.fqn, inputs[i].value);
       w.setMetadata("step", std::to_string(step));
       w.setMetadata("rank", std::to_string(env.rank));
       w.setMetadata("world_size", std::to_string(env.world_size));

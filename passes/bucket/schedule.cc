@@ -301,6 +301,9 @@ bool Scheduler::run() {
     prev_same_group_[n->id()] = last;
     last = n;
     if (n->uses().size() != 1 || !n->uses()[0].user->isWait()) continue;
+    // A collective over a buffer the graph writes in place (a synced running statistic) stays
+    // where it reads the value the program order gives it.
+    if (written_.touches(n)) continue;
     Unit u{n, n->uses()[0].user};
     CollectiveRole role = fsdp_.roleOf(n);
     CollectiveKind kind = n->info().collective;

@@ -6,10 +6,22 @@
 #include <vector>
 
 #include "ir/error.h"
+#include "ir/mutation.h"
 #include "passes/analysis/phase.h"
 
 namespace jfx {
 namespace {
+
+// Whether `n` writes in place a value a random op drew (through views and in-place ops).
+bool writesRandomDraw(const Node& n) {
+  for (const Node* m : mutatedOperands(n))
+    for (size_t hops = 0; m && hops < 1'000'000; ++hops) {
+      if (m->isRandom()) return true;
+      if (m->op() != OpKind::CallFunction || m->info().alias == AliasKind::None) break;
+      m = m->input(0);
+    }
+  return false;
+}
 
 bool isRecomputeTag(Recompute r) {
   return r == Recompute::MustRecompute || r == Recompute::PreferRecompute;
@@ -74,6 +86,24 @@ bool RematPass::run(Graph& g, PassContext& ctx) {
     }
   }
 
+  // A node that writes an operand in place (BatchNorm's running statistics) runs exactly once: a
+  // backward copy would apply the update twice. One that reads a buffer the graph writes would
+  // read it after the write when copied into backward. Both stay saved; their pure users may
+  // still be recomputed from them. A random in-place op (bernoulli_ in a traced dropout), and an
+  // in-place op on a random draw (div_ scaling the dropout mask), are left to the dry run below,
+  // which refuses them by name: tagging a random draw for recompute is an error, not a save.
+  BufferMutations bufs = analyzeBufferMutations(g);
+  for (Node* n = g.first(); n; n = n->next()) {
+    if (!recomputable[n->id()]) continue;
+    if (!mutatedOperands(*n).empty() && !n->isRandom() && !writesRandomDraw(*n)) {
+      recomputable[n->id()] = 0;
+      ctx.stat("in-place-saved");
+    } else if (bufs.readsWrittenBuffer(n)) {
+      recomputable[n->id()] = 0;
+      ctx.stat("buffer-read-saved");
+    }
+  }
+
   std::vector<Node*> backward;
   for (Node* n = g.first(); n; n = n->next())
     if (n->op() == OpKind::CallFunction && phases.isBackward(n)) backward.push_back(n);
@@ -96,7 +126,8 @@ bool RematPass::run(Graph& g, PassContext& ctx) {
                              "it draws random numbers, so a backward copy would differ from the "
                              "forward value" +
                              fix);
-        if (x->info().mutates)
+        // Only in-place ops on a random draw get here (the others stay saved, above).
+        if (!mutatedOperands(*x).empty())
           throw JfxError(SourceLocation::atNode(x->name()),
                          what +
                              "it writes its argument in place, so a backward copy would write "

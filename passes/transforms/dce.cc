@@ -2,6 +2,7 @@
 
 #include <vector>
 
+
 namespace jfx {
 
 void Dce::configure(PassOptions& options) {

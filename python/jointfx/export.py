@@ -25,7 +25,7 @@ FORMAT = "jointfx.graph"
 VERSION = 1
 
 InputKind = Literal["parameter", "buffer", "user_input"]
-OutputKind = Literal["loss", "gradient", "other"]
+OutputKind = Literal["loss", "gradient", "buffer_mutation", "other"]
 Phase = Literal["forward", "loss", "backward"]
 PHASES = ("forward", "loss", "backward")
 
@@ -519,6 +519,11 @@ def export_graph(
     if not _is_json_value(meta):
         raise ExportError("graph_meta must be plain JSON data")
 
+    buffer_fqns = {s.fqn for s in in_specs if s.kind == "buffer"}
+    for i, spec in enumerate(out_specs):
+        if spec.kind == "buffer_mutation" and spec.fqn not in buffer_fqns:
+            raise ExportError(f"output {i} (buffer_mutation) names {spec.fqn!r}, which is no "
+                              "buffer input")
     param_names = {n.name for n, s in zip(placeholders, in_specs) if s.kind == "parameter"}
     phases = _phases(gm.graph, out_specs, param_names)
     nodes = [_node_to_json(n, phases.get(n), include_stack_trace) for n in gm.graph.nodes]
@@ -558,6 +563,72 @@ def _node_to_json(node: fx.Node, phase: str | None, include_stack_trace: bool) -
         "op": node.op,
         "target": target_name(node),
     }
+
+
+# ----------------------------------------------------------------------------- buffer updates
+
+
+# native_batch_norm writes running_mean / running_var (arguments 3 and 4) in training mode, but its
+# schema does not annotate them (`Tensor? running_mean`); ir/mutation.cc lists the same facts.
+_UNANNOTATED_WRITES = {torch.ops.aten.native_batch_norm.default: (3, 4)}
+
+
+def written_arguments(node: fx.Node) -> list[Any]:
+    """The arguments `node` writes in place: those its schema marks `Tensor(a!)`, plus
+    native_batch_norm's running statistics in training mode."""
+    if node.op != "call_function":
+        return []
+    schema = getattr(node.target, "_schema", None)
+    if schema is None:
+        return []
+    positions = [i for i, a in enumerate(schema.arguments)
+                 if a.alias_info is not None and a.alias_info.is_write]
+    if node.target in _UNANNOTATED_WRITES and (len(node.args) <= 5 or node.args[5] is not False):
+        positions += _UNANNOTATED_WRITES[node.target]
+    out = []
+    for i in positions:
+        name = schema.arguments[i].name
+        out.append(node.args[i] if i < len(node.args) else node.kwargs.get(name))
+    return out
+
+
+def inplace_buffer_writes(gm: fx.GraphModule,
+                          input_fqns: Sequence[str | None]) -> dict[str, list[str]]:
+    """{node name: [buffer FQN, ...]} for every node that writes a buffer placeholder in place
+    (through views). `input_fqns` gives the FQN of each placeholder that is a buffer, None for
+    the rest: the in-place counterpart of torch.export's `buffers_to_mutate`."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    root: dict[fx.Node, str] = {p: f for p, f in zip(placeholders, input_fqns) if f}
+    out: dict[str, list[str]] = {}
+    for node in gm.graph.nodes:
+        if node.op != "call_function":
+            continue
+        written = [root[v] for v in written_arguments(node) if isinstance(v, fx.Node) and v in root]
+        if written:
+            out[node.name] = written
+            continue
+        schema = getattr(node.target, "_schema", None)
+        # A view of a buffer aliases it: later writes through the view write the buffer.
+        if (schema is not None and node.args and isinstance(node.args[0], fx.Node)
+                and node.args[0] in root and any(r.alias_info is not None for r in schema.returns)):
+            root[node] = root[node.args[0]]
+    return out
+
+
+def buffers_to_mutate(gm: fx.GraphModule) -> dict[str, list[str]]:
+    """Which nodes update which buffers, from the header import_graph stored (or export_graph's
+    specs): {output value name: [fqn]} for outputs of kind buffer_mutation (torch.export's
+    `graph_signature.buffers_to_mutate`) and {node name: [fqn, ...]} for in-place writes."""
+    stored = gm.meta.get(GM_META_KEY, {}) if hasattr(gm, "meta") else {}
+    inputs = stored.get("inputs", [])
+    fqn_of = {i.get("name"): i.get("fqn") for i in inputs if i.get("kind") == "buffer"}
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    out = inplace_buffer_writes(gm, [fqn_of.get(p.name) for p in placeholders])
+    values = _output_values(gm.graph)
+    for spec, value in zip(stored.get("outputs", []), values):
+        if spec.get("kind") == "buffer_mutation" and isinstance(value, fx.Node):
+            out.setdefault(value.name, []).append(spec.get("fqn", ""))
+    return out
 
 
 # ----------------------------------------------------------------------------- import

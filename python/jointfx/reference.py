@@ -10,7 +10,8 @@ registers them under their names (this rank's members from the graph's mesh, as 
 works them out; extra groups such as split-comm-groups' included), shards the full parameters of P exactly as the tracer does
 (trace.shard_param: TP piece, then zero-padded FSDP rows), takes its slice of the batch B, and
 calls the GraphModule S times on the same inputs (no optimizer). --save-grads writes
-DIR/grads.step<s>.rank<r>.safetensors with `__loss__` and one tensor per gradient FQN, the
+DIR/grads.step<s>.rank<r>.safetensors with `__loss__`, one tensor per gradient FQN and
+`buffer:<fqn>` per buffer the graph updates (after the step), the
 layout of `jointfx exec --save-grads`, so the two can be compared byte for byte. --log writes
 one JSON line per step and rank with the seconds the GraphModule call took (the executor's
 `seconds` measures the same span: inputs ready to outputs returned).
@@ -243,7 +244,7 @@ def _worker(a: argparse.Namespace) -> None:
     import torch.distributed as dist
     from safetensors.torch import load_file, save_file
 
-    from jointfx.export import import_graph, load_graph
+    from jointfx.export import buffers_to_mutate, import_graph, load_graph
 
     torch.set_num_threads(a.threads)
     timeout = timedelta(seconds=a.timeout_s)
@@ -261,6 +262,11 @@ def _worker(a: argparse.Namespace) -> None:
     torch.manual_seed(a.seed)
     out_specs = doc["outputs"]
     loss_index = next(i for i, o in enumerate(out_specs) if o["kind"] == "loss")
+    # Buffers the graph updates, as `jointfx exec --save-grads` writes them ("buffer:<fqn>" after
+    # each step): in-place writes land in the input tensors, buffer_mutation outputs are copied in.
+    buffer_index = {spec["fqn"]: i for i, spec in enumerate(doc["inputs"])
+                    if spec["kind"] == "buffer"}
+    updated = sorted({f for fqns in buffers_to_mutate(gm).values() for f in fqns})
     log = open(a.log.replace("{rank}", str(a.rank)), "w") if a.log else None
     if a.save_grads:
         Path(a.save_grads).mkdir(parents=True, exist_ok=True)
@@ -269,11 +275,16 @@ def _worker(a: argparse.Namespace) -> None:
         with torch.no_grad():
             outs = gm(*inputs)
         seconds = time.perf_counter() - t0
+        for spec, value in zip(out_specs, outs):
+            if spec["kind"] == "buffer_mutation":
+                inputs[buffer_index[spec["fqn"]]].copy_(value)
         if a.save_grads:
             tensors = {"__loss__": outs[loss_index].contiguous()}
             for spec, value in zip(out_specs, outs):
                 if spec["kind"] == "gradient":
                     tensors[spec["fqn"]] = value.contiguous()
+            for fqn in updated:
+                tensors[f"buffer:{fqn}"] = inputs[buffer_index[fqn]].contiguous()
             save_file(tensors, f"{a.save_grads}/grads.step{step}.rank{a.rank}.safetensors")
         if log:
             log.write(json.dumps({"step": step, "rank": a.rank, "seconds": seconds,

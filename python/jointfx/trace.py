@@ -321,8 +321,8 @@ class BufferInputs:
 
     All buffer handling of the tracer lives here: which buffers become inputs, binding the
     traced values into the modules for the traced step, and putting the originals back.
-    Buffers are read (and, for BatchNorm in training mode, updated in place) by the graph;
-    nothing here says which inputs the graph mutates.
+    Buffers are read (and, for BatchNorm in training mode, updated in place) by the graph; the
+    ops say which (jointfx.export.buffers_to_mutate), and init_kinds() how the module set them.
     """
 
     def __init__(self, model: nn.Module) -> None:
@@ -341,6 +341,19 @@ class BufferInputs:
 
     def input_specs(self) -> list[InputSpec]:
         return [InputSpec("buffer", b) for b in self.fqns]
+
+    def init_kinds(self) -> dict[str, str]:
+        """Graph meta "buffer_init": "zeros" or "ones" for each buffer that is constant at trace
+        time, as the module constructed it (BatchNorm: running_mean 0, running_var 1,
+        num_batches_tracked 0), so `jointfx exec` starts those buffers so without --params
+        (docs/graph-format.md, "Buffer updates"). Other buffers are left out."""
+        out: dict[str, str] = {}
+        for fqn, b in zip(self.fqns, self._originals):
+            if b.numel() and bool((b == 0).all()):
+                out[fqn] = "zeros"
+            elif b.numel() and bool((b == 1).all()):
+                out[fqn] = "ones"
+        return out
 
     def placeholder_names(self) -> list[str]:
         return [_ident(b) for b in self.fqns]
@@ -768,6 +781,8 @@ def trace(
         "model": dict(model_meta),
         "traced_rank": dist.get_rank(),
     }
+    if init_kinds := buffers.init_kinds():
+        graph_meta["buffer_init"] = init_kinds
     return TracedGraph(gm, in_specs, outputs, pgs, graph_meta, layouts, None,
                        buffer_fqns=list(buffers.fqns), user_input_names=in_names + tgt_names,
                        tp_size=max(tp_size, 1), tp_dim_fn=tp_dim_fn)
