@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
 """Regenerates the traced joint-graph fixtures tests/data/traced/<variant>_w<world>.json.
 
-Every variant of jointfx.trace at world sizes 1, 2 and 4, 2-layer tiny Llama: fsdp_tp at 2 (a
-2 x 1 mesh: TP groups of one rank) and 4 (a 2 x 2 mesh), padding and tied at 2 and 4 (world 1
-pads nothing; tied is there for dedup-fsdp-unshard). Traced on a fake process group as rank 0. Output is deterministic: running this twice
-gives byte-identical files (tests/python/test_fixtures.py checks it).
+Every tiny-Llama variant (jointfx.trace.variant_config) at world sizes 1, 2 and 4, 2 layers:
+fsdp_tp at 2 (a 2 x 1 mesh: TP groups of one rank) and 4 (a 2 x 2 mesh), padding and tied at 2
+and 4 (world 1 pads nothing; tied is there for dedup-fsdp-unshard). Then the other model families
+(jointfx.models.MODEL_FIXTURES: gpt2, encoder, convbn, moe, uneven, uneven_bf16), traced with
+jointfx.trace. All traced on a fake process group as rank 0. Output is deterministic: running
+this twice gives byte-identical files (tests/python/test_fixtures.py checks it).
 
     python scripts/gen_fixtures.py [--out DIR] [--only fsdp_w2 ...]
 """
@@ -14,7 +16,9 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "python"))
@@ -34,21 +38,35 @@ def fixture_name(variant: str, world: int) -> str:
     return f"{variant}_w{world}"
 
 
+def model_fixtures() -> tuple[tuple[str, int], ...]:
+    """(case, world size) of the non-Llama families (jointfx.models.MODEL_FIXTURES)."""
+    from jointfx.models import MODEL_FIXTURES
+
+    return MODEL_FIXTURES
+
+
+def all_fixture_names() -> list[str]:
+    return [fixture_name(v, w) for v, w in (*FIXTURES, *model_fixtures())]
+
+
 def generate(out_dir: Path, only: set[str] | None = None) -> list[Path]:
     # Imported here so --help works without torch.
     import torch
 
     from jointfx.export import write_graph
-    from jointfx.trace import trace_variant
+    from jointfx.models import trace_case
+    from jointfx.trace import init_fake_world, trace_variant
 
     torch.manual_seed(0)
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
-    for variant, world in FIXTURES:
-        name = fixture_name(variant, world)
+    jobs = ([(fixture_name(v, w), partial(trace_variant, v, w)) for v, w in FIXTURES]
+            + [(fixture_name(c, w), partial(_trace_model, init_fake_world, trace_case, c, w))
+               for c, w in model_fixtures()])
+    for name, run in jobs:
         if only and name not in only:
             continue
-        doc = trace_variant(variant, world).export(include_stack_trace=False)
+        doc = run().export(include_stack_trace=False)
         path = out_dir / f"{name}.json"
         write_graph(doc, path)
         written.append(path)
@@ -58,6 +76,11 @@ def generate(out_dir: Path, only: set[str] | None = None) -> list[Path]:
     if dist.is_initialized():
         dist.destroy_process_group()
     return written
+
+
+def _trace_model(init_fake_world: Any, trace_case: Any, case: str, world: int) -> Any:
+    init_fake_world(world)
+    return trace_case(case)
 
 
 def main() -> int:

@@ -1,9 +1,15 @@
 """jointfx: compiler passes over PyTorch joint forward+loss+backward FSDP graphs.
 
 The pure-Python part bridges torch.fx and the C++ library's JSON interchange format
-(jointfx.export) and traces test models (jointfx.model, jointfx.trace). Tracing imports
-torch.distributed lazily, so `import jointfx` stays cheap.
+(jointfx.export) and traces joint graphs of any nn.Module (`jointfx.trace(model, loss_fn,
+example_inputs, ...)`, docs/pytorch-bridge.md) and of the test models (jointfx.model,
+jointfx.models). Tracing imports torch.distributed lazily, so `import jointfx` stays cheap:
+`jointfx.trace` is the module jointfx/trace.py, loaded on first use and callable as its
+`trace` function.
 """
+
+import importlib
+from typing import Any
 
 from jointfx.export import (
     ExportError,
@@ -35,4 +41,11 @@ __all__ = [
     "pass_names",
     "run_pipeline",
     "run_pipeline_doc",
+    "trace",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "trace":
+        return importlib.import_module("jointfx.trace")
+    raise AttributeError(f"module 'jointfx' has no attribute {name!r}")

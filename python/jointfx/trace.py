@@ -22,7 +22,10 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Callable, Iterator, Sequence
+import re
+import sys
+import types
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
@@ -244,14 +247,17 @@ def _install_tp_hooks(model: Transformer, group_name: str) -> None:
 # ----------------------------------------------------------------------------- sharding layout
 
 
-# TP placement of each Linear weight [out, in]: column-parallel shards out (dim 0), row-parallel
-# shards in (dim 1). Everything else is replicated across TP.
+# TP placement of each Linear weight [out, in] of the tiny Llama: column-parallel shards out
+# (dim 0), row-parallel shards in (dim 1). Everything else is replicated across TP.
 _TP_COLWISE = ("attention.wq", "attention.wk", "attention.wv", "feed_forward.w1", "feed_forward.w3")
 _TP_ROWWISE = ("attention.wo", "feed_forward.w2")
 
+# Which dim of a parameter (by FQN) is TP-sharded, or None when it is replicated across TP.
+TpDimFn = Callable[[str], "int | None"]
+
 
 def tp_dim(fqn: str) -> int | None:
-    """The dim a parameter is TP-sharded on, or None when replicated across TP."""
+    """The tiny Llama's TP plan: the dim a parameter is TP-sharded on, None when replicated."""
     module = fqn.rsplit(".", 1)[0]
     if module.endswith(_TP_COLWISE):
         return 0
@@ -268,16 +274,22 @@ class ParamLayout:
     shard_shape: tuple[int, ...]  # the padded FSDP shard: a graph input
 
 
-def param_layouts(model: Transformer, fsdp_size: int, tp_size: int) -> list[ParamLayout]:
+def param_layouts(model: nn.Module, fsdp_size: int, tp_size: int,
+                  tp_dim_fn: TpDimFn = tp_dim) -> list[ParamLayout]:
     """Layouts in named_parameters() order, the order of graph inputs and gradient outputs.
 
     The model is built with tp_size already applied, so its parameters have TP-local shapes.
+    Shards have ceil(rows / fsdp_size) rows: the last ranks' shards are (partly) zero padding
+    when dim 0 does not divide by fsdp_size.
     """
     layouts = []
     for fqn, p in model.named_parameters():
+        if p.dim() == 0:
+            raise ValueError(f"parameter {fqn} is a scalar: SimpleFSDP shards dim 0, so give it "
+                             "shape [1]")
         local = tuple(p.shape)
         full = list(local)
-        dim = tp_dim(fqn) if tp_size > 1 else None
+        dim = tp_dim_fn(fqn) if tp_size > 1 else None
         if dim is not None:
             full[dim] *= tp_size
         rows = math.ceil(local[0] / fsdp_size)
@@ -286,16 +298,63 @@ def param_layouts(model: Transformer, fsdp_size: int, tp_size: int) -> list[Para
 
 
 def shard_param(full: torch.Tensor, layout: ParamLayout, *, fsdp_rank: int, fsdp_size: int,
-                tp_rank: int, tp_size: int) -> torch.Tensor:
+                tp_rank: int, tp_size: int, tp_dim_fn: TpDimFn = tp_dim) -> torch.Tensor:
     """This rank's padded FSDP shard of a full parameter (for real runs)."""
     local = full
-    dim = tp_dim(layout.fqn) if tp_size > 1 else None
+    dim = tp_dim_fn(layout.fqn) if tp_size > 1 else None
     if dim is not None:
         local = full.chunk(tp_size, dim)[tp_rank]
     rows = layout.shard_shape[0]
     padded = torch.zeros((rows * fsdp_size, *local.shape[1:]), dtype=local.dtype)
     padded[: local.shape[0]] = local
     return padded[fsdp_rank * rows:(fsdp_rank + 1) * rows].clone()
+
+
+# ----------------------------------------------------------------------------- buffers
+
+
+class BufferInputs:
+    """A model's buffers as graph inputs: kind "buffer", named by FQN, in named_buffers() order.
+
+    All buffer handling of the tracer lives here: which buffers become inputs, binding the
+    traced values into the modules for the traced step, and putting the originals back.
+    Buffers are read (and, for BatchNorm in training mode, updated in place) by the graph;
+    nothing here says which inputs the graph mutates.
+    """
+
+    def __init__(self, model: nn.Module) -> None:
+        self.fqns = [name for name, _ in model.named_buffers()]
+        self._slots = []
+        for name in self.fqns:
+            prefix, _, leaf = name.rpartition(".")
+            self._slots.append((model.get_submodule(prefix), leaf))
+        self._originals = [owner._buffers[leaf] for owner, leaf in self._slots]
+
+    def __len__(self) -> int:
+        return len(self.fqns)
+
+    def example_values(self) -> list[torch.Tensor]:
+        return [v for v in self._originals if v is not None]
+
+    def input_specs(self) -> list[InputSpec]:
+        return [InputSpec("buffer", b) for b in self.fqns]
+
+    def placeholder_names(self) -> list[str]:
+        return [_ident(b) for b in self.fqns]
+
+    def bind(self, values: Sequence[torch.Tensor]) -> None:
+        """Makes the modules read the traced step's buffer inputs."""
+        for (owner, leaf), value in zip(self._slots, values):
+            owner._buffers[leaf] = value
+
+    def restore(self) -> None:
+        for (owner, leaf), value in zip(self._slots, self._originals):
+            owner._buffers[leaf] = value
+
+    def real_values(self, model: nn.Module) -> list[torch.Tensor]:
+        """Copies of `model`'s buffers in input order (for real runs)."""
+        named = dict(model.named_buffers())
+        return [named[b].detach().clone() for b in self.fqns]
 
 
 # ----------------------------------------------------------------------------- tracing
@@ -311,7 +370,12 @@ class TracedGraph:
     process_groups: list[ProcessGroupSpec]
     graph_meta: dict[str, Any]
     layouts: list[ParamLayout]
-    config: TraceConfig
+    # The tiny-Llama configuration for traces made by trace_joint; None for jointfx.trace.
+    config: TraceConfig | None = None
+    buffer_fqns: list[str] = field(default_factory=list)
+    user_input_names: list[str] = field(default_factory=list)
+    tp_size: int = 1
+    tp_dim_fn: TpDimFn = tp_dim
 
     def export(self, *, include_stack_trace: bool = False) -> dict[str, Any]:
         from jointfx.export import export_graph
@@ -319,6 +383,26 @@ class TracedGraph:
         return export_graph(self.gm, process_groups=self.process_groups, inputs=self.inputs,
                             outputs=self.outputs, graph_meta=self.graph_meta,
                             include_stack_trace=include_stack_trace)
+
+    def real_inputs(self, full_model: nn.Module, user_inputs: Sequence[torch.Tensor], *,
+                    rank: int = 0) -> list[torch.Tensor]:
+        """Inputs for running the graph as `rank`: that rank's padded shards of `full_model`'s
+        parameters (the unsharded, TP-free model), copies of its buffers, then `user_inputs`
+        (model inputs followed by targets, as traced). Ranks are laid out as the device mesh:
+        rank = fsdp_rank * tp + tp_rank."""
+        if len(user_inputs) != len(self.user_input_names):
+            raise ValueError(f"{len(user_inputs)} user inputs, the graph takes "
+                             f"{len(self.user_input_names)} ({', '.join(self.user_input_names)})")
+        tp = max(self.tp_size, 1)
+        fsdp_size = self.process_groups[0].size
+        params = dict(full_model.named_parameters())
+        shards = [shard_param(params[lay.fqn].detach(), lay, fsdp_rank=rank // tp,
+                              fsdp_size=fsdp_size, tp_rank=rank % tp, tp_size=tp,
+                              tp_dim_fn=self.tp_dim_fn)
+                  for lay in self.layouts]
+        named = dict(full_model.named_buffers())
+        buffers = [named[b].detach().clone() for b in self.buffer_fqns]
+        return [*shards, *buffers, *user_inputs]
 
 
 def _sac_policy(ctx: Any, func: Any, *args: Any, **kwargs: Any) -> CheckpointPolicy:
@@ -367,23 +451,35 @@ def _scoped_sac_meta() -> Iterator[None]:
         meta.update(saved)
 
 
-def _apply_sac(model: Transformer) -> None:
-    for index, block in enumerate(model.layers.values()):
+@contextlib.contextmanager
+def _apply_sac(modules: Sequence[nn.Module]) -> Iterator[None]:
+    """Runs each module's forward under selective activation checkpointing (ac_graph_id =
+    position + 1) while the context is open."""
+    for index, block in enumerate(modules):
         inner = block.forward
 
         def checkpointed(*args: Any, _inner: Callable[..., Any] = inner,
-                         _id: int = index + 1) -> torch.Tensor:
+                         _id: int = index + 1, **kwargs: Any) -> Any:
             with _scoped_sac_meta():
                 return checkpoint(_inner, *args, use_reentrant=False,
-                                  context_fn=partial(_sac_context, _id))
+                                  context_fn=partial(_sac_context, _id), **kwargs)
 
         # An instance attribute: Module.__call__ still runs the block's hooks around it, so the
         # block's own module_fqn annotation wraps the checkpointed region.
         block.forward = checkpointed  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        for block in modules:
+            block.__dict__.pop("forward", None)
 
 
 class _ModuleHooks:
-    """Per-module forward hooks: annotate module_fqn and swap in all-gathered parameters."""
+    """Per-module forward hooks: annotate module_fqn and swap in all-gathered parameters.
+
+    A module's own parameters are all-gathered when the module is called (the root's too, with
+    no annotation), so a parameter must be read inside its owner's forward.
+    """
 
     def __init__(self, model: nn.Module, unshard: Callable[[str], torch.Tensor]) -> None:
         self._unshard = unshard
@@ -395,13 +491,14 @@ class _ModuleHooks:
             own = [(pname, canonical[id(p)]) for pname, p in module._parameters.items()
                    if p is not None]
             self._owned[module] = own
-            if not name:
-                continue  # the root: nodes outside every submodule carry no module_fqn
+            if not name and not own:
+                continue  # a root without parameters of its own needs no hooks
             self._handles.append(module.register_forward_pre_hook(partial(self._pre, name)))
             self._handles.append(module.register_forward_hook(self._post, always_call=True))
 
     def _pre(self, fqn: str, module: nn.Module, args: Any) -> None:
-        ctx = fx_traceback.annotate({"module_fqn": fqn})
+        # Nodes outside every submodule (the root) carry no module_fqn.
+        ctx = fx_traceback.annotate({"module_fqn": fqn}) if fqn else contextlib.nullcontext()
         ctx.__enter__()
         self._saved.append((module, "", ctx))
         for pname, param_fqn in self._owned[module]:
@@ -423,6 +520,13 @@ class _ModuleHooks:
     def remove(self) -> None:
         for handle in self._handles:
             handle.remove()
+        # A failed forward leaves gathered tensors in place: put the parameters back.
+        while self._saved:
+            owner, pname, saved = self._saved.pop()
+            if pname:
+                owner._parameters[pname] = saved
+            else:
+                saved.__exit__(None, None, None)
 
 
 def _install_backward_meta_hooks(loss: torch.Tensor) -> None:
@@ -444,6 +548,236 @@ def _install_backward_meta_hooks(loss: torch.Tensor) -> None:
         stack.extend(next_fn for next_fn, _ in fn.next_functions)
 
 
+# What a loss function (or a model without one) returns: the loss, or the loss and auxiliary
+# losses (an MoE's load-balancing loss), all scalars; the graph's loss output is their sum.
+LossResult = Any
+LossFn = Callable[..., LossResult]
+
+
+def _total_loss(result: LossResult) -> tuple[torch.Tensor, int]:
+    """(loss + every auxiliary loss, number of auxiliary losses)."""
+    if isinstance(result, torch.Tensor):
+        parts = [result]
+    elif isinstance(result, (tuple, list)) and result and all(
+            isinstance(r, torch.Tensor) for r in result):
+        parts = list(result)
+    else:
+        raise TypeError("the loss function must return a scalar tensor or a tuple (loss, *aux) "
+                        f"of scalar tensors, got {type(result).__name__}")
+    for i, part in enumerate(parts):
+        if part.dim() != 0 or not part.is_floating_point():
+            what = "loss" if i == 0 else f"auxiliary loss {i}"
+            raise ValueError(f"{what} must be a floating-point scalar, got shape "
+                             f"{list(part.shape)} dtype {part.dtype}")
+    total = parts[0]
+    for aux in parts[1:]:
+        total = total + aux
+    return total, len(parts) - 1
+
+
+def _as_tensor_list(value: torch.Tensor | Sequence[torch.Tensor], what: str) -> list[torch.Tensor]:
+    items = [value] if isinstance(value, torch.Tensor) else list(value)
+    for i, t in enumerate(items):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{what}[{i}] is a {type(t).__name__}, expected a tensor")
+    return items
+
+
+def _default_names(prefix: str, n: int) -> list[str]:
+    return [prefix] if n == 1 else [f"{prefix}_{i}" for i in range(n)]
+
+
+def _ensure_world(world_size: int | None, rank: int) -> None:
+    if world_size is None:
+        if not dist.is_initialized():
+            raise RuntimeError("torch.distributed is not initialized: pass world_size= to trace "
+                               "on a fake process group")
+        return
+    if world_size < 1:
+        raise ValueError(f"world_size must be >= 1, got {world_size}")
+    if not dist.is_initialized():
+        init_fake_world(world_size, rank)
+    elif dist.get_world_size() != world_size:
+        if dist.get_backend() != "fake":
+            raise ValueError(f"torch.distributed is initialized with {dist.get_world_size()} "
+                             f"ranks, not {world_size}")
+        init_fake_world(world_size, rank)
+
+
+def _dtype_name(dtype: torch.dtype | None) -> str | None:
+    return str(dtype).removeprefix("torch.") if dtype is not None else None
+
+
+def _tensor_meta(name: str, t: torch.Tensor) -> dict[str, Any]:
+    return {"dtype": _dtype_name(t.dtype), "name": name, "shape": list(t.shape)}
+
+
+def describe_model(model: nn.Module, layouts: Sequence[ParamLayout], buffers: BufferInputs,
+                   user_inputs: Sequence[tuple[str, torch.Tensor]], *, n_model_inputs: int,
+                   aux_losses: int,
+                   param_dtype: torch.dtype | None, reduce_dtype: torch.dtype | None,
+                   tp_size: int, sac: bool, config: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Graph meta "model": what was traced (docs/pytorch-bridge.md, "jointfx.trace")."""
+    meta: dict[str, Any] = {
+        "class": type(model).__qualname__,
+        "module": type(model).__module__,
+        "parameters": len(layouts),
+        "parameter_numel": sum(math.prod(lay.full_shape) for lay in layouts),
+        "buffers": len(buffers),
+        "inputs": [_tensor_meta(name, t) for name, t in user_inputs[:n_model_inputs]],
+        "targets": [_tensor_meta(name, t) for name, t in user_inputs[n_model_inputs:]],
+        "aux_losses": aux_losses,
+        "param_dtype": _dtype_name(param_dtype),
+        "reduce_dtype": _dtype_name(reduce_dtype),
+        "sac": sac,
+        "tp_size": tp_size,
+        "training": model.training,
+    }
+    if config:
+        meta["config"] = dict(config)
+    return meta
+
+
+def trace(
+    model: nn.Module,
+    loss_fn: LossFn | None,
+    example_inputs: torch.Tensor | Sequence[torch.Tensor],
+    targets: torch.Tensor | Sequence[torch.Tensor] = (),
+    *,
+    world_size: int | None = None,
+    rank: int = 0,
+    tp_size: int = 0,
+    tp_dim: TpDimFn | None = None,
+    tp_setup: Callable[[nn.Module, str], None] | None = None,
+    param_dtype: torch.dtype | None = None,
+    reduce_dtype: torch.dtype | None = None,
+    cast_forward_inputs: bool = True,
+    checkpoint_modules: Sequence[nn.Module] = (),
+    input_names: Sequence[str] | None = None,
+    target_names: Sequence[str] | None = None,
+    config: Mapping[str, Any] | None = None,
+    model_meta: Mapping[str, Any] | None = None,
+    record_stack_traces: bool = False,
+) -> TracedGraph:
+    """Traces one SimpleFSDP training step of any module: [loss, *grads] as a joint graph.
+
+    model: any nn.Module, its parameters the full (TP-local when tp_size > 1) ones; it is traced
+      in its current train/eval mode and left as it was.
+    loss_fn(model(*example_inputs), *targets): a scalar loss, or a tuple (loss, *aux) whose sum
+      is the graph's loss output (auxiliary losses are kept, never dropped). None: the model's
+      output itself is the loss or such a tuple.
+    example_inputs, targets: tensors of any dtype and shape; graph inputs of kind user_input in
+      that order, named input_names / target_names (default inputs[_i], targets[_i]).
+    world_size: trace on a fake process group of this many ranks (as `rank`); None: on the
+      initialized torch.distributed world.
+    tp_size: 0 for 1-D FSDP; n >= 1 for a (world // n, n) ("fsdp", "tp") mesh, with tp_dim(fqn)
+      giving each parameter's TP-sharded dim and tp_setup(model, "tp") installing the model's
+      activation collectives.
+    param_dtype / reduce_dtype: mixed precision: parameters cast before the all-gather, gradients
+      cast before the reduce-scatter (and back to the shard's dtype after). With param_dtype,
+      floating-point model inputs are cast to it too unless cast_forward_inputs=False (FSDP2's
+      MixedPrecisionPolicy does the same); targets are left alone.
+    checkpoint_modules: modules run under selective activation checkpointing.
+    config: plain-JSON model settings recorded in graph meta under model.config.
+    model_meta: replaces the generated graph meta "model" entirely.
+    """
+    _ensure_world(world_size, rank)
+    if tp_size and (tp_dim is None or tp_setup is None):
+        raise ValueError("tp_size needs tp_dim (which dim each parameter is TP-sharded on) and "
+                         "tp_setup (the activation collectives)")
+    tp_dim_fn: TpDimFn = tp_dim if tp_dim is not None else (lambda fqn: None)
+    inputs = _as_tensor_list(example_inputs, "example_inputs")
+    target_list = _as_tensor_list(targets, "targets")
+    in_names = list(input_names) if input_names is not None else _default_names(
+        "inputs", len(inputs))
+    tgt_names = list(target_names) if target_names is not None else _default_names(
+        "targets", len(target_list))
+    if len(in_names) != len(inputs) or len(tgt_names) != len(target_list):
+        raise ValueError("input_names/target_names must name every input/target")
+
+    groups = setup_groups(tp_size)
+    fsdp_size = groups.fsdp.size
+    layouts = param_layouts(model, fsdp_size, max(tp_size, 1), tp_dim_fn)
+    if not layouts:
+        raise ValueError(f"{type(model).__name__} has no parameters to shard")
+    if groups.tp is not None:
+        assert tp_setup is not None
+        tp_setup(model, groups.tp.name)
+    specs = {lay.fqn: _UnshardSpec(groups.fsdp.name, fsdp_size, lay.local_shape[0],
+                                   param_dtype, reduce_dtype) for lay in layouts}
+    buffers = BufferInputs(model)
+    n_params, n_buffers = len(layouts), len(buffers)
+    current: dict[str, torch.Tensor] = {}
+    hooks = _ModuleHooks(model, lambda fqn: _FsdpUnshard.apply(current[fqn], specs[fqn]))
+
+    seq_base: list[int] = []
+    aux_count: list[int] = []
+
+    def step(*flat: torch.Tensor) -> list[torch.Tensor]:
+        # Nodes recorded before this point (the placeholders) belong to no autograd Node of
+        # this trace; their seq_nr is whatever the per-thread counter held.
+        seq_base.append(torch.autograd._get_sequence_nr())
+        shards = flat[:n_params]
+        current.update({lay.fqn: s for lay, s in zip(layouts, shards)})
+        buffers.bind(flat[n_params:n_params + n_buffers])
+        user = flat[n_params + n_buffers:]
+        model_inputs = user[:len(inputs)]
+        if param_dtype is not None and cast_forward_inputs:
+            # As FSDP2's MixedPrecisionPolicy(cast_forward_inputs=True): floating-point model
+            # inputs meet the parameters in param_dtype.
+            model_inputs = tuple(x.to(param_dtype) if x.is_floating_point() else x
+                                 for x in model_inputs)
+        out = model(*model_inputs)
+        with fx_traceback.annotate({"module_fqn": "loss"}):
+            result = loss_fn(out, *user[len(inputs):]) if loss_fn is not None else out
+            loss, n_aux = _total_loss(result)
+        aux_count.append(n_aux)
+        _install_backward_meta_hooks(loss)
+        with fx_traceback._set_autograd_backward():
+            grads = torch.autograd.grad(loss, shards, allow_unused=True)
+        # A parameter the step never reads gets a zero gradient, so every shard has one.
+        grads = tuple(g if g is not None else torch.zeros_like(s) for g, s in zip(grads, shards))
+        return [loss, *grads]
+
+    # Values do not matter under tracing_mode="fake"; only shapes and dtypes do.
+    shard_examples = [torch.zeros(lay.shard_shape, requires_grad=True) for lay in layouts]
+    example = [*shard_examples, *buffers.example_values(), *inputs, *target_list]
+    try:
+        with fx_traceback.preserve_node_meta(), _apply_sac(list(checkpoint_modules)):
+            gm = make_fx(step, tracing_mode="fake",
+                         record_stack_traces=record_stack_traces)(*example)
+    finally:
+        hooks.remove()
+        buffers.restore()
+    placeholder_names = ([_ident(lay.fqn) for lay in layouts] + buffers.placeholder_names()
+                         + in_names + tgt_names)
+    gm = _rename_placeholders(gm, placeholder_names, in_names + tgt_names)
+    _normalize_meta(gm.graph, seq_base[0])
+
+    in_specs = ([InputSpec("parameter", lay.fqn) for lay in layouts] + buffers.input_specs()
+                + [InputSpec("user_input")] * (len(inputs) + len(target_list)))
+    outputs = [OutputSpec("loss")] + [OutputSpec("gradient", lay.fqn) for lay in layouts]
+    pgs = [groups.fsdp] + ([groups.tp] if groups.tp is not None else [])
+    if model_meta is None:
+        user = list(zip(in_names + tgt_names, inputs + target_list))
+        model_meta = describe_model(model, layouts, buffers, user, n_model_inputs=len(inputs),
+                                    aux_losses=aux_count[0],
+                                    param_dtype=param_dtype, reduce_dtype=reduce_dtype,
+                                    tp_size=tp_size, sac=bool(checkpoint_modules), config=config)
+    graph_meta: dict[str, Any] = {
+        "world_size": dist.get_world_size(),
+        "mesh": {"dim_names": list(groups.mesh_dim_names), "shape": list(groups.mesh_shape)},
+        "model": dict(model_meta),
+        "traced_rank": dist.get_rank(),
+    }
+    return TracedGraph(gm, in_specs, outputs, pgs, graph_meta, layouts, None,
+                       buffer_fqns=list(buffers.fqns), user_input_names=in_names + tgt_names,
+                       tp_size=max(tp_size, 1), tp_dim_fn=tp_dim_fn)
+
+
+# ----------------------------------------------------------------------------- the tiny Llama
+
+
 def build_model(cfg: TraceConfig, *, seed: int = 0) -> Transformer:
     with torch.device("cpu"):
         model = Transformer(cfg.model)
@@ -452,69 +786,27 @@ def build_model(cfg: TraceConfig, *, seed: int = 0) -> Transformer:
 
 
 def trace_joint(cfg: TraceConfig, model: Transformer | None = None) -> TracedGraph:
-    """Traces [loss, *grads] of one training step on the current torch.distributed world."""
-    groups = setup_groups(cfg.tp_size)
+    """Traces [loss, *grads] of one tiny-Llama training step on the current torch.distributed
+    world: jointfx.trace with the Llama's loss, TP plan, SAC blocks and graph meta."""
     model = model if model is not None else build_model(cfg)
-    fsdp_size = groups.fsdp.size
-    layouts = param_layouts(model, fsdp_size, max(cfg.tp_size, 1))
-    if groups.tp is not None:
-        _install_tp_hooks(model, groups.tp.name)
-    if cfg.sac:
-        _apply_sac(model)
-    specs = {lay.fqn: _UnshardSpec(groups.fsdp.name, fsdp_size, lay.local_shape[0],
-                                   cfg.param_dtype, cfg.reduce_dtype) for lay in layouts}
-    buffer_names = [name for name, _ in model.named_buffers()]
-    n_params, n_buffers = len(layouts), len(buffer_names)
-    current: dict[str, torch.Tensor] = {}
-    hooks = _ModuleHooks(model, lambda fqn: _FsdpUnshard.apply(current[fqn], specs[fqn]))
-
-    seq_base: list[int] = []
-
-    def step(*flat: torch.Tensor) -> list[torch.Tensor]:
-        # Nodes recorded before this point (the placeholders) belong to no autograd Node of
-        # this trace; their seq_nr is whatever the per-thread counter held.
-        seq_base.append(torch.autograd._get_sequence_nr())
-        shards = flat[:n_params]
-        current.update({lay.fqn: s for lay, s in zip(layouts, shards)})
-        for name, value in zip(buffer_names, flat[n_params:n_params + n_buffers]):
-            model.get_submodule(name.rpartition(".")[0])._buffers[name.rpartition(".")[2]] = value
-        tokens, labels = flat[n_params + n_buffers:]
-        logits = model(tokens)
-        with fx_traceback.annotate({"module_fqn": "loss"}):
-            loss = cross_entropy_loss(logits, labels)
-        _install_backward_meta_hooks(loss)
-        with fx_traceback._set_autograd_backward():
-            grads = torch.autograd.grad(loss, shards)
-        return [loss, *grads]
-
-    example = _example_inputs(cfg, model, layouts, buffer_names)
-    try:
-        with fx_traceback.preserve_node_meta():
-            gm = make_fx(step, tracing_mode="fake",
-                         record_stack_traces=cfg.record_stack_traces)(*example)
-    finally:
-        hooks.remove()
-    placeholder_names = ([_ident(lay.fqn) for lay in layouts] + [_ident(b) for b in buffer_names]
-                         + ["tokens", "labels"])
-    gm = _rename_placeholders(gm, placeholder_names)
-    _normalize_meta(gm.graph, seq_base[0])
-
-    inputs = ([InputSpec("parameter", lay.fqn) for lay in layouts]
-              + [InputSpec("buffer", b) for b in buffer_names]
-              + [InputSpec("user_input"), InputSpec("user_input")])
-    outputs = [OutputSpec("loss")] + [OutputSpec("gradient", lay.fqn) for lay in layouts]
-    pgs = [groups.fsdp] + ([groups.tp] if groups.tp is not None else [])
-    graph_meta: dict[str, Any] = {
-        "world_size": dist.get_world_size(),
-        "mesh": {"dim_names": list(groups.mesh_dim_names), "shape": list(groups.mesh_shape)},
-        "model": _model_meta(cfg),
-        "traced_rank": dist.get_rank(),
-    }
-    return TracedGraph(gm, inputs, outputs, pgs, graph_meta, layouts, cfg)
+    tokens = torch.zeros(cfg.batch_size, cfg.seq_len, dtype=torch.long)
+    traced = trace(
+        model, cross_entropy_loss, [tokens], [tokens.clone()],
+        tp_size=cfg.tp_size, tp_dim=tp_dim, tp_setup=_install_tp_hooks,
+        param_dtype=cfg.param_dtype, reduce_dtype=cfg.reduce_dtype,
+        checkpoint_modules=list(model.layers.values()) if cfg.sac else (),
+        input_names=["tokens"], target_names=["labels"], model_meta=_model_meta(cfg),
+        record_stack_traces=cfg.record_stack_traces)
+    traced.config = cfg
+    return traced
 
 
 def _ident(fqn: str) -> str:
-    return fqn.replace(".", "_")
+    """A placeholder name for an FQN: dots become underscores ("layers_0_attention_wq_weight"),
+    and a name that would start with a digit (an nn.Sequential's "0.weight") gets a leading
+    underscore, so that the name is a Python identifier as FX's generated code needs."""
+    name = re.sub(r"\W", "_", fqn)
+    return f"_{name}" if name[:1].isdigit() else name
 
 
 def _model_meta(cfg: TraceConfig) -> dict[str, Any]:
@@ -529,17 +821,10 @@ def _model_meta(cfg: TraceConfig) -> dict[str, Any]:
     }
 
 
-def _example_inputs(cfg: TraceConfig, model: Transformer, layouts: Sequence[ParamLayout],
-                    buffer_names: Sequence[str]) -> list[torch.Tensor]:
-    # Values do not matter under tracing_mode="fake"; only shapes and dtypes do.
-    shards = [torch.zeros(lay.shard_shape, requires_grad=True) for lay in layouts]
-    buffers = [model.get_buffer(b) for b in buffer_names]
-    tokens = torch.zeros(cfg.batch_size, cfg.seq_len, dtype=torch.long)
-    return [*shards, *buffers, tokens, tokens.clone()]
-
-
 def real_inputs(traced: TracedGraph, *, seed: int = 0, rank: int = 0) -> list[torch.Tensor]:
-    """Real input tensors for running a traced graph as `rank` (see make_real_inputs)."""
+    """Real input tensors for running a traced tiny-Llama graph as `rank` (see make_real_inputs)."""
+    if traced.config is None:
+        raise ValueError("real_inputs is for tiny-Llama traces; use TracedGraph.real_inputs")
     return make_real_inputs(traced.config, traced.layouts, fsdp_size=traced.process_groups[0].size,
                             seed=seed, rank=rank)
 
@@ -567,8 +852,15 @@ def make_real_inputs(cfg: TraceConfig, layouts: Sequence[ParamLayout], *, fsdp_s
 # ----------------------------------------------------------------------------- post-processing
 
 
-def _rename_placeholders(gm: fx.GraphModule, names: Sequence[str]) -> fx.GraphModule:
-    """Copies the graph with placeholders named after what they are (FQN-based)."""
+def _rename_placeholders(gm: fx.GraphModule, names: Sequence[str],
+                         node_names_exact: Sequence[str] = ()) -> fx.GraphModule:
+    """Copies the graph with placeholders named after what they are (FQN-based).
+
+    FX turns a name into its own form (snake_case: "LayerNorm" -> "layer_norm", a suffix on
+    a duplicate or a builtin such as "input"); that is fine for parameters and buffers, whose
+    input specs carry the FQN, but the names in `node_names_exact` (the user inputs the caller
+    named) must come out as given.
+    """
     old = gm.graph
     new = fx.Graph()
     env: dict[fx.Node, fx.Node] = {}
@@ -577,6 +869,10 @@ def _rename_placeholders(gm: fx.GraphModule, names: Sequence[str]) -> fx.GraphMo
         raise AssertionError(f"{len(placeholders)} placeholders, {len(names)} names")
     for node, name in zip(placeholders, names):
         env[node] = new.placeholder(name)
+        if node_names_exact and env[node].name != name and name in node_names_exact:
+            raise ValueError(f"graph input {name!r} would be named {env[node].name!r} by FX (a "
+                             "duplicate, reserved or not snake_case name): pass other "
+                             "input_names/target_names")
         env[node].meta = dict(node.meta)
     for node in old.nodes:
         if node.op != "placeholder":
@@ -616,3 +912,13 @@ def trace_variant(variant: str, world_size: int, **model_overrides: Any) -> Trac
     """Initializes a fake world of `world_size` ranks (rank 0) and traces one variant."""
     init_fake_world(world_size)
     return trace_joint(variant_config(variant, world_size, **model_overrides))
+
+
+class _CallableModule(types.ModuleType):
+    """`jointfx.trace` is this module (its other names are public too) and calls trace()."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> TracedGraph:
+        return trace(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule

@@ -20,8 +20,23 @@ if str(REPO / "python") not in sys.path:
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
-def traced_fixture_paths() -> list[Path]:
+# The tiny-Llama variants (jointfx.trace.VARIANTS); the other fixtures are model families
+# (jointfx.models.MODEL_FIXTURES) with tests of their own (test_models.py).
+LLAMA_VARIANTS = ("fsdp", "fsdp_tp", "sac", "bf16", "padding", "tied")
+
+
+def all_traced_fixture_paths() -> list[Path]:
     return sorted(TRACED_DIR.glob("*.json"))
+
+
+def traced_fixture_paths() -> list[Path]:
+    """The tiny-Llama fixtures, which the tests written for that model check."""
+    return [p for p in all_traced_fixture_paths() if fixture_variant(p) in LLAMA_VARIANTS]
+
+
+def model_fixture_paths() -> list[Path]:
+    """The fixtures of the other model families."""
+    return [p for p in all_traced_fixture_paths() if fixture_variant(p) not in LLAMA_VARIANTS]
 
 
 def fixture_variant(path: Path) -> str:

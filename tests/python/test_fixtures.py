@@ -17,7 +17,14 @@ import pytest
 import torch
 from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
-from conftest import REPO, TRACED_DIR, fixture_variant, traced_fixture_paths
+from conftest import (
+    LLAMA_VARIANTS,
+    REPO,
+    TRACED_DIR,
+    all_traced_fixture_paths,
+    fixture_variant,
+    traced_fixture_paths,
+)
 from jointfx.export import dumps_graph, export_graph, import_graph, resolve_target
 
 AG = "_c10d_functional.all_gather_into_tensor.default"
@@ -101,8 +108,13 @@ def fixture(request: pytest.FixtureRequest) -> tuple[Path, str, Graph]:
 
 def test_fixture_set_matches_generator() -> None:
     gen = _load_generator()
-    expected = sorted(f"{gen.fixture_name(v, w)}.json" for v, w in gen.FIXTURES)
-    assert [p.name for p in PATHS] == expected
+    expected = sorted(f"{name}.json" for name in gen.all_fixture_names())
+    assert [p.name for p in all_traced_fixture_paths()] == expected
+    assert [p.name for p in PATHS] == sorted(f"{gen.fixture_name(v, w)}.json"
+                                             for v, w in gen.FIXTURES)
+    from jointfx.trace import VARIANTS
+
+    assert LLAMA_VARIANTS == VARIANTS
 
 
 def test_canonical_roundtrip_is_byte_identical(fixture: tuple[Path, str, Graph]) -> None:
@@ -349,6 +361,6 @@ def test_regeneration_is_byte_identical(tmp_path: Path) -> None:
                            "--out", str(tmp_path)], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]
     fresh = sorted(p.name for p in tmp_path.glob("*.json"))
-    assert fresh == [p.name for p in PATHS]
+    assert fresh == [p.name for p in all_traced_fixture_paths()]
     for name in fresh:
         assert (tmp_path / name).read_bytes() == (TRACED_DIR / name).read_bytes(), name

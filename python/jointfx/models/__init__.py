@@ -1,0 +1,182 @@
+"""Small models of several families for tracing with jointfx.trace, and the fixtures made of them.
+
+Each `ModelCase` says how to build a seeded model, a seeded batch, the loss function and what to
+pass to jointfx.trace; `trace_case` traces one at a world size. scripts/gen_fixtures.py writes
+`MODEL_FIXTURES` to tests/data/traced/<name>_w<N>.json.
+
+| case | model | what it exercises |
+|---|---|---|
+| gpt2 | GPT-2, HF names (transformer.h.N), tied lm_head | dropout in training mode, a tied head |
+| encoder | BERT-style encoder (encoder.layer.N), classification | two int inputs, class labels |
+| convbn | conv + BatchNorm, nested stages (stages.M.blocks.N) | float images, BN buffers |
+| moe | MoE decoder (model.layers.N.moe), top-2 routing | aten.topk, an auxiliary loss |
+| uneven | MLP with dims 7 and 3 | padded FSDP shards at world 4 |
+| uneven_bf16 | the same, bf16 gathers, fp32 reduction | padding with mixed precision |
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from jointfx.models.convbn import ConvBNConfig, ConvBNNet, classification_loss, init_convbn
+from jointfx.models.encoder import BertForSequenceClassification, EncoderConfig, init_encoder
+from jointfx.models.gpt2 import GPT2Config, GPT2LMHeadModel, init_gpt2, lm_loss
+from jointfx.models.moe import MoEConfig, MoEForCausalLM, init_moe, moe_loss
+from jointfx.models.uneven import UnevenConfig, UnevenMLP, init_uneven
+
+Batch = tuple[list[torch.Tensor], list[torch.Tensor]]  # (model inputs, loss targets)
+
+
+@dataclass(frozen=True)
+class ModelCase:
+    name: str
+    build: Callable[[int], nn.Module]  # seed -> a model with seeded weights, in training mode
+    batch: Callable[[int], Batch]      # seed -> model inputs and loss targets
+    loss_fn: Callable[..., Any] | None
+    input_names: tuple[str, ...]
+    target_names: tuple[str, ...]
+    config: dict[str, Any]
+    trace_kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+def _gpt2_case() -> ModelCase:
+    cfg = GPT2Config()
+    batch, seq = 2, 8
+
+    def build(seed: int) -> nn.Module:
+        model = GPT2LMHeadModel(cfg)
+        init_gpt2(model, seed)
+        return model.train()
+
+    def make_batch(seed: int) -> Batch:
+        gen = torch.Generator().manual_seed(seed)
+        ids = torch.randint(0, cfg.vocab_size, (batch, seq), generator=gen)
+        return [ids], [ids.clone()]
+
+    return ModelCase("gpt2", build, make_batch, lm_loss, ("input_ids",), ("labels",),
+                     cfg.to_json())
+
+
+def _encoder_case() -> ModelCase:
+    cfg = EncoderConfig()
+    batch, seq = 2, 8
+
+    def build(seed: int) -> nn.Module:
+        model = BertForSequenceClassification(cfg)
+        init_encoder(model, seed)
+        return model.train()
+
+    def make_batch(seed: int) -> Batch:
+        gen = torch.Generator().manual_seed(seed)
+        ids = torch.randint(0, cfg.vocab_size, (batch, seq), generator=gen)
+        mask = torch.ones(batch, seq, dtype=torch.long)
+        mask[1, seq - 3:] = 0  # the second sequence is padded
+        labels = torch.randint(0, cfg.num_labels, (batch,), generator=gen)
+        return [ids, mask], [labels]
+
+    return ModelCase("encoder", build, make_batch, classification_loss,
+                     ("input_ids", "attention_mask"), ("labels",), cfg.to_json())
+
+
+def _convbn_case() -> ModelCase:
+    cfg = ConvBNConfig()
+    batch = 4
+
+    def build(seed: int) -> nn.Module:
+        model = ConvBNNet(cfg)
+        init_convbn(model, seed)
+        return model.train()
+
+    def make_batch(seed: int) -> Batch:
+        gen = torch.Generator().manual_seed(seed)
+        images = torch.randn(batch, cfg.in_channels, cfg.image_size, cfg.image_size,
+                             generator=gen)
+        labels = torch.randint(0, cfg.num_classes, (batch,), generator=gen)
+        return [images], [labels]
+
+    return ModelCase("convbn", build, make_batch, classification_loss, ("images",), ("labels",),
+                     cfg.to_json())
+
+
+def _moe_case() -> ModelCase:
+    cfg = MoEConfig()
+    batch, seq = 2, 8
+
+    def build(seed: int) -> nn.Module:
+        model = MoEForCausalLM(cfg)
+        init_moe(model, seed)
+        return model.train()
+
+    def make_batch(seed: int) -> Batch:
+        gen = torch.Generator().manual_seed(seed)
+        ids = torch.randint(0, cfg.vocab_size, (batch, seq), generator=gen)
+        labels = torch.randint(0, cfg.vocab_size, (batch, seq), generator=gen)
+        return [ids], [labels]
+
+    return ModelCase("moe", build, make_batch, moe_loss, ("input_ids",), ("labels",),
+                     cfg.to_json())
+
+
+def _uneven_case(name: str = "uneven", **trace_kwargs: Any) -> ModelCase:
+    cfg = UnevenConfig()
+    batch = 5
+
+    def build(seed: int) -> nn.Module:
+        model = UnevenMLP(cfg)
+        init_uneven(model, seed)
+        return model.train()
+
+    def make_batch(seed: int) -> Batch:
+        gen = torch.Generator().manual_seed(seed)
+        features = torch.randn(batch, cfg.in_features, generator=gen)
+        labels = torch.randint(0, cfg.num_classes, (batch,), generator=gen)
+        return [features], [labels]
+
+    return ModelCase(name, build, make_batch, classification_loss, ("features",), ("labels",),
+                     cfg.to_json(), trace_kwargs)
+
+
+CASES: dict[str, ModelCase] = {c.name: c for c in (
+    _gpt2_case(), _encoder_case(), _convbn_case(), _moe_case(), _uneven_case(),
+    _uneven_case("uneven_bf16", param_dtype=torch.bfloat16, reduce_dtype=torch.float32),
+)}
+
+# (case, world size) pairs written to tests/data/traced/<case>_w<world>.json.
+MODEL_FIXTURES: tuple[tuple[str, int], ...] = (
+    ("gpt2", 2), ("encoder", 2), ("convbn", 2), ("moe", 2), ("uneven", 4), ("uneven_bf16", 4),
+)
+
+# The seeds of the weights and of the batch a case is traced and checked with.
+WEIGHT_SEED, BATCH_SEED = 0, 1
+
+
+def trace_case(name: str, world_size: int | None = None, *, model: nn.Module | None = None,
+               **overrides: Any) -> Any:
+    """jointfx.trace of one case (seeded weights and batch) at `world_size` (None: the
+    initialized world). Returns the TracedGraph."""
+    from jointfx.trace import trace
+
+    case = CASES[name]
+    model = model if model is not None else case.build(WEIGHT_SEED)
+    inputs, targets = case.batch(BATCH_SEED)
+    kwargs = {**case.trace_kwargs, **overrides}
+    return trace(model, case.loss_fn, inputs, targets, world_size=world_size,
+                 input_names=case.input_names, target_names=case.target_names,
+                 config=case.config, **kwargs)
+
+
+def eager_loss(case: ModelCase, model: nn.Module, inputs: Sequence[torch.Tensor],
+               targets: Sequence[torch.Tensor]) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """(loss + auxiliary losses, the parts) of one eager step: what the traced graph computes."""
+    out = model(*inputs)
+    result = case.loss_fn(out, *targets) if case.loss_fn is not None else out
+    parts = [result] if isinstance(result, torch.Tensor) else list(result)
+    total = parts[0]
+    for aux in parts[1:]:
+        total = total + aux
+    return total, parts
