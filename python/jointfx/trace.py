@@ -1,6 +1,9 @@
-"""Traces joint forward+loss+backward FSDP graphs of the tiny Llama model, without a GPU.
+"""Traces joint forward+loss+backward FSDP graphs of any nn.Module, without a GPU.
 
-SimpleFSDP in miniature (docs/pytorch-bridge.md has the details and what the traces contain):
+`trace(model, loss_fn, example_inputs, targets, world_size=...)` is the general entry point
+(`jointfx.trace(...)` calls it); `trace_joint` / `trace_variant` trace the tiny Llama
+(jointfx.model) as one use of it. SimpleFSDP in miniature (docs/pytorch-bridge.md has the details
+and what the traces contain):
 
 * Every parameter is held as a local shard on dim 0 (after TP sharding, if any). Shards are
   padded to ceil(dim0 / N) rows, so the graph is the same on every rank even when dim 0 does not
@@ -9,7 +12,7 @@ SimpleFSDP in miniature (docs/pytorch-bridge.md has the details and what the tra
   `_FsdpUnshard`, an autograd.Function whose forward is [cast] -> all_gather_into_tensor -> wait
   -> [slice off the padding] and whose backward is [pad] -> [cast] -> reduce_scatter_tensor ->
   wait. The collectives are the `_c10d_functional` ops, called by group name.
-* `make_fx(tracing_mode="fake")` traces `step(*shards, *buffers, tokens, labels) -> [loss,
+* `make_fx(tracing_mode="fake")` traces `step(*shards, *buffers, *inputs, *targets) -> [loss,
   *grads]` inside `preserve_node_meta()`, with our own autograd hooks so backward nodes carry
   `autograd_backward` and the `seq_nr` of their forward op (FX sets neither by itself outside
   torch.compile).
@@ -334,7 +337,7 @@ class BufferInputs:
         return len(self.fqns)
 
     def example_values(self) -> list[torch.Tensor]:
-        return [v for v in self._originals if v is not None]
+        return list(self._originals)
 
     def input_specs(self) -> list[InputSpec]:
         return [InputSpec("buffer", b) for b in self.fqns]
@@ -350,11 +353,6 @@ class BufferInputs:
     def restore(self) -> None:
         for (owner, leaf), value in zip(self._slots, self._originals):
             owner._buffers[leaf] = value
-
-    def real_values(self, model: nn.Module) -> list[torch.Tensor]:
-        """Copies of `model`'s buffers in input order (for real runs)."""
-        named = dict(model.named_buffers())
-        return [named[b].detach().clone() for b in self.fqns]
 
 
 # ----------------------------------------------------------------------------- tracing
