@@ -9,6 +9,7 @@
 
 #include "ir/io.h"
 #include "ir/json_format.h"
+#include "ir/text_format.h"
 #include "passes/analysis/blocks.h"
 #include "passes/analysis/fsdp.h"
 #include "passes/analysis/memory.h"
@@ -111,6 +112,55 @@ TEST_CASE("blocks: names from FQN sets", "[blocks]") {
     CHECK(blockNameOf("stages.0.blocks.2.conv", c) == "stages.0.blocks.2");
     CHECK(blockNameOf("stages.1.blocks.2.conv", c) == "");
     CHECK(blockNameOf("mylayers.3.w", c) == "");
+  }
+}
+
+namespace {
+
+// Two layers of two experts each (per-expert modules, HF-Mixtral style). `chained`: expert 1
+// reads expert 0's output instead of the layer input.
+std::string expertsGraph(bool chained) {
+  std::string b1 = chained ? "%a0" : "%x";
+  std::string b2 = chained ? "%a1" : "%h1";
+  return R"(jointfx.graph 1
+outputs [loss]
+
+%p00 : f32[8, 8] = placeholder {input=parameter, fqn="layers.0.experts.0.w"}
+%p01 : f32[8, 8] = placeholder {input=parameter, fqn="layers.0.experts.1.w"}
+%p10 : f32[8, 8] = placeholder {input=parameter, fqn="layers.1.experts.0.w"}
+%p11 : f32[8, 8] = placeholder {input=parameter, fqn="layers.1.experts.1.w"}
+%x : f32[2, 8] = placeholder {input=user_input}
+%a0 : f32[2, 8] = aten.mm.default(%x, %p00) {phase=forward}
+%b0 : f32[2, 8] = aten.mm.default()" +
+         b1 + R"(, %p01) {phase=forward}
+%h1 : f32[2, 8] = aten.add.Tensor(%a0, %b0) {phase=forward}
+%a1 : f32[2, 8] = aten.mm.default(%h1, %p10) {phase=forward}
+%b1 : f32[2, 8] = aten.mm.default()" +
+         b2 + R"(, %p11) {phase=forward}
+%h2 : f32[2, 8] = aten.add.Tensor(%a1, %b1) {phase=forward}
+%loss : f32[] = aten.sum.default(%h2) {phase=loss}
+%output = output([%loss])
+)";
+}
+
+}  // namespace
+
+TEST_CASE("blocks: side-by-side experts are read off the graph", "[blocks]") {
+  {
+    auto g = parseTextGraph(expertsGraph(false), "experts");
+    BlockAnalysis a = analyzeBlocks(*g);
+    CHECK(blockNames(a) == std::vector<std::string>{"layers.0", "layers.1"});
+    CHECK(a.parallel_containers ==
+          std::vector<std::string>{"layers.0.experts", "layers.1.experts"});
+    CHECK(a.blocks[0].params.size() == 2);
+  }
+  {
+    // Chained: the experts run one after another, so they are the blocks (innermost).
+    auto g = parseTextGraph(expertsGraph(true), "chained");
+    BlockAnalysis a = analyzeBlocks(*g);
+    CHECK(blockNames(a) == std::vector<std::string>{"layers.0.experts.0", "layers.0.experts.1",
+                                                    "layers.1.experts.0", "layers.1.experts.1"});
+    CHECK(a.parallel_containers.empty());
   }
 }
 
