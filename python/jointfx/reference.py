@@ -3,6 +3,7 @@ real gloo ranks, with the data `jointfx exec` takes and the gradient files it wr
 
     python -m jointfx.reference GRAPH --nproc N --params P.safetensors --batch B.safetensors
                                 [--steps S] [--save-grads DIR] [--log PATH] [--threads T]
+                                [--seed N]
 
 Every rank imports GRAPH (jointfx.export.import_graph), creates the graph's process groups and
 registers them under their names (this rank's members from the graph's mesh, as the executor
@@ -40,7 +41,7 @@ PYTHON_DIR = Path(__file__).resolve().parent.parent
 
 def run(graph: str | Path, *, nproc: int, params: str | Path, batch: str | Path, steps: int = 1,
         save_grads: str | Path | None = None, log: str | Path | None = None, threads: int = 1,
-        timeout_s: int = 300, debug_exit_rank: int | None = None) -> None:
+        timeout_s: int = 300, debug_exit_rank: int | None = None, seed: int = 0) -> None:
     """Runs GRAPH on `nproc` gloo ranks (one process each); raises RuntimeError naming the first
     rank that fails, once the others are killed. `debug_exit_rank` (tests): that rank exits with
     status 3 after joining the group, leaving its peers waiting in their first collective."""
@@ -52,7 +53,8 @@ def run(graph: str | Path, *, nproc: int, params: str | Path, batch: str | Path,
            "PYTHONPATH": os.pathsep.join(filter(None, [str(PYTHON_DIR),
                                                         os.environ.get("PYTHONPATH")]))}
     common = [str(graph), "--nproc", str(nproc), "--params", str(params), "--batch", str(batch),
-              "--steps", str(steps), "--threads", str(threads), "--timeout-s", str(timeout_s)]
+              "--steps", str(steps), "--threads", str(threads), "--timeout-s", str(timeout_s),
+              "--seed", str(seed)]
     if save_grads:
         common += ["--save-grads", str(save_grads)]
     if log:
@@ -104,8 +106,8 @@ def run(graph: str | Path, *, nproc: int, params: str | Path, batch: str | Path,
 
 def write_fixture_data(fixture: str | Path, out_dir: str | Path) -> tuple[Path, Path]:
     """Full parameters and buffers (seed 0) and one batch (seed 1) for a traced fixture
-    `<variant>_w<N>.json`, as safetensors: (params, batch). The batch is the graph's own shape,
-    so every rank sees the same tokens."""
+    `<variant>_w<N>.json` (a tiny-Llama variant or a jointfx.models case), as safetensors:
+    (params, batch). The batch is the graph's own shape, so every rank sees the same data."""
     import re
 
     import torch
@@ -114,6 +116,10 @@ def write_fixture_data(fixture: str | Path, out_dir: str | Path) -> tuple[Path, 
     from jointfx import trace
 
     m = re.fullmatch(r"(\w+)_w(\d+)", Path(fixture).stem)
+    from jointfx.models import CASES
+
+    if m and m.group(1) in CASES:
+        return _write_model_fixture_data(m.group(1), Path(out_dir))
     if not m or m.group(1) not in trace.VARIANTS:
         raise ValueError(f"{fixture}: not a traced fixture <variant>_w<N>.json")
     cfg = trace.variant_config(m.group(1), int(m.group(2)))
@@ -128,6 +134,26 @@ def write_fixture_data(fixture: str | Path, out_dir: str | Path) -> tuple[Path, 
     out.mkdir(parents=True, exist_ok=True)
     save_file(state, out / "params.safetensors")
     save_file({"tokens": tokens, "labels": labels}, out / "batch.safetensors")
+    return out / "params.safetensors", out / "batch.safetensors"
+
+
+def _write_model_fixture_data(case_name: str, out: Path) -> tuple[Path, Path]:
+    """write_fixture_data for a jointfx.models fixture: the case's seeded model (parameters and
+    buffers by FQN) and seeded batch (by input name)."""
+    from safetensors.torch import save_file
+
+    from jointfx.models import BATCH_SEED, CASES, WEIGHT_SEED
+
+    case = CASES[case_name]
+    model = case.build(WEIGHT_SEED)
+    state = {k: v.detach().contiguous() for k, v in model.named_parameters()}
+    state.update({k: v.detach().contiguous() for k, v in model.named_buffers()})
+    inputs, targets = case.batch(BATCH_SEED)
+    names = case.input_names + case.target_names
+    out.mkdir(parents=True, exist_ok=True)
+    save_file(state, out / "params.safetensors")
+    save_file({n: t.contiguous() for n, t in zip(names, [*inputs, *targets])},
+              out / "batch.safetensors")
     return out / "params.safetensors", out / "batch.safetensors"
 
 
@@ -230,6 +256,9 @@ def _worker(a: argparse.Namespace) -> None:
     tp, fsdp = _setup_groups(doc, a.rank, a.nproc)
     gm = import_graph(doc)
     inputs = _inputs(doc, gm, load_file(a.params), load_file(a.batch), a.rank, tp, fsdp)
+    # Random ops in the graph (dropout) draw from the default generator, seeded as `jointfx
+    # exec --seed` seeds it: the same stream on every rank, the same masks as the executor's.
+    torch.manual_seed(a.seed)
     out_specs = doc["outputs"]
     loss_index = next(i for i, o in enumerate(out_specs) if o["kind"] == "loss")
     log = open(a.log.replace("{rank}", str(a.rank)), "w") if a.log else None
@@ -267,6 +296,8 @@ def main() -> int:
     p.add_argument("--log", help="JSONL per step and rank; {rank} in the path is replaced")
     p.add_argument("--threads", type=int, default=1, help="intra-op threads per rank")
     p.add_argument("--timeout-s", type=int, default=300)
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed of the random ops' generator (as jointfx exec --seed)")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--debug-exit-rank", type=int, help=argparse.SUPPRESS)
     p.add_argument("--rank", type=int, default=0, help=argparse.SUPPRESS)
@@ -277,7 +308,8 @@ def main() -> int:
         return 0
     try:
         run(a.graph, nproc=a.nproc, params=a.params, batch=a.batch, steps=a.steps,
-            save_grads=a.save_grads, log=a.log, threads=a.threads, timeout_s=a.timeout_s)
+            save_grads=a.save_grads, log=a.log, threads=a.threads, timeout_s=a.timeout_s,
+            seed=a.seed)
     except RuntimeError as e:
         print(f"jointfx.reference: {e}", file=sys.stderr)
         return 1
