@@ -54,9 +54,18 @@ using Statistics = std::map<std::string, int64_t>;
 struct PassContext {
   Statistics stats;             // this pass's counters
   std::ostream* log = nullptr;  // remarks (e.g. "prefetch lowered at bucket 3"); may be null
+  // Warnings: a pass that cannot do its job on this graph (and so does less, or nothing) says so
+  // here whether or not remarks are on. The pass manager points this at stderr.
+  std::ostream* warnings = nullptr;
   void stat(const std::string& name, int64_t delta = 1) { stats[name] += delta; }
   void remark(const std::string& text) {
     if (log) *log << text << "\n";
+  }
+  void warn(const std::string& text) {
+    if (warnings)
+      *warnings << "warning: " << text << "\n";
+    else if (log)
+      *log << "warning: " << text << "\n";
   }
 };
 

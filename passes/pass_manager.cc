@@ -328,6 +328,7 @@ PipelineResult runPasses(Graph& g, std::vector<ConfiguredPass>& passes,
 
     PassContext ctx;
     ctx.log = opts.remarks ? &out : nullptr;
+    ctx.warnings = &out;
     PassRecord rec;
     rec.name = name;
     rec.options = passes[i].options;

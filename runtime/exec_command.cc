@@ -189,11 +189,13 @@ std::optional<double> element(ScalarType t, std::string_view bytes, size_t i) {
   }
 }
 
-std::string describeDiff(const SafetensorsEntry& ea, std::string_view a, std::string_view b) {
+std::string describeDiff(const SafetensorsEntry& ea, std::string_view a, std::string_view b,
+                         int64_t* max_ulp) {
   size_t item = static_cast<size_t>(dtypeItemSize(ea.dtype));
   size_t n = item ? a.size() / item : 0;
   size_t differ = 0;
   double max_abs = 0;
+  int64_t ulp = 0;
   bool numeric = true;
   for (size_t i = 0; i < n; ++i) {
     if (std::memcmp(a.data() + i * item, b.data() + i * item, item) == 0) continue;
@@ -206,11 +208,17 @@ std::string describeDiff(const SafetensorsEntry& ea, std::string_view a, std::st
     double d = std::fabs(*x - *y);
     if (std::isnan(d)) d = INFINITY;
     max_abs = std::max(max_abs, d);
+    int64_t u = ulpDistance(ea.dtype, a, b, i);
+    ulp = (u < 0 || ulp < 0) ? -1 : std::max(ulp, u);
   }
-  char buf[160];
-  if (numeric)
-    std::snprintf(buf, sizeof buf, "%zu of %zu elements differ (max |a-b| %.3g)", differ, n,
-                  max_abs);
+  if (max_ulp) *max_ulp = numeric ? ulp : -1;
+  char buf[200];
+  if (numeric && ulp >= 0)
+    std::snprintf(buf, sizeof buf, "%zu of %zu elements differ (max |a-b| %.3g, max %lld ulp)",
+                  differ, n, max_abs, static_cast<long long>(ulp));
+  else if (numeric)
+    std::snprintf(buf, sizeof buf, "%zu of %zu elements differ (max |a-b| %.3g, NaN in one)",
+                  differ, n, max_abs);
   else
     std::snprintf(buf, sizeof buf, "%zu of %zu elements differ", differ, n);
   return buf;
@@ -223,10 +231,61 @@ std::string gradFile(const std::string& dir, int step, int rank) {
 
 }  // namespace
 
+int64_t ulpDistance(ScalarType t, std::string_view a, std::string_view b, size_t i) {
+  // Floats ordered as sign-magnitude integers: the distance in representable values.
+  auto ordered = [](uint64_t bits, int width) -> int64_t {
+    const uint64_t sign = uint64_t{1} << (width - 1);
+    const int64_t mag = static_cast<int64_t>(bits & (sign - 1));
+    return (bits & sign) ? -mag : mag;
+  };
+  auto isNan = [](uint64_t bits, int width, int mant) {
+    const uint64_t exp_mask = ((uint64_t{1} << (width - 1 - mant)) - 1) << mant;
+    return (bits & exp_mask) == exp_mask && (bits & ((uint64_t{1} << mant) - 1)) != 0;
+  };
+  int width = 0, mant = 0;
+  switch (t) {
+    case ScalarType::Float32:
+      width = 32, mant = 23;
+      break;
+    case ScalarType::Float64:
+      width = 64, mant = 52;
+      break;
+    case ScalarType::BFloat16:
+      width = 16, mant = 7;
+      break;
+    case ScalarType::Float16:
+      width = 16, mant = 10;
+      break;
+    default:
+      return -1;
+  }
+  const size_t item = static_cast<size_t>(width / 8);
+  uint64_t x = 0, y = 0;
+  std::memcpy(&x, a.data() + item * i, item);
+  std::memcpy(&y, b.data() + item * i, item);
+  const bool nx = isNan(x, width, mant), ny = isNan(y, width, mant);
+  if (nx || ny) return nx && ny ? 0 : -1;
+  const int64_t ox = ordered(x, width), oy = ordered(y, width);
+  // 64-bit values can overflow the difference; saturate.
+  if ((ox > 0 && oy < 0 && ox > INT64_MAX + oy) || (ox < 0 && oy > 0 && oy > INT64_MAX + ox))
+    return INT64_MAX;
+  return ox > oy ? ox - oy : oy - ox;
+}
+
 bool compareGradDirs(const std::string& dir_a, const std::string& dir_b, int nproc, int steps,
-                     std::vector<std::string>& report, bool* buffers) {
+                     std::vector<std::string>& report, ParityUlp* ulp, bool* buffers) {
   bool same = true;
   if (buffers) *buffers = false;
+  if (ulp) {
+    ulp->loss.assign(static_cast<size_t>(std::max(steps, 0)), 0);
+    ulp->gradients.assign(static_cast<size_t>(std::max(steps, 0)), 0);
+  }
+  auto note = [&](int step, const std::string& name, int64_t u) {
+    if (!ulp) return;
+    int64_t& slot =
+        (name == "__loss__" ? ulp->loss : ulp->gradients)[static_cast<size_t>(step - 1)];
+    slot = (u < 0 || slot < 0) ? -1 : std::max(slot, u);
+  };
   for (int step = 1; step <= steps; ++step)
     for (int rank = 0; rank < nproc; ++rank) {
       std::string where = "step " + std::to_string(step) + " rank " + std::to_string(rank);
@@ -252,12 +311,16 @@ bool compareGradDirs(const std::string& dir_a, const std::string& dir_b, int npr
         std::string what = where + " '" + name + "': ";
         if (!ea || !eb) {
           report.push_back(what + "only in " + (ea ? "A" : "B"));
+          note(step, name, -1);
           same = false;
         } else if (ea->dtype != eb->dtype || ea->shape != eb->shape) {
           report.push_back(what + "dtype/shape differ");
+          note(step, name, -1);
           same = false;
         } else if (fa->bytes(*ea) != fb->bytes(*eb)) {
-          report.push_back(what + describeDiff(*ea, fa->bytes(*ea), fb->bytes(*eb)));
+          int64_t u = 0;
+          report.push_back(what + describeDiff(*ea, fa->bytes(*ea), fb->bytes(*eb), &u));
+          note(step, name, u);
           same = false;
         }
       }
@@ -362,7 +425,9 @@ int runParity(const ParityOptions& o) {
         return failed("B " + c.label, c.graph, code);
       std::vector<std::string> report;
       bool buffers = false;
-      bool same = compareGradDirs(work + "/a", c.dir, o.exec.nproc, o.exec.steps, report, &buffers);
+      ParityUlp ulp;
+      bool same =
+          compareGradDirs(work + "/a", c.dir, o.exec.nproc, o.exec.steps, report, &ulp, &buffers);
       std::string label = o.a + " vs " + c.label;
       if (same) {
         std::printf("parity: %s: %s bitwise identical (%d rank%s, %d step%s%s)\n", label.c_str(),
@@ -371,8 +436,24 @@ int runParity(const ParityOptions& o) {
                     o.exec.steps == 1 ? "" : "s", c.change.c_str());
       } else {
         all_same = false;
-        std::printf("parity: %s: DIFFERENT (%zu difference%s%s)\n", label.c_str(), report.size(),
-                    report.size() == 1 ? "" : "s", c.change.c_str());
+        // How far apart, not only that: the largest ulp distance over all steps, and per step
+        // (step 1 shows a pass's own effect; later steps add what the optimizer carried over).
+        auto fmt = [](int64_t u) { return u < 0 ? std::string("n/a") : std::to_string(u); };
+        auto overall = [](const std::vector<int64_t>& v) {
+          int64_t m = 0;
+          for (int64_t u : v)
+            m = (u < 0 || m < 0) ? -1 : std::max(m, u);
+          return m;
+        };
+        std::string per_step;
+        for (size_t s = 0; s < ulp.loss.size(); ++s)
+          per_step += (s ? "; " : "") + std::string("step ") + std::to_string(s + 1) + ": loss " +
+                      fmt(ulp.loss[s]) + ", gradients " + fmt(ulp.gradients[s]);
+        std::printf(
+            "parity: %s: DIFFERENT (%zu difference%s%s): max ulp distance: loss %s, gradients "
+            "%s (%s)\n",
+            label.c_str(), report.size(), report.size() == 1 ? "" : "s", c.change.c_str(),
+            fmt(overall(ulp.loss)).c_str(), fmt(overall(ulp.gradients)).c_str(), per_step.c_str());
         for (size_t i = 0; i < report.size() && i < 50; ++i)
           std::printf("  %s\n", report[i].c_str());
         if (report.size() > 50) std::printf("  ... %zu more\n", report.size() - 50);

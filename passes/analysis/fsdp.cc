@@ -116,19 +116,6 @@ Node* singleInputRoot(Node* n) {
   return n;
 }
 
-int64_t layerIndexOfFqn(std::string_view fqn) {
-  constexpr std::string_view kKey = "layers.";
-  for (size_t pos = fqn.find(kKey); pos != std::string_view::npos; pos = fqn.find(kKey, pos + 1)) {
-    if (pos > 0 && fqn[pos - 1] != '.') continue;
-    size_t i = pos + kKey.size(), j = i;
-    int64_t v = 0;
-    while (j < fqn.size() && fqn[j] >= '0' && fqn[j] <= '9' && j - i < 18)
-      v = v * 10 + (fqn[j++] - '0');
-    if (j > i && (j == fqn.size() || fqn[j] == '.')) return v;
-  }
-  return -1;
-}
-
 FsdpAnalysis analyzeFsdp(const Graph& g, const PhaseInfo& phases) {
   FsdpAnalysis a;
   const size_t n_ids = g.maxId();

@@ -86,7 +86,4 @@ FsdpAnalysis analyzeFsdp(const Graph& g, const PhaseInfo& phases);
 // returns the placeholder it reaches, or nullptr. Exposed for tests and for other passes.
 Node* singleInputRoot(Node* n);
 
-// "layers.N" anywhere in a dotted FQN ("model.layers.12.attention.wq") -> N; -1 when absent.
-int64_t layerIndexOfFqn(std::string_view fqn);
-
 }  // namespace jfx

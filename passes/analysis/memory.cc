@@ -145,6 +145,12 @@ MemoryProfile analyzeMemory(const Graph& g, const PhaseInfo& phases, const Memor
       live -= m.storages[s].bytes;
   }
 
+  if (opts.lifetimes) {
+    prof.storages.reserve(m.storages.size());
+    for (const Storage& st : m.storages)
+      prof.storages.push_back({st.owner, st.bytes, st.born, st.last_use, st.pinned});
+  }
+
   // 4. The largest tensors live at the peak: born at or before it, not freed before it.
   std::vector<int32_t> at_peak;
   for (size_t s = 0; s < m.storages.size(); ++s) {

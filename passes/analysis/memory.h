@@ -26,7 +26,18 @@
 namespace jfx {
 
 struct MemoryOptions {
-  size_t top_k = 10;  // largest live tensors reported at the peak
+  size_t top_k = 10;       // largest live tensors reported at the peak
+  bool lifetimes = false;  // fill MemoryProfile::storages
+};
+
+// One storage's life in steps of the program order: live on [born, last_use] (to the end when
+// pinned: a graph input or output).
+struct StorageLife {
+  const Node* owner = nullptr;
+  int64_t bytes = 0;
+  size_t born = 0;
+  size_t last_use = 0;
+  bool pinned = false;
 };
 
 struct LiveTensor {
@@ -51,7 +62,8 @@ struct MemoryProfile {
     const Node* node;
     int64_t live_bytes;
   };
-  std::vector<Point> curve;  // one point per node, program order
+  std::vector<Point> curve;           // one point per node, program order
+  std::vector<StorageLife> storages;  // with MemoryOptions::lifetimes, in allocation order
 
   const PhasePeak& peakOf(Phase p) const { return phase_peaks[static_cast<size_t>(p)]; }
 };

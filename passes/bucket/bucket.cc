@@ -10,10 +10,14 @@
 #include <unordered_map>
 
 #include "ir/error.h"
+#include "ir/json_format.h"
+#include "passes/analysis/blocks.h"
 #include "passes/analysis/cost_model.h"
 #include "passes/analysis/fsdp.h"
 #include "passes/analysis/mutation.h"
+#include "passes/analysis/memory.h"
 #include "passes/analysis/phase.h"
+#include "passes/bucket/schedule.h"
 
 namespace jfx {
 namespace {
@@ -128,17 +132,28 @@ std::string withBucketMeta(const std::string& extra, const char* key, std::strin
 
 class Bucketer {
  public:
-  Bucketer(Graph& g, const BucketOptions& opts, PassContext& ctx)
-      : g_(g),
+  Bucketer(Graph& g, const BucketOptions& opts, PassContext& ctx,
+           const std::set<std::string>& excluded)
+      : excluded_(excluded),
+        g_(g),
         opts_(opts),
         ctx_(ctx),
         phases_(computePhases(g)),
         fsdp_(analyzeFsdp(g, phases_)),
-        written_(g) {}
+        written_(g),
+        blocks_(analyzeBlocks(g)) {}
 
   bool run();
 
+  // Per finished bucket: its members' collective names, and (node, bucket) for every node a
+  // rewrite created or moved; what the memory check maps over-limit storages back to.
+  const std::vector<std::vector<std::string>>& bucketMembers() const { return bucket_members_; }
+  const std::vector<std::pair<const Node*, size_t>>& touched() const { return touched_; }
+
  private:
+  const std::set<std::string>& excluded_;
+  std::vector<std::vector<std::string>> bucket_members_;
+  std::vector<std::pair<const Node*, size_t>> touched_;
   bool enabled(CollectiveKind k) const {
     return (k == CollectiveKind::AllGather && opts_.all_gather) ||
            (k == CollectiveKind::ReduceScatter && opts_.reduce_scatter) ||
@@ -172,6 +187,7 @@ class Bucketer {
   PhaseInfo phases_;
   FsdpAnalysis fsdp_;
   WrittenStorage written_;    // values written in place: their readers stay where they are
+  BlockAnalysis blocks_;
   std::vector<int64_t> pos_;  // program index by node id, at scan time
   std::vector<KeyTuple> keys_;
   std::map<KeyTuple, size_t> key_index_;
@@ -193,6 +209,10 @@ std::optional<Candidate> Bucketer::candidate(Node* n) {
               role == CollectiveRole::FsdpGradAllReduce;
   if (opts_.fsdp_only && !fsdp) return std::nullopt;
   if (n->uses().size() != 1 || !n->uses()[0].user->isWait()) return std::nullopt;
+  if (excluded_.count(n->name())) {
+    ctx_.stat("unbucketed.memory");
+    return std::nullopt;
+  }
   Node* wait = n->uses()[0].user;
   Node* in = n->input(0);
   if (!in || !in->val().isTensor() || !n->val().isTensor() || !wait->val().isTensor())
@@ -209,6 +229,18 @@ std::optional<Candidate> Bucketer::candidate(Node* n) {
       break;
     case CollectiveKind::ReduceScatter:
       if (tin.numel() % gsize != 0 || tout.numel() * gsize != tin.numel()) return std::nullopt;
+      // Summation order (bucket.h): a gradient whose own reduce-scatter splits its ring chunks
+      // off its rank rows cannot keep that order inside a bucket; it stays on its own.
+      if (opts_.exact_rs_order && gsize >= 3 &&
+          glooRingChunkElems(tin.numel(), dtypeItemSize(tin.dtype), gsize) != tout.numel()) {
+        ctx_.stat("unbucketed.rs-order");
+        ctx_.remark(
+            "bucket: reduce-scatter '" + n->name() + "' stays unbucketed: " +
+            std::to_string(tout.numel()) + " elements per rank is not a gloo ring chunk (" +
+            std::to_string(glooRingChunkElems(tin.numel(), dtypeItemSize(tin.dtype), gsize)) +
+            "), so no bucket keeps its summation order");
+        return std::nullopt;
+      }
       break;
     default:
       if (tout.numel() != tin.numel()) return std::nullopt;
@@ -250,7 +282,7 @@ std::optional<Candidate> Bucketer::candidate(Node* n) {
     if (p != param_ordinal_by_fqn_.end()) c.m.order = p->second;
   }
   if (fqn.empty()) fqn = std::string(n->meta().module_fqn.str());
-  if (opts_.plan == BucketOptions::Plan::Blocks) c.block = blockOfFqn(fqn, opts_.head);
+  if (opts_.plan == BucketOptions::Plan::Blocks) c.block = blockOfFqn(fqn, blocks_, opts_.head);
   return c;
 }
 
@@ -352,6 +384,8 @@ void Bucketer::flush() {
     placeBefore(g_, run, staged_[i].second);
     i = j;
   }
+  for (const auto& [n, anchor] : staged_)
+    touched_.emplace_back(n, bucket_members_.empty() ? 0 : bucket_members_.size() - 1);
   staged_.clear();
 }
 
@@ -389,6 +423,13 @@ bool Bucketer::run() {
   if (nkeys == 0) {
     ctx_.stat("collectives-after", before);
     return false;
+  }
+  if (opts_.plan == BucketOptions::Plan::Blocks) {
+    if (blocks_.blocks.empty())
+      ctx_.warn(blocks_.noBlocksMessage("bucket") +
+                "; plan=blocks makes one bucket per top-level module instead");
+    else
+      ctx_.remark("bucket: " + blocks_.summary());
   }
 
   // taint[id * nkeys + k]: the newest bucket of key k that node id depends on (0 = none). Bucket
@@ -478,6 +519,10 @@ void Bucketer::finalize(Bucket& b) {
   std::string kind(collectiveKindName(key.kind));
   ctx_.stat("buckets." + kind);
   ctx_.stat("members." + kind, static_cast<int64_t>(b.members.size()));
+  std::vector<std::string> names;
+  for (const Member& m : b.members)
+    names.push_back(m.coll->name());
+  bucket_members_.push_back(std::move(names));
   if (sideOf(key.kind) == Side::Gather)
     finalizeGather(b, key);
   else
@@ -608,6 +653,21 @@ void Bucketer::finalizeData(Bucket& b, const KeyTuple& key) {
   if (rs) {
     Node* cat = make("aten.cat.default", {Arg::ofList(std::move(parts)), Arg::ofInt(1)}, last,
                      p + "_cat", ValueMeta::ofTensor(contiguousLike(like, {G, total})), shared);
+    // Pad every rank's row so the bucket's gloo ring chunks are its rank rows (bucket.h,
+    // summation order); the pad columns are zeros and their sums are dropped.
+    if (opts_.exact_rs_order && G >= 3) {
+      int64_t padded = total;
+      while (glooRingChunkElems(G * padded, dtypeItemSize(like.dtype), G) != padded)
+        ++padded;
+      if (padded > total) {
+        ctx_.stat("rs-pad-elements", padded - total);
+        sizes.push_back(padded - total);
+        total = padded;
+        cat = make("aten.constant_pad_nd.default",
+                   {Arg::ofNode(cat), Arg::ofInts({0, sizes.back()}), Arg::ofFloat(0.0)}, last,
+                   p + "_pad", ValueMeta::ofTensor(contiguousLike(like, {G, total})), shared);
+      }
+    }
     payload_node =
         make("aten.view.default", {Arg::ofNode(cat), Arg::ofInts({-1})}, last, p + "_flat",
              ValueMeta::ofTensor(contiguousLike(like, {G * total})), shared);
@@ -681,19 +741,9 @@ void Bucketer::finalizeData(Bucket& b, const KeyTuple& key) {
 
 }  // namespace
 
-std::string blockOfFqn(std::string_view fqn, const std::vector<std::string>& head) {
-  // The first component that is an index ends the block name: "layers.3.attention.wq" ->
-  // "layers.3", "model.blocks.0.mlp" -> "model.blocks.0".
-  size_t start = 0;
-  while (start < fqn.size()) {
-    size_t end = fqn.find('.', start);
-    if (end == std::string_view::npos) end = fqn.size();
-    std::string_view part = fqn.substr(start, end - start);
-    bool digits = !part.empty() && std::all_of(part.begin(), part.end(),
-                                               [](char ch) { return ch >= '0' && ch <= '9'; });
-    if (digits && start > 0) return std::string(fqn.substr(0, end));
-    start = end + 1;
-  }
+std::string blockOfFqn(std::string_view fqn, const BlockAnalysis& blocks,
+                       const std::vector<std::string>& head) {
+  if (int32_t b = blocks.blockOfFqn(fqn); b >= 0) return blocks.blocks[static_cast<size_t>(b)].name;
   std::string_view top = fqn.substr(0, fqn.find('.'));
   for (const std::string& h : head)
     if (top == h) return "head";
@@ -740,10 +790,90 @@ void BucketPass::configure(PassOptions& options) {
   }
   opts_.fsdp_only = options.getBool("fsdp-only", true);
   opts_.head = options.getList("head", opts_.head);
+  opts_.exact_rs_order = options.getBool("exact-rs-order", true);
+  std::string limit = options.getString("memory-limit", "input");
+  try {
+    opts_.memory_limit = limit == "input" ? -1 : limit == "none" ? 0 : parseByteSize(limit);
+  } catch (const JfxError& e) {
+    throw JfxError({}, "pass 'bucket': option 'memory-limit': " + e.message());
+  }
+}
+
+int64_t glooRingChunkElems(int64_t numel, int64_t elem_size, int64_t group_size) {
+  // gloo/allreduce.cc, ring(): kMaxSegmentSize 1 MiB, at least two segments per rank, as many
+  // segments per rank on every rank, segments rounded up to whole elements.
+  constexpr int64_t kMaxSegmentBytes = 1 << 20;
+  const int64_t G = std::max<int64_t>(1, group_size);
+  const int64_t e = std::max<int64_t>(1, elem_size);
+  const int64_t max_seg = e * std::max<int64_t>(1, kMaxSegmentBytes / e);
+  const int64_t bytes = numel * e;
+  int64_t segments = std::max((bytes + max_seg - 1) / max_seg, 2 * G);
+  segments = (segments + G - 1) / G * G;
+  const int64_t seg_elems = (numel + segments - 1) / segments;
+  return segments / G * seg_elems;
 }
 
 bool bucketCollectives(Graph& g, const BucketOptions& opts, PassContext& ctx) {
-  return Bucketer(g, opts, ctx).run();
+  std::set<std::string> excluded;
+  if (opts.memory_limit == 0) return Bucketer(g, opts, ctx, excluded).run();
+
+  // Memory bound: bucket a copy, and while its estimated peak is above the bound, leave out the
+  // buckets whose new or moved storages are live at an over-bound step. A few rounds settle it
+  // (each drops every offending bucket at once); past kRounds nothing is bucketed.
+  constexpr int kRounds = 8;
+  const int64_t peak_before = analyzeMemory(g, computePhases(g)).peak_bytes;
+  const int64_t bound =
+      opts.memory_limit < 0 ? peak_before : std::max(opts.memory_limit, peak_before);
+  ctx.stat("memory-peak-before", peak_before);
+  ctx.stat("memory-limit", bound);
+  const std::string text = writeJsonGraph(g);
+  bool settled = false;
+  for (int round = 0; round < kRounds && !settled; ++round) {
+    std::unique_ptr<Graph> trial = readJsonGraph(text, "<bucket trial>");
+    PassContext quiet;
+    Bucketer b(*trial, opts, quiet, excluded);
+    b.run();
+    MemoryOptions mo;
+    mo.top_k = 0;
+    mo.lifetimes = true;
+    MemoryProfile prof = analyzeMemory(*trial, computePhases(*trial), mo);
+    if (prof.peak_bytes <= bound) {
+      settled = true;
+      break;
+    }
+    // over[t]: steps up to t that are above the bound (prefix count).
+    std::vector<int64_t> over(prof.curve.size() + 1, 0);
+    for (size_t t = 0; t < prof.curve.size(); ++t)
+      over[t + 1] = over[t] + (prof.curve[t].live_bytes > bound);
+    std::vector<int32_t> bucket_of(trial->maxId(), -1);
+    for (const auto& [n, bi] : b.touched())
+      bucket_of[n->id()] = static_cast<int32_t>(bi);
+    std::set<size_t> offending;
+    for (const StorageLife& st : prof.storages) {
+      int32_t bi = bucket_of[st.owner->id()];
+      if (bi < 0) continue;
+      size_t hi = st.pinned ? prof.curve.size() : std::min(st.last_use + 1, prof.curve.size());
+      if (over[hi] - over[std::min(st.born, hi)] > 0) offending.insert(static_cast<size_t>(bi));
+    }
+    if (offending.empty())  // the rise is not where a bucket lives: bucket nothing
+      for (size_t bi = 0; bi < b.bucketMembers().size(); ++bi)
+        offending.insert(bi);
+    for (size_t bi : offending)
+      for (const std::string& name : b.bucketMembers()[bi])
+        excluded.insert(name);
+    ctx.stat("memory-rounds");
+  }
+  if (!settled) {
+    // Every candidate out: the graph stays as it is.
+    g.forEach([&](const Node* n) {
+      if (n->isCollective()) excluded.insert(n->name());
+    });
+  }
+  if (!excluded.empty())
+    ctx.remark("bucket: " + std::to_string(excluded.size()) +
+               " collectives left unbucketed to stay within the estimated peak " +
+               formatBytes(bound));
+  return Bucketer(g, opts, ctx, excluded).run();
 }
 
 }  // namespace jfx

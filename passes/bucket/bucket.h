@@ -2,9 +2,11 @@
 //
 // Does: groups collectives by (kind, target, process group, group size, dtype, reduce op, phase)
 // and splits each group into buckets by plan:
-//   blocks  one bucket per transformer block: the first dotted FQN component followed by an
-//           index ("layers.12") names the block; other top-level modules get one bucket each,
-//           except the `head` modules (default norm, output, lm_head, final_norm), which share one.
+//   blocks  one bucket per block of passes/analysis/blocks.h (the same blocks tag-fsdp, schedule
+//           and `jointfx analyze` see: layers.12, transformer.h.3, stages.0.blocks.1); parameters
+//           outside blocks get one bucket per top-level module, except the `head` modules
+//           (default norm, output, lm_head, final_norm), which share one. A graph with
+//           parameters but no block warns (every top-level module is then its own bucket).
 //           FQNs come from the parameter (input FQN / gradient output spec), else module meta.
 //   size    greedy in program order, closing a bucket before it would exceed cap-mb.
 // A bucket is a run of same-key collectives adjacent in program order (a member of another block
@@ -24,14 +26,29 @@
 // fsdp-only=false). A member joins only if it has no path from the open bucket (a forward taint
 // sweep in program order, one counter per key: O(N * keys), no reachability matrix) and its
 // placement is legal by position. Buckets of one member are left as they are.
+// Memory: under a bound (memory-limit, default the input's estimated peak) the pass buckets a
+// copy, and leaves out every bucket owning or moving a storage live at a step above the bound,
+// until the estimate is within it (at most 8 rounds, each O(N); then nothing is bucketed).
+// Summation order: PyTorch's gloo backend reduce-scatters by a ring all-reduce of the whole
+// buffer (gloo/allreduce.cc), which sums the elements of ring chunk k (boundaries at multiples
+// of C = glooRingChunkElems(N)) starting from rank k-1 backwards. With G >= 3 ranks a different
+// chunk is a different association, so an element that changes chunk can change by an ulp. The
+// bucket keeps every element's chunk: a gradient joins only when its own ring chunks are its
+// rank rows (C(G n) = n: per-rank count even below 2G MiB, a multiple of the segments per rank
+// above), and the bucket's rows are zero-padded until C(G T) = T, so row r of the bucket is ring
+// chunk r and every member element is summed by the same ranks in the same order. Other
+// gradients stay unbucketed (stat unbucketed.rs-order). exact-rs-order=false drops the rule.
+// NCCL's algorithms are not modelled.
 // Options: plan=blocks|size, cap-mb=N (size plan default 64; blocks: 0 = uncapped),
-// kinds=ag,rs,ar, fsdp-only=true, head=norm,output,lm_head,final_norm.
+// kinds=ag,rs,ar, fsdp-only=true, head=norm,output,lm_head,final_norm, exact-rs-order=true,
+// memory-limit=input|none|BYTES.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "passes/analysis/blocks.h"
 #include "passes/pass.h"
 
 namespace jfx {
@@ -45,15 +62,27 @@ struct BucketOptions {
   bool all_reduce = true;
   bool fsdp_only = true;
   std::vector<std::string> head = {"norm", "output", "lm_head", "final_norm"};
+  // Keep every reduce-scatter element's summation order under gloo (see "Summation order").
+  bool exact_rs_order = true;
+  // Bound on the estimated peak (passes/analysis/memory.h): 0 = none, -1 = the input's own peak
+  // (the pass default: bucketing never raises it). A bound below the input's peak acts as the
+  // input's peak.
+  int64_t memory_limit = 0;
 };
 
 // Returns whether the graph changed. Statistics: buckets.<kind>, members.<kind>,
 // collectives-before, collectives-after, hoisted, split.<reason>.
 bool bucketCollectives(Graph& g, const BucketOptions& opts, PassContext& ctx);
 
-// The bucket a module or parameter FQN belongs to under plan=blocks ("layers.3", "tok_embeddings",
-// "head").
-std::string blockOfFqn(std::string_view fqn, const std::vector<std::string>& head);
+// The bucket a module or parameter FQN belongs to under plan=blocks: its block
+// (passes/analysis/blocks.h: "layers.3", "transformer.h.0", "stages.0.blocks.2"), else its
+// top-level module ("tok_embeddings"), the head modules sharing one ("head").
+std::string blockOfFqn(std::string_view fqn, const BlockAnalysis& blocks,
+                       const std::vector<std::string>& head);
+
+// Elements per ring chunk when gloo all-reduces `numel` elements of `elem_size` bytes over
+// `group_size` ranks (the unit whose summation order is fixed).
+int64_t glooRingChunkElems(int64_t numel, int64_t elem_size, int64_t group_size);
 
 // True for a collective this pass made from FSDP members: its extra meta carries "fsdp_bucket"
 // ({"kind", "plan", "members"}), which schedule and split-comm-groups read, since a bucketed

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "ir/error.h"
+#include "passes/analysis/blocks.h"
 #include "passes/analysis/cost_model.h"
 #include "passes/analysis/fsdp.h"
 #include "passes/analysis/memory.h"
@@ -136,7 +137,7 @@ class Scheduler {
   bool fits(size_t lo, size_t hi, int64_t delta) const {
     if (!tree_ || delta <= 0 || lo >= hi) return true;
     // Also rejects any growth of a region that is over the limit already (the input's own peak).
-    return tree_->max(lo, hi) + delta <= opts_.memory_limit;
+    return tree_->max(lo, hi) + delta <= limit_;
   }
   void charge(size_t lo, size_t hi, int64_t delta) {
     if (tree_ && delta > 0) tree_->add(lo, hi, delta);
@@ -156,6 +157,7 @@ class Scheduler {
   std::vector<uint8_t> moved_;  // by node id
   std::vector<Node*> prev_same_group_;  // by node id: the previous collective of its group
   std::optional<MaxTree> tree_;
+  int64_t limit_ = 0;  // bytes, when tree_ is set
 };
 
 std::vector<Node*> Scheduler::launchChain(Node* coll, Node*& at) const {
@@ -226,7 +228,7 @@ bool Scheduler::prefetch(const std::vector<Unit>& seq) {
       ctx_.remark("schedule: prefetch of '" + coll->name() + "' lowered from " +
                   std::to_string(opts_.prefetch) + " to " +
                   std::to_string(std::max<int64_t>(k, 0)) + " (memory-limit " +
-                  formatBytes(opts_.memory_limit) + ")");
+                  formatBytes(limit_) + ")");
     }
   }
   return changed;
@@ -268,7 +270,7 @@ bool Scheduler::deferWaits(const std::vector<Unit>& seq) {
     if (!fits(lo, hi, delta)) {
       ctx_.stat("defer-skipped-memory");
       ctx_.remark("schedule: wait of '" + seq[i].coll->name() + "' not deferred (memory-limit " +
-                  formatBytes(opts_.memory_limit) + ")");
+                  formatBytes(limit_) + ")");
       continue;
     }
     placeBefore(g_, movers, at);
@@ -316,16 +318,32 @@ bool Scheduler::run() {
       reductions[{static_cast<int>(kind), group}].push_back(u);
   }
 
-  if (opts_.memory_limit > 0) {
+  {
+    BlockAnalysis blocks = analyzeBlocks(g_);
+    ctx_.stat("blocks", static_cast<int64_t>(blocks.blocks.size()));
+    bool any_gather = false;
+    for (auto& [key, seq] : gathers)
+      any_gather |= !seq.empty();
+    if (blocks.blocks.empty() && any_gather && blocks.parameters > 0)
+      ctx_.warn(blocks.noBlocksMessage("schedule") +
+                "; prefetching gather by gather, without a block to bound the distance");
+    else if (!blocks.blocks.empty())
+      ctx_.remark("schedule: " + blocks.summary());
+  }
+
+  if (opts_.memory_limit != 0) {
     MemoryProfile prof = analyzeMemory(g_, phases_);
+    // The default: never above the input's own estimated peak.
+    limit_ = opts_.memory_limit < 0 ? prof.peak_bytes : opts_.memory_limit;
     std::vector<int64_t> base(order.size(), 0);
     for (size_t i = 0; i < prof.curve.size() && i < base.size(); ++i)
       base[i] = prof.curve[i].live_bytes;
     tree_.emplace(base);
     ctx_.stat("memory-peak-before", prof.peak_bytes);
-    if (prof.peak_bytes > opts_.memory_limit)
+    ctx_.stat("memory-limit", limit_);
+    if (prof.peak_bytes > limit_)
       ctx_.remark("schedule: the input's estimated peak " + formatBytes(prof.peak_bytes) +
-                  " already exceeds memory-limit " + formatBytes(opts_.memory_limit) +
+                  " already exceeds memory-limit " + formatBytes(limit_) +
                   "; moves may not raise it further");
   }
 
@@ -389,9 +407,9 @@ void SchedulePass::configure(PassOptions& options) {
   opts_.prefetch = options.getInt("prefetch", 1);
   if (opts_.prefetch < 0) throw JfxError({}, "pass 'schedule': option 'prefetch' must be >= 0");
   opts_.defer_reduce_scatter = options.getBool("defer-rs", true);
-  std::string limit = options.getString("memory-limit", "0");
+  std::string limit = options.getString("memory-limit", "input");
   try {
-    opts_.memory_limit = parseByteSize(limit);
+    opts_.memory_limit = limit == "input" ? -1 : limit == "none" ? 0 : parseByteSize(limit);
   } catch (const JfxError& e) {
     throw JfxError({}, "pass 'schedule': option 'memory-limit': " + e.message());
   }

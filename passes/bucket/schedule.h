@@ -17,8 +17,10 @@
 // range add / range max, O(log N) a move); a move that would exceed the limit is retried with a
 // smaller prefetch distance, down to none, with a remark naming the collective. When the input
 // already exceeds the limit, no move raises the peak further.
-// Options: prefetch=K (default 1; 0 = no all-gather moves), defer-rs=true, memory-limit=BYTES
-// (suffixes K, M, G, Ki, Mi, Gi with optional B; 0 = no limit). O(N log N).
+// Default limit: the input's own estimated peak (memory-limit=input), so schedule never raises
+// the estimated peak of the graph it is given; memory-limit=none (or 0) lifts it.
+// Options: prefetch=K (default 1; 0 = no all-gather moves), defer-rs=true, memory-limit=BYTES |
+// input | none (suffixes K, M, G, Ki, Mi, Gi with optional B; default input). O(N log N).
 #pragma once
 
 #include <cstdint>
@@ -31,11 +33,11 @@ namespace jfx {
 struct ScheduleOptions {
   int64_t prefetch = 1;
   bool defer_reduce_scatter = true;
-  int64_t memory_limit = 0;  // bytes; 0 = none
+  int64_t memory_limit = 0;  // bytes; 0 = none; -1 = the input's estimated peak
 };
 
 // Statistics: prefetched, prefetch-lowered, waits-deferred, defer-skipped-memory, moved-nodes,
-// memory-peak-before, memory-peak-estimate.
+// memory-peak-before, memory-limit, memory-peak-estimate, blocks.
 bool scheduleCollectives(Graph& g, const ScheduleOptions& opts, PassContext& ctx);
 
 // "80GiB", "512M", "1000000" -> bytes. Throws JfxError on anything else.

@@ -5,6 +5,7 @@
 #include <set>
 
 #include "ir/error.h"
+#include "passes/analysis/blocks.h"
 #include "passes/analysis/fsdp.h"
 #include "passes/analysis/phase.h"
 
@@ -29,47 +30,51 @@ std::string topLevelModule(const std::string& fqn) {
 }
 
 // reshard=default: which chains keep their unsharded value (true) instead of resharding.
-std::vector<bool> keepDecisions(const std::vector<const FsdpUnshardChain*>& chains, int64_t k,
-                                PassContext& ctx) {
+std::vector<bool> keepDecisions(const Graph& g, const std::vector<const FsdpUnshardChain*>& chains,
+                                int64_t k, PassContext& ctx) {
   std::vector<bool> keep(chains.size(), false);
-  std::vector<int64_t> layer(chains.size());
-  std::set<int64_t> layers;
-  const Node* last_layer_gather = nullptr;
+  const BlockAnalysis blocks = analyzeBlocks(g);
+  std::vector<int32_t> block(chains.size(), -1);
+  std::set<int32_t> gathered;
+  const Node* last_block_gather = nullptr;
   for (size_t i = 0; i < chains.size(); ++i) {
-    layer[i] = layerIndexOfFqn(chainFqn(*chains[i]));
-    if (layer[i] < 0) continue;
-    layers.insert(layer[i]);
-    if (!last_layer_gather || last_layer_gather->isBefore(chains[i]->all_gather))
-      last_layer_gather = chains[i]->all_gather;
+    block[i] = blocks.blockOf(chains[i]->param);
+    if (block[i] < 0) continue;
+    gathered.insert(block[i]);
+    if (!last_block_gather || last_block_gather->isBefore(chains[i]->all_gather))
+      last_block_gather = chains[i]->all_gather;
   }
-  if (!layers.empty()) {
-    std::set<int64_t> kept;
-    for (auto it = layers.rbegin(); it != layers.rend() && static_cast<int64_t>(kept.size()) < k;
-         ++it)
+  if (!gathered.empty()) {
+    // The last K blocks in forward order (blocks are ordered by first use).
+    std::set<int32_t> kept;
+    for (auto it = gathered.rbegin();
+         it != gathered.rend() && static_cast<int64_t>(kept.size()) < k; ++it)
       kept.insert(*it);
-    // Non-layer parameters: the tail (after the last layer block) counts with the last block,
-    // the head (everything else, embeddings first) as one block before layers.0.
-    const bool keep_head = k > static_cast<int64_t>(layers.size());
+    // Parameters outside blocks: the tail (gathered after the last block's gathers) counts with
+    // the last block, the head (everything else, embeddings first) as one block before the first.
+    const bool keep_head = k > static_cast<int64_t>(gathered.size());
     int64_t tail = 0;
     for (size_t i = 0; i < chains.size(); ++i) {
-      if (layer[i] >= 0) {
-        keep[i] = kept.count(layer[i]) > 0;
-      } else if (last_layer_gather->isBefore(chains[i]->all_gather)) {
+      if (block[i] >= 0) {
+        keep[i] = kept.count(block[i]) > 0;
+      } else if (last_block_gather->isBefore(chains[i]->all_gather)) {
         keep[i] = k >= 1;
         tail += keep[i];
       } else {
         keep[i] = keep_head;
       }
     }
-    std::string msg = "tag-fsdp: keeping " + std::to_string(kept.size()) + " of " +
-                      std::to_string(layers.size()) + " layer blocks";
+    std::string msg = "tag-fsdp: " + blocks.summary() + "; keeping " + std::to_string(kept.size()) +
+                      " of " + std::to_string(gathered.size()) + " gathered blocks";
     if (!kept.empty())
-      msg += " (layers." + std::to_string(*kept.begin()) + " to layers." +
-             std::to_string(*kept.rbegin()) + ")";
-    ctx.remark(msg + " and " + std::to_string(tail) + " parameter gathers after the last layer");
+      msg += " (" + blocks.blocks[static_cast<size_t>(*kept.begin())].name + " to " +
+             blocks.blocks[static_cast<size_t>(*kept.rbegin())].name + ")";
+    ctx.remark(msg + " and " + std::to_string(tail) + " parameter gathers after the last block");
+    ctx.stat("blocks", static_cast<int64_t>(gathered.size()));
     return keep;
   }
-  // No transformer blocks: top-level modules in order of their first gather.
+  // No blocks: top-level modules in order of their first gather. Said loudly: this is rarely
+  // what a model with repeated layers wants, and it used to pass unnoticed.
   std::vector<std::string> order;
   std::map<std::string, size_t> rank;
   for (const auto* c : chains) {
@@ -79,9 +84,10 @@ std::vector<bool> keepDecisions(const std::vector<const FsdpUnshardChain*>& chai
   const size_t first_kept = order.size() - std::min<size_t>(order.size(), static_cast<size_t>(k));
   for (size_t i = 0; i < chains.size(); ++i)
     keep[i] = rank.at(topLevelModule(chainFqn(*chains[i]))) >= first_kept;
-  ctx.remark("tag-fsdp: no layers.N blocks; keeping the last " +
+  if (!chains.empty())
+    ctx.warn(blocks.noBlocksMessage("tag-fsdp") + "; reshard=default keeps the last " +
              std::to_string(order.size() - first_kept) + " of " + std::to_string(order.size()) +
-             " top-level modules");
+             " top-level modules instead");
   return keep;
 }
 
@@ -106,7 +112,7 @@ bool TagFsdpPass::run(Graph& g, PassContext& ctx) {
     if (phases.isForwardOrLoss(c.all_gather)) chains.push_back(&c);
 
   std::vector<bool> keep(chains.size(), reshard_ == Reshard::Never);
-  if (reshard_ == Reshard::Default) keep = keepDecisions(chains, keep_last_, ctx);
+  if (reshard_ == Reshard::Default) keep = keepDecisions(g, chains, keep_last_, ctx);
 
   bool changed = false;
   auto tag = [&](Node* n, Recompute r) {

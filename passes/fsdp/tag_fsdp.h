@@ -9,14 +9,15 @@
 // Options:
 //   reshard=always|never|default   (default: default)
 //   keep-last=K                    (default: 1; read by reshard=default only)
-// reshard=default reshards every block except the last K transformer blocks ("layers.N" in the
-// parameter FQN; the K largest N present). Parameters outside layers.N: those gathered after the
-// last layer block (final norm, output projection) count with the last block and are kept when
-// K >= 1, because backward needs them first (torchtitan does the same); the others (embeddings)
-// form one block before layers.0, kept only when K exceeds the number of layer blocks. So K = 0
-// is reshard=always and a K past the depth is reshard=never. A graph with no layers.N at all
-// uses top-level modules (the first FQN component) as blocks, ordered by their first gather, and
-// keeps the last K.
+// reshard=default reshards every block except the last K (blocks: passes/analysis/blocks.h,
+// the repeated indexed submodules such as layers.N, transformer.h.N, stages.M.blocks.N, ordered
+// by first use in forward). Parameters outside blocks: those gathered after the last block's
+// gathers (final norm, output projection) count with the last block and are kept when K >= 1,
+// because backward needs them first (torchtitan does the same); the others (embeddings) form one
+// block before the first, kept only when K exceeds the number of blocks. So K = 0 is
+// reshard=always and a K past the depth is reshard=never. A graph with no block at all uses
+// top-level modules (the first FQN component) as blocks, ordered by their first gather, keeps
+// the last K, and warns.
 //
 // Precedence: a MUST_SAVE or MUST_RECOMPUTE already on a node is the user's decision and wins.
 // A PREFER_SAVE / PREFER_RECOMPUTE is overridden: SAC and full AC put PREFER_* on every op of a

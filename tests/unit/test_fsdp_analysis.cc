@@ -225,14 +225,3 @@ TEST_CASE("fsdp: padding with zeros and an HSDP all-reduce in the gradient chain
   CHECK(a.roleOf(at(g, "ar")) == CollectiveRole::FsdpGradAllReduce);
   CHECK(a.other_collectives.empty());
 }
-
-TEST_CASE("fsdp: layers.N from FQNs", "[fsdp]") {
-  CHECK(layerIndexOfFqn("layers.3.attention.wq.weight") == 3);
-  CHECK(layerIndexOfFqn("model.layers.12.mlp") == 12);
-  CHECK(layerIndexOfFqn("layers.7") == 7);
-  CHECK(layerIndexOfFqn("mylayers.3.w") == -1);
-  CHECK(layerIndexOfFqn("layers.x.w") == -1);
-  CHECK(layerIndexOfFqn("layers.3a.w") == -1);
-  CHECK(layerIndexOfFqn("tok_embeddings.weight") == -1);
-  CHECK(layerIndexOfFqn("") == -1);
-}

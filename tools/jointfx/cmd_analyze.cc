@@ -1,6 +1,7 @@
 // jointfx analyze IN [--json] [--memory-csv FILE] [--top K] [--hardware FILE [--trace FILE]]:
 // what the analyses say about a graph. Sections, in order: graph, phases
-// (passes/analysis/phase.h), fsdp (passes/analysis/fsdp.h), memory (passes/analysis/memory.h),
+// (passes/analysis/phase.h), fsdp (passes/analysis/fsdp.h), blocks (passes/analysis/blocks.h),
+// memory (passes/analysis/memory.h),
 // and with --hardware the timeline simulation (passes/analysis/simulator.h). Exit codes: 0 ok,
 // 1 the graph fails verification (the analyses assume a well-formed graph; --no-verify skips the
 // check), 2 usage or input error.
@@ -18,6 +19,7 @@
 #include <vector>
 
 #include "ir/verifier.h"
+#include "passes/analysis/blocks.h"
 #include "passes/analysis/fsdp.h"
 #include "passes/analysis/memory.h"
 #include "passes/analysis/phase.h"
@@ -135,6 +137,33 @@ void fsdpSection(const Graph& g, const PhaseInfo& phases, const FsdpAnalysis& fs
        << "  other collectives (left alone): " << others.size() << "\n";
 }
 
+// ---- blocks (passes/analysis/blocks.h): what tag-fsdp, bucket and schedule treat as a block
+void blocksSection(const BlockAnalysis& blocks, nlohmann::json& j, std::ostream& text) {
+  nlohmann::json list = nlohmann::json::array();
+  for (const Block& b : blocks.blocks)
+    list.push_back({{"name", b.name},
+                    {"container", b.container},
+                    {"index", b.index},
+                    {"parameters", b.params.size()}});
+  j["blocks"] = {{"containers", blocks.containers},
+                 {"parallel_containers", blocks.parallel_containers},
+                 {"parameters", blocks.parameters},
+                 {"parameters_in_blocks", blocks.parameters_in_blocks},
+                 {"blocks", list}};
+  text << "blocks: " << blocks.summary() << "\n";
+  if (blocks.blocks.empty() && blocks.parameters > 0)
+    text << "  " << blocks.noBlocksMessage("analyze") << "\n";
+  if (!blocks.parallel_containers.empty()) {
+    text << "  side by side inside a block (not blocks):";
+    for (const std::string& c : blocks.parallel_containers)
+      text << " " << c;
+    text << "\n";
+  }
+  for (size_t i = 0; i < blocks.blocks.size(); ++i)
+    text << "  " << i << ": " << blocks.blocks[i].name << " (" << blocks.blocks[i].params.size()
+         << " parameters)\n";
+}
+
 // ---- memory
 void memorySection(const PhaseInfo& phases, const MemoryProfile& mem, nlohmann::json& j,
                    std::ostream& text) {
@@ -208,6 +237,7 @@ int runAnalyze(const AnalyzeArgs& args) {
   graphSection(*g, report, text);
   phaseSection(*g, phases, report, text);
   fsdpSection(*g, phases, fsdp, report, text);
+  blocksSection(analyzeBlocks(*g), report, text);
   memorySection(phases, mem, report, text);
 
   // ---- simulation (passes/analysis/simulator.h): the memory section above already has the peak.

@@ -1,0 +1,291 @@
+#include "passes/analysis/blocks.h"
+
+#include <algorithm>
+#include <climits>
+#include <map>
+#include <set>
+#include <utility>
+
+#include "passes/analysis/phase.h"
+
+namespace jfx {
+namespace {
+
+// An index component of a dotted FQN: the prefix before it ("layers") and its value (3), for
+// every component after the first that is all digits.
+struct IndexAt {
+  size_t prefix_len;  // the container is fqn.substr(0, prefix_len)
+  size_t end;         // the block name is fqn.substr(0, end)
+  int64_t value;
+};
+
+std::vector<IndexAt> indicesOf(std::string_view fqn) {
+  std::vector<IndexAt> out;
+  size_t start = 0;
+  while (start < fqn.size()) {
+    size_t end = fqn.find('.', start);
+    if (end == std::string_view::npos) end = fqn.size();
+    std::string_view part = fqn.substr(start, end - start);
+    bool digits =
+        !part.empty() && part.size() <= 18 &&
+        std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; });
+    if (digits && start > 0) {
+      int64_t v = 0;
+      for (char c : part)
+        v = v * 10 + (c - '0');
+      out.push_back({start - 1, end, v});
+    }
+    start = end + 1;
+  }
+  return out;
+}
+
+// Candidate containers: prefixes followed by at least two distinct integers.
+std::set<std::string> candidateContainers(const std::vector<std::string>& fqns) {
+  std::map<std::string, std::set<int64_t>> ints;
+  for (const std::string& f : fqns)
+    for (const IndexAt& ix : indicesOf(f))
+      ints[f.substr(0, ix.prefix_len)].insert(ix.value);
+  std::set<std::string> out;
+  for (auto& [prefix, values] : ints)
+    if (values.size() >= 2) out.insert(prefix);
+  return out;
+}
+
+// The chosen block of one FQN: innermost non-parallel candidate, else innermost candidate.
+std::pair<std::string, std::string> chooseBlock(
+    std::string_view fqn, const std::set<std::string>& candidates,
+    const std::function<bool(const std::string&)>& parallel) {
+  std::pair<std::string, std::string> inner_any, inner_seq;  // (container, block)
+  for (const IndexAt& ix : indicesOf(fqn)) {
+    std::string prefix(fqn.substr(0, ix.prefix_len));
+    if (!candidates.count(prefix)) continue;
+    std::pair<std::string, std::string> c{prefix, std::string(fqn.substr(0, ix.end))};
+    inner_any = c;
+    if (!parallel || !parallel(prefix)) inner_seq = c;
+  }
+  return inner_seq.first.empty() ? inner_any : inner_seq;
+}
+
+}  // namespace
+
+BlockNaming nameBlocks(const std::vector<std::string>& fqns,
+                       const std::function<bool(const std::string&)>& parallel) {
+  BlockNaming out;
+  std::set<std::string> candidates = candidateContainers(fqns);
+  std::set<std::string> used;
+  out.block_of.reserve(fqns.size());
+  for (const std::string& f : fqns) {
+    auto [container, block] = chooseBlock(f, candidates, parallel);
+    if (!container.empty()) used.insert(container);
+    out.block_of.push_back(block);
+  }
+  out.containers.assign(used.begin(), used.end());
+  return out;
+}
+
+std::string blockNameOf(std::string_view fqn, const std::vector<std::string>& containers) {
+  std::string best;
+  for (const IndexAt& ix : indicesOf(fqn))
+    if (std::binary_search(containers.begin(), containers.end(),
+                           std::string(fqn.substr(0, ix.prefix_len))))
+      best = std::string(fqn.substr(0, ix.end));
+  return best;
+}
+
+int32_t BlockAnalysis::blockOf(const Node* param) const {
+  return param->id() < of_param_.size() ? of_param_[param->id()] : -1;
+}
+
+int32_t BlockAnalysis::blockOfFqn(std::string_view fqn) const {
+  std::string name = blockNameOf(fqn, containers);
+  if (name.empty()) return -1;
+  auto it = by_name_.find(name);
+  return it == by_name_.end() ? -1 : it->second;
+}
+
+std::string BlockAnalysis::summary() const {
+  std::string s = std::to_string(blocks.size()) + " block" + (blocks.size() == 1 ? "" : "s");
+  if (!containers.empty()) {
+    s += " in ";
+    for (size_t i = 0; i < containers.size(); ++i)
+      s += (i ? ", " : "") + containers[i];
+  }
+  if (!blocks.empty()) s += " (" + blocks.front().name + " .. " + blocks.back().name + ")";
+  s += ", " + std::to_string(parameters_in_blocks) + " of " + std::to_string(parameters) +
+       " parameters in blocks";
+  return s;
+}
+
+std::string BlockAnalysis::noBlocksMessage(std::string_view pass) const {
+  return std::string(pass) + ": no repeated blocks among " + std::to_string(parameters) +
+         " parameters (no FQN prefix P with P.<int> for two or more integers)";
+}
+
+BlockAnalysis analyzeBlocks(const Graph& g) {
+  BlockAnalysis a;
+  const std::vector<Node*> order = g.nodes();
+  const size_t n_ids = g.maxId();
+  std::vector<size_t> pos(n_ids, 0);
+  for (size_t i = 0; i < order.size(); ++i)
+    pos[order[i]->id()] = i;
+  PhaseInfo phases = computePhases(g);
+
+  // Parameters and their FQNs.
+  std::vector<Node*> params;
+  std::vector<std::string> fqns;
+  for (Node* n : order)
+    if (n->op() == OpKind::Placeholder && n->inputKind() == InputKind::Parameter) {
+      params.push_back(n);
+      std::string f = n->inputFqn();
+      if (f.empty())
+        for (Node* u : n->users())
+          if (!u->meta().module_fqn.str().empty()) {
+            f = std::string(u->meta().module_fqn.str());
+            break;
+          }
+      fqns.push_back(f.empty() ? n->name() : f);
+    }
+  a.parameters = static_cast<int64_t>(params.size());
+  a.of_param_.assign(n_ids, -1);
+  if (params.empty()) return a;
+
+  // derived[id]: the parameter a node is computed from alone (casts, views, the gather of it),
+  // ignoring input-free factories (padding zeros). Operands precede users: one sweep.
+  std::vector<Node*> derived(n_ids, nullptr);
+  std::vector<int32_t> param_index(n_ids, -1);
+  for (size_t i = 0; i < params.size(); ++i) {
+    derived[params[i]->id()] = params[i];
+    param_index[params[i]->id()] = static_cast<int32_t>(i);
+  }
+  // First compute node (not derived from one parameter) reading each parameter, forward first.
+  std::vector<size_t> first_fwd(params.size(), SIZE_MAX), first_any(params.size(), SIZE_MAX);
+  std::vector<Node*> first_fwd_node(params.size(), nullptr);
+  for (Node* n : order) {
+    if (n->op() != OpKind::CallFunction) continue;
+    Node* sole = nullptr;
+    bool several = false;
+    for (Node* p : n->inputs()) {
+      if (p == sole) continue;
+      if (p->op() == OpKind::CallFunction && p->inputs().empty()) continue;  // factory
+      if (sole) several = true;
+      sole = p;
+    }
+    if (!several && sole && derived[sole->id()]) {
+      derived[n->id()] = derived[sole->id()];
+      continue;
+    }
+    const bool fwd = phases.isForwardOrLoss(n);
+    for (Node* p : n->inputs()) {
+      Node* q = derived[p->id()];
+      if (!q) continue;
+      size_t k = static_cast<size_t>(param_index[q->id()]);
+      first_any[k] = std::min(first_any[k], pos[n->id()]);
+      if (fwd && pos[n->id()] < first_fwd[k]) {
+        first_fwd[k] = pos[n->id()];
+        first_fwd_node[k] = n;
+      }
+    }
+  }
+
+  // Which candidate containers run their blocks one after another.
+  std::set<std::string> candidates = candidateContainers(fqns);
+  std::set<std::string> parallel;
+  {
+    // container -> block index -> (first compute step, node, params)
+    struct Cand {
+      size_t first = SIZE_MAX;
+      Node* node = nullptr;
+      std::vector<size_t> params;
+    };
+    std::map<std::string, std::map<int64_t, Cand>> by_container;
+    for (size_t k = 0; k < params.size(); ++k)
+      for (const IndexAt& ix : indicesOf(fqns[k])) {
+        std::string prefix = fqns[k].substr(0, ix.prefix_len);
+        if (!candidates.count(prefix)) continue;
+        Cand& c = by_container[prefix][ix.value];
+        c.params.push_back(k);
+        if (first_fwd[k] < c.first) {
+          c.first = first_fwd[k];
+          c.node = first_fwd_node[k];
+        }
+      }
+    std::vector<uint8_t> in_prev(params.size(), 0);
+    std::vector<uint32_t> seen(n_ids, 0);
+    uint32_t stamp = 0;
+    for (auto& [container, blocks_map] : by_container) {
+      std::vector<const Cand*> seq;
+      for (auto& [idx, c] : blocks_map)
+        if (c.node) seq.push_back(&c);
+      std::sort(seq.begin(), seq.end(),
+                [](const Cand* x, const Cand* y) { return x->first < y->first; });
+      size_t pairs = 0, chained = 0;
+      for (size_t i = 1; i < seq.size(); ++i) {
+        const Cand& prev = *seq[i - 1];
+        const Cand& cur = *seq[i];
+        ++pairs;
+        for (size_t k : prev.params)
+          in_prev[k] = 1;
+        // Walk back from cur's first compute node over activations (not parameter chains),
+        // never before prev's first compute node: nothing earlier can read prev's parameters.
+        ++stamp;
+        bool found = false;
+        std::vector<Node*> work{cur.node};
+        seen[cur.node->id()] = stamp;
+        while (!work.empty() && !found) {
+          Node* x = work.back();
+          work.pop_back();
+          for (Node* p : x->inputs()) {
+            if (seen[p->id()] == stamp) continue;
+            seen[p->id()] = stamp;
+            if (Node* q = derived[p->id()]) {
+              if (in_prev[static_cast<size_t>(param_index[q->id()])]) found = true;
+              continue;
+            }
+            if (pos[p->id()] < prev.first) continue;
+            work.push_back(p);
+          }
+        }
+        chained += found;
+        for (size_t k : prev.params)
+          in_prev[k] = 0;
+      }
+      if (pairs > 0 && 2 * chained < pairs) parallel.insert(container);
+    }
+  }
+  a.parallel_containers.assign(parallel.begin(), parallel.end());
+
+  BlockNaming naming =
+      nameBlocks(fqns, [&](const std::string& c) { return parallel.count(c) > 0; });
+  a.containers = naming.containers;
+  std::map<std::string, size_t> index_of;  // block name -> position in a.blocks (unsorted)
+  for (size_t k = 0; k < params.size(); ++k) {
+    const std::string& name = naming.block_of[k];
+    if (name.empty()) continue;
+    auto [it, fresh] = index_of.emplace(name, a.blocks.size());
+    if (fresh) {
+      Block b;
+      b.name = name;
+      size_t dot = name.rfind('.');
+      b.container = name.substr(0, dot);
+      b.index = indicesOf(name).back().value;
+      a.blocks.push_back(std::move(b));
+    }
+    Block& b = a.blocks[it->second];
+    b.params.push_back(params[k]);
+    b.first_use = std::min(b.first_use, first_fwd[k] != SIZE_MAX ? first_fwd[k] : first_any[k]);
+    ++a.parameters_in_blocks;
+  }
+  std::sort(a.blocks.begin(), a.blocks.end(), [](const Block& x, const Block& y) {
+    return std::tie(x.first_use, x.container, x.index) <
+           std::tie(y.first_use, y.container, y.index);
+  });
+  for (size_t i = 0; i < a.blocks.size(); ++i) {
+    a.by_name_[a.blocks[i].name] = static_cast<int32_t>(i);
+    for (Node* p : a.blocks[i].params)
+      a.of_param_[p->id()] = static_cast<int32_t>(i);
+  }
+  return a;
+}
+
+}  // namespace jfx

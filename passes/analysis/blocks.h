@@ -1,0 +1,88 @@
+// Block analysis: the repeated indexed submodules of the model, the unit that tag-fsdp reshards,
+// bucket{plan=blocks} buckets, schedule prefetches and `jointfx analyze` prints. One answer for
+// every pass.
+//
+// Rule, on parameter FQNs (the placeholder's FQN; without one the module FQN of its first user;
+// without that its name):
+//  - a *container* is a dotted prefix P such that `P.<int>` starts at least two parameter FQNs
+//    with two distinct integers ("layers", "transformer.h", "model.layers", "encoder.layer",
+//    "stages.0.blocks", "stages");
+//  - a parameter's block is `P.<int>` for the innermost container P on its FQN, so
+//    `stages.0.blocks.3.conv.weight` is in block `stages.0.blocks.3`, not `stages.0`;
+//  - except that a container whose blocks run side by side rather than one after another (the
+//    experts of an MoE layer: each expert reads the layer's input, not the previous expert's
+//    output) gives way to the next container out, when there is one. "One after another" is read
+//    off the graph: the first compute node that reads block k's parameters depends on block
+//    k-1's parameters for at least half of the consecutive pairs;
+//  - blocks are ordered by first use in forward (the first compute node reading one of their
+//    parameters; views, casts and collectives on the parameter itself are not compute).
+// Parameters outside every block are listed apart; each pass attaches them by its own documented
+// rule (tag-fsdp: head and tail of the model; bucket: top-level modules and the head group).
+//
+// Cost: the FQN scan is O(total FQN length x log); the sequential test walks back from each
+// block's first compute node, never past the previous block's first compute node, so each
+// container costs about one pass over the graph: O(N + E) per nesting level.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "ir/graph.h"
+
+namespace jfx {
+
+struct Block {
+  std::string name;           // "layers.3", "transformer.h.0", "stages.0.blocks.3"
+  std::string container;      // "layers", "transformer.h", "stages.0.blocks"
+  int64_t index = 0;          // the integer after the container
+  std::vector<Node*> params;  // placeholder order
+  // Program step of the first forward compute node reading the block's parameters (of any
+  // node, when none is in forward); SIZE_MAX when nothing reads them.
+  size_t first_use = SIZE_MAX;
+};
+
+class BlockAnalysis {
+ public:
+  std::vector<Block> blocks;            // by first use in forward, then name
+  std::vector<std::string> containers;  // the containers that name blocks, sorted
+  // Containers dropped because their blocks run side by side inside an outer block (MoE experts).
+  std::vector<std::string> parallel_containers;
+  int64_t parameters = 0;            // parameter placeholders in the graph
+  int64_t parameters_in_blocks = 0;  // of which inside a block
+
+  // Index into `blocks` of a parameter placeholder's block, or -1.
+  int32_t blockOf(const Node* param) const;
+  // Index into `blocks` of the block a dotted FQN lies in ("layers.3.attention.wq.weight" or the
+  // module "layers.3.attention"), or -1.
+  int32_t blockOfFqn(std::string_view fqn) const;
+  // One line for remarks: "12 blocks in layers (layers.0 .. layers.11), 130 of 147 parameters".
+  std::string summary() const;
+  // The remark a pass gives when there is no block: names what was looked for and what was found.
+  std::string noBlocksMessage(std::string_view pass) const;
+
+ private:
+  friend BlockAnalysis analyzeBlocks(const Graph& g);
+  std::vector<int32_t> of_param_;  // by node id
+  std::unordered_map<std::string, int32_t> by_name_;
+};
+
+BlockAnalysis analyzeBlocks(const Graph& g);
+
+// The naming rule alone, on a set of FQNs (for tests and tools): which containers name blocks and
+// each FQN's block ("" when none). `parallel(container)` marks containers whose blocks run side
+// by side; such a container is used only where no other container encloses the FQN.
+struct BlockNaming {
+  std::vector<std::string> containers;  // sorted
+  std::vector<std::string> block_of;    // per input FQN
+};
+BlockNaming nameBlocks(const std::vector<std::string>& fqns,
+                       const std::function<bool(const std::string&)>& parallel = {});
+
+// The block an FQN lies in among `containers` (innermost), "" when none.
+std::string blockNameOf(std::string_view fqn, const std::vector<std::string>& containers);
+
+}  // namespace jfx
