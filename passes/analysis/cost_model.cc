@@ -88,7 +88,7 @@ HardwareProfile parseHardwareProfile(std::string_view json_text, const std::stri
   json doc;
   try {
     doc = json::parse(json_text.begin(), json_text.end());
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, or out_of_range for a number like 1e400
     SourceLocation loc;
     loc.file = filename;
     throw JfxError(loc, std::string("invalid JSON: ") + e.what());
