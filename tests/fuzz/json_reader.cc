@@ -13,7 +13,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     std::string json = jfx::writeJsonGraph(*g);
     auto again = jfx::readJsonGraph(json, "fuzz-canonical.json");
     if (jfx::writeJsonGraph(*again) != json) jfx::fuzz::bug("canonical JSON does not round-trip");
-    if (jfx::printTextGraph(*again) != text) jfx::fuzz::bug("JSON round trip changed the text form");
+    if (jfx::printTextGraph(*again) != text)
+      jfx::fuzz::bug("JSON round trip changed the text form");
   });
   return 0;
 }

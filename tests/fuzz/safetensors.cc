@@ -1,7 +1,7 @@
 // safetensors reader (runtime/safetensors.cc, torch-free): any file is read or rejected with a
 // JfxError; what is read has in-bounds entries and writes back to a file that reads the same.
-#include "fuzz_common.h"
 #include "runtime/safetensors.h"
+#include "fuzz_common.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   jfx::fuzz::expectOnlyJfxError([&] {

@@ -300,7 +300,6 @@ TEST_CASE("text: hostile input is an error, not a crash", "[format]") {
   CHECK(errorOf(kHead + "%x = aten.f.default(\"\\") != "<no error>");
 }
 
-
 // The scan for a later definition (for the dangling-reference message) read past the end of the
 // buffer when the file ended in a quoted name's backslash. The text sits in a buffer of exactly
 // its size, so the sanitizer build (build-asan/) sees any read beyond it.
