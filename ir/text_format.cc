@@ -468,6 +468,11 @@ class Parser {
       ++p_;
   }
   void skipLine() {
+    if (p_ >= end_) {  // already at the end (also after an error caught mid-token)
+      p_ = line_start_ = end_;
+      ++line_;
+      return;
+    }
     const void* nl = std::memchr(p_, '\n', end_ - p_);
     p_ = nl ? static_cast<const char*>(nl) + 1 : end_;
     line_start_ = p_;
@@ -560,7 +565,7 @@ class Parser {
   void escape(std::string& out) {
     const char* at = p_++;  // the backslash
     char c = p_ < end_ ? *p_ : '\0';
-    ++p_;
+    if (p_ < end_) ++p_;  // a backslash at the end of the text must not move past it
     switch (c) {
       case '"':
         out += '"';

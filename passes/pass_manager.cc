@@ -208,6 +208,8 @@ std::vector<PipelineEntry> loadPipelineFile(const std::string& path) {
   } catch (const nlohmann::json::parse_error& e) {
     throw JfxError({path, 0, 0, "", ""},
                    "invalid JSON at byte " + std::to_string(e.byte) + ": " + e.what());
+  } catch (const nlohmann::json::exception& e) {  // out_of_range: a number like 1e400
+    throw JfxError({path, 0, 0, "", ""}, std::string("invalid JSON: ") + e.what());
   }
   auto fail = [&](const std::string& ptr, const std::string& what) -> JfxError {
     SourceLocation loc;

@@ -81,6 +81,9 @@ std::optional<ScalarType> dtypeFromSafetensorsName(std::string_view name) {
 }
 
 int64_t SafetensorsEntry::numel() const {
+  // parse() checked that the byte count fits, but beside a zero dimension the others may
+  // multiply past int64 on their own ([2^31, 2^31, 2, 0]); the answer is 0 anyway.
+  if (std::find(shape.begin(), shape.end(), 0) != shape.end()) return 0;
   int64_t n = 1;
   for (int64_t d : shape)
     n *= d;

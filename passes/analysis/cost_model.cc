@@ -89,7 +89,7 @@ HardwareProfile parseHardwareProfile(std::string_view json_text, const std::stri
   json doc;
   try {
     doc = json::parse(json_text.begin(), json_text.end());
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, or out_of_range for a number like 1e400
     SourceLocation loc;
     loc.file = filename;
     throw JfxError(loc, std::string("invalid JSON: ") + e.what());
@@ -109,7 +109,11 @@ HardwareProfile parseHardwareProfile(std::string_view json_text, const std::stri
       profileError(filename, "/description", "expected a string");
     hw.description = doc["description"].get<std::string>();
   }
-  hw.gpus_per_node = static_cast<int64_t>(number(doc, "gpus_per_node", filename, "", true));
+  // A count: a fraction would truncate to 0 GPUs, and a huge double does not fit an int64_t.
+  double gpus_per_node = number(doc, "gpus_per_node", filename, "", true);
+  if (gpus_per_node != std::floor(gpus_per_node) || gpus_per_node > (1 << 20))
+    profileError(filename, "/gpus_per_node", "expected a whole number from 1 to 1048576");
+  hw.gpus_per_node = static_cast<int64_t>(gpus_per_node);
   if (!doc.contains("peak_tflops") || !doc["peak_tflops"].is_object())
     profileError(filename, "/peak_tflops", "expected an object of dtype -> TFLOP/s");
   // nlohmann's object iteration is key-sorted, so the table order is deterministic.

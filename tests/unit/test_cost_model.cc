@@ -76,6 +76,20 @@ TEST_CASE("cost model: profile errors name the key", "[sched]") {
   std::string bad_dtype = kProfile;
   bad_dtype.replace(bad_dtype.find("\"float32\""), 9, "\"float33\"");
   CHECK_THROWS_AS(parseHardwareProfile(bad_dtype, "x.json"), JfxError);
+  // A GPU count that is not a whole number, or does not fit an int64_t, is rejected at its key.
+  for (std::string count : {"0.5", "9e94", "1e400"}) {
+    std::string bad_count = kProfile;
+    bad_count.replace(bad_count.find("\"gpus_per_node\": 8"), 18, "\"gpus_per_node\": " + count);
+    try {
+      parseHardwareProfile(bad_count, "count.json");
+      FAIL("expected an error for gpus_per_node " + count);
+    } catch (const JfxError& e) {
+      INFO(e.what());
+      CHECK(std::string(e.what()).find("count.json") != std::string::npos);
+      if (count != "1e400")
+        CHECK(std::string(e.what()).find("/gpus_per_node") != std::string::npos);
+    }
+  }
 }
 
 TEST_CASE("cost model: the shipped hardware profiles load", "[sched]") {

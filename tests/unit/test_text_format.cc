@@ -1,6 +1,7 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <string>
+#include <vector>
 
 #include "ir/error.h"
 #include "ir/hash.h"
@@ -299,6 +300,22 @@ TEST_CASE("text: hostile input is an error, not a crash", "[format]") {
   CHECK(errorOf(kHead + "%x = aten.f.default(\"\\") != "<no error>");
 }
 
+// The scan for a later definition (for the dangling-reference message) read past the end of the
+// buffer when the file ended in a quoted name's backslash. The text sits in a buffer of exactly
+// its size, so the sanitizer build (build-asan/) sees any read beyond it.
+TEST_CASE("text: a dangling reference before a name cut off at a backslash", "[format]") {
+  std::string text = kHead + "%a = aten.neg.default(%b)\n%\"\\";
+  std::vector<char> exact(text.begin(), text.end());
+  std::string e = "<no error>";
+  try {
+    parseTextGraph(std::string_view(exact.data(), exact.size()), "g.jfx");
+  } catch (const JfxError& err) {
+    e = err.what();
+  }
+  INFO(e);
+  CHECK(e.find("g.jfx:2:23") != std::string::npos);
+  CHECK(e.find("undefined node %b") != std::string::npos);
+}
 TEST_CASE("text: kwargs are canonicalized to sorted order", "[format]") {
   auto g = parseTextGraph(kHead +
                               "%x = placeholder\n"
