@@ -26,7 +26,8 @@ struct VerifyOptions {
 // known), collective-wait-pairing (each collective has exactly one wait user, each wait reads a
 // collective), collective-shape (all-gather out dim0 = in dim0 x group_size; reduce-scatter in
 // dim0 = out dim0 x group_size), group-size (equals the header's size for the group),
-// unknown-group, input-info (header inputs vs placeholders).
+// unknown-group, input-info (header inputs vs placeholders), tensor-size (no negative dimension
+// or stride; element count, strides and bytes fit int64: TensorMeta::sizeProblem).
 std::vector<VerifyIssue> verifyGraph(const Graph& g, const VerifyOptions& opts = {});
 
 }  // namespace jfx

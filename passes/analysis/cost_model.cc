@@ -1,12 +1,14 @@
 #include "passes/analysis/cost_model.h"
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
 
 #include "ir/error.h"
+#include "ir/io.h"
 
 namespace jfx {
 namespace {
@@ -89,9 +91,16 @@ HardwareProfile parseHardwareProfile(std::string_view json_text, const std::stri
   try {
     doc = json::parse(json_text.begin(), json_text.end());
   } catch (const json::parse_error& e) {
+    // nlohmann counts bytes from 1 and points just past the offending character.
+    size_t offset = e.byte > 0 ? e.byte - 1 : 0;
+    throw JfxError(
+        locateByte(json_text, offset, filename),
+        "invalid JSON at byte " + std::to_string(offset) + ": " + humanLibraryMessage(e.what()));
+  } catch (const json::exception& e) {
+    // A number out of range (1e400) and the like.
     SourceLocation loc;
     loc.file = filename;
-    throw JfxError(loc, std::string("invalid JSON: ") + e.what());
+    throw JfxError(loc, "invalid JSON: " + humanLibraryMessage(e.what()));
   }
   checkKeys(
       doc,
@@ -108,7 +117,10 @@ HardwareProfile parseHardwareProfile(std::string_view json_text, const std::stri
       profileError(filename, "/description", "expected a string");
     hw.description = doc["description"].get<std::string>();
   }
-  hw.gpus_per_node = static_cast<int64_t>(number(doc, "gpus_per_node", filename, "", true));
+  double gpus = number(doc, "gpus_per_node", filename, "", true);
+  if (!(gpus >= 1 && gpus <= 1e6) || gpus != std::floor(gpus))
+    profileError(filename, "/gpus_per_node", "expected an integer in [1, 1000000]");
+  hw.gpus_per_node = static_cast<int64_t>(gpus);
   if (!doc.contains("peak_tflops") || !doc["peak_tflops"].is_object())
     profileError(filename, "/peak_tflops", "expected an object of dtype -> TFLOP/s");
   // nlohmann's object iteration is key-sorted, so the table order is deterministic.
@@ -156,15 +168,7 @@ HardwareProfile parseHardwareProfile(std::string_view json_text, const std::stri
 }
 
 HardwareProfile loadHardwareProfile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    SourceLocation loc;
-    loc.file = path;
-    throw JfxError(loc, "cannot open hardware profile");
-  }
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return parseHardwareProfile(ss.str(), path);
+  return parseHardwareProfile(readInputFile(path, "hardware profile"), path);
 }
 
 bool CostModel::isFree(const Node& n) {
