@@ -117,10 +117,11 @@ HardwareProfile parseHardwareProfile(std::string_view json_text, const std::stri
       profileError(filename, "/description", "expected a string");
     hw.description = doc["description"].get<std::string>();
   }
-  double gpus = number(doc, "gpus_per_node", filename, "", true);
-  if (!(gpus >= 1 && gpus <= 1e6) || gpus != std::floor(gpus))
-    profileError(filename, "/gpus_per_node", "expected an integer in [1, 1000000]");
-  hw.gpus_per_node = static_cast<int64_t>(gpus);
+  // A count: a fraction would truncate to 0 GPUs, and a huge double does not fit an int64_t.
+  double gpus_per_node = number(doc, "gpus_per_node", filename, "", true);
+  if (gpus_per_node != std::floor(gpus_per_node) || gpus_per_node > (1 << 20))
+    profileError(filename, "/gpus_per_node", "expected a whole number from 1 to 1048576");
+  hw.gpus_per_node = static_cast<int64_t>(gpus_per_node);
   if (!doc.contains("peak_tflops") || !doc["peak_tflops"].is_object())
     profileError(filename, "/peak_tflops", "expected an object of dtype -> TFLOP/s");
   // nlohmann's object iteration is key-sorted, so the table order is deterministic.
