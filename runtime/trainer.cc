@@ -907,11 +907,11 @@ std::string deviceProblem(const std::string& device) {
 std::string preflight(const ExecOptions& o) {
   try {
     auto g = loadGraph(o.graph);
-    if (std::string p = worldSizeProblem(g->processGroups(), g->extraJson(), o.nproc); !p.empty())
-      return p;
     ExecutorOptions eo;
     eo.check_groups = false;  // no groups exist in the launcher
-    Executor ex(*g, eo);
+    Executor ex(*g, eo);      // the graph's own errors first
+    if (std::string p = worldSizeProblem(g->processGroups(), g->extraJson(), o.nproc); !p.empty())
+      return p;
     std::vector<std::string> warnings;
     if (std::string p = checkInputData(*g, ex.inputs(), o, warnings); !p.empty()) return p;
     printWarnings(warnings);

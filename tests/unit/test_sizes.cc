@@ -109,11 +109,11 @@ TEST_CASE("sizes: both readers reject overflowing and negative shapes, located",
   CHECK(errorOf([&] {
           parseTextGraph(head + "%x : f32[9223372036854775807, 2] = placeholder\n", "g.jfx");
         })
-            .find("g.jfx:2:10 (node 'x'): error: shape [9223372036854775807, 2]: the number of "
+            .find("g.jfx:2:9 (node 'x'): error: shape [9223372036854775807, 2]: the number of "
                   "elements overflows int64") != std::string::npos);
   CHECK(errorOf([&] {
           parseTextGraph(head + "%x : f32[-4, 8] = placeholder\n", "g.jfx");
-        }).find("g.jfx:2:10 (node 'x'): error: dimension 0 of shape [-4, 8] is negative") !=
+        }).find("g.jfx:2:9 (node 'x'): error: dimension 0 of shape [-4, 8] is negative") !=
         std::string::npos);
   auto json = [](const std::string& val) {
     return R"({"format": "jointfx.graph", "version": 1, "nodes": [{"name": "x", "op": "placeholder",
