@@ -3,6 +3,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 namespace jfx {
 
@@ -34,5 +35,13 @@ class JfxError : public std::runtime_error {
   SourceLocation loc_;
   std::string message_;
 };
+
+// The line and column (1-based) of byte `offset` (0-based) of `text`, in `file`.
+SourceLocation locateByte(std::string_view text, size_t offset, std::string file);
+
+// A library's exception text made fit for a user: nlohmann's "[json.exception.parse_error.101]
+// parse error at line 1, column 2: " prefix (the caller states the location itself) and
+// c10::Error's C++ backtrace ("Exception raised from ..." onwards) are dropped.
+std::string humanLibraryMessage(std::string_view what);
 
 }  // namespace jfx

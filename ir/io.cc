@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <charconv>
 #include <cstdio>
 #include <cstring>
 #include <vector>
@@ -22,10 +23,30 @@ namespace {
   throw JfxError(loc, what + ": " + std::strerror(err));
 }
 
-std::string readAll(int fd, const std::string& path) {
+[[noreturn]] void pathError(const std::string& path, const std::string& what) {
+  SourceLocation loc;
+  loc.file = path;
+  throw JfxError(loc, what);
+}
+
+uint64_t g_input_limit = kDefaultInputLimitBytes;
+
+std::string mib(uint64_t bytes) {
+  return std::to_string(bytes >> 20) + " MiB";
+}
+
+std::string readAll(int fd, const std::string& path, std::string_view what, bool binary) {
+  const uint64_t limit = g_input_limit;
+  auto tooLarge = [&] {
+    pathError(path, "the " + std::string(what) + " is larger than the input limit of " +
+                        mib(limit) + " (--max-input-mib raises it)");
+  };
   std::string data;
   struct stat st;
-  if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) data.reserve(static_cast<size_t>(st.st_size));
+  if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
+    if (static_cast<uint64_t>(st.st_size) > limit) tooLarge();
+    data.reserve(static_cast<size_t>(st.st_size));
+  }
   char buf[1 << 16];
   for (;;) {
     ssize_t n = ::read(fd, buf, sizeof buf);
@@ -33,6 +54,13 @@ std::string readAll(int fd, const std::string& path) {
     if (n < 0) {
       if (errno == EINTR) continue;
       ioError(path, "cannot read", errno);
+    }
+    if (data.size() + static_cast<uint64_t>(n) > limit) tooLarge();
+    if (!binary) {
+      if (const void* nul = std::memchr(buf, '\0', static_cast<size_t>(n))) {
+        data.append(buf, static_cast<size_t>(static_cast<const char*>(nul) - buf) + 1);
+        break;
+      }
     }
     data.append(buf, static_cast<size_t>(n));
   }
@@ -66,9 +94,37 @@ std::optional<GraphFormat> formatFromPath(const std::string& path) {
   return std::nullopt;
 }
 
+uint64_t inputSizeLimit() {
+  return g_input_limit;
+}
+
+void setInputSizeLimit(uint64_t bytes) {
+  g_input_limit = bytes;
+}
+
+std::string readInputFile(const std::string& path, std::string_view what, bool binary) {
+  if (path == "-") return readAll(STDIN_FILENO, "<stdin>", what, binary);
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) ioError(path, "cannot open the " + std::string(what), errno);
+  struct stat st;
+  if (fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
+    ::close(fd);
+    ioError(path, "cannot read", EISDIR);
+  }
+  std::string data;
+  try {
+    data = readAll(fd, path, what, binary);
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
+  ::close(fd);
+  return data;
+}
+
 std::unique_ptr<Graph> loadGraph(const std::string& path) {
   if (path == "-") {
-    std::string data = readAll(STDIN_FILENO, "<stdin>");
+    std::string data = readInputFile(path, "graph");
     size_t first = data.find_first_not_of(" \t\r\n");
     bool is_json = first != std::string::npos && data[first] == '{';
     return is_json ? readJsonGraph(data, "<stdin>") : parseTextGraph(data, "<stdin>");
@@ -79,21 +135,7 @@ std::unique_ptr<Graph> loadGraph(const std::string& path) {
     loc.file = path;
     throw JfxError(loc, "unknown graph format: expected a .json or .jfx file name");
   }
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) ioError(path, "cannot open", errno);
-  struct stat st;
-  if (fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
-    ::close(fd);
-    ioError(path, "cannot read", EISDIR);
-  }
-  std::string data;
-  try {
-    data = readAll(fd, path);
-  } catch (...) {
-    ::close(fd);
-    throw;
-  }
-  ::close(fd);
+  std::string data = readInputFile(path, "graph");
   return *format == GraphFormat::Json ? readJsonGraph(data, path) : parseTextGraph(data, path);
 }
 
@@ -101,11 +143,80 @@ std::string serializeGraph(const Graph& g, GraphFormat format) {
   return format == GraphFormat::Json ? writeJsonGraph(g) : printTextGraph(g);
 }
 
-void writeFileAtomic(const std::string& path, const std::string& contents) {
-  if (path == "-") {
-    if (!writeAll(STDOUT_FILENO, contents)) ioError("<stdout>", "cannot write", errno);
-    return;
+namespace {
+
+// The descriptor a path names when it is one of this process's standard streams or open files
+// (/dev/stdout, /dev/fd/1, /proc/self/fd/1, ...); -1 otherwise. Writing there must go to the
+// descriptor itself: reopening it would truncate a redirected file or lose an append.
+int descriptorPath(const std::string& path) {
+  if (path == "-" || path == "/dev/stdout") return STDOUT_FILENO;
+  if (path == "/dev/stderr") return STDERR_FILENO;
+  for (std::string_view prefix : {"/dev/fd/", "/proc/self/fd/"}) {
+    if (!path.starts_with(prefix)) continue;
+    std::string_view digits = std::string_view(path).substr(prefix.size());
+    int fd = -1;
+    auto [p, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), fd);
+    if (ec == std::errc() && p == digits.data() + digits.size() && fd >= 0 &&
+        ::fcntl(fd, F_GETFD) != -1)
+      return fd;
   }
+  return -1;
+}
+
+// Follows `path` through symbolic links (the last component, link after link) to the file they
+// finally name, which need not exist yet. The links themselves are never replaced.
+std::string followLinks(const std::string& path) {
+  std::string p = path;
+  for (int hops = 0; hops < 40; ++hops) {
+    struct stat st;
+    if (::lstat(p.c_str(), &st) != 0 || !S_ISLNK(st.st_mode)) return p;
+    std::vector<char> buf(static_cast<size_t>(st.st_size > 0 ? st.st_size : 255) + 1);
+    ssize_t n = ::readlink(p.c_str(), buf.data(), buf.size());
+    if (n < 0) ioError(path, "cannot read the symbolic link", errno);
+    if (static_cast<size_t>(n) == buf.size())
+      pathError(path, "the symbolic link changed while it was read");
+    std::string target(buf.data(), static_cast<size_t>(n));
+    if (target.empty()) pathError(path, "the symbolic link is empty");
+    if (target[0] != '/') {
+      size_t slash = p.rfind('/');
+      if (slash != std::string::npos) target = p.substr(0, slash + 1) + target;
+    }
+    p = std::move(target);
+  }
+  ioError(path, "cannot follow the symbolic link", ELOOP);
+}
+
+void writeToDescriptor(int fd, const std::string& path, const std::string& contents) {
+  if (!writeAll(fd, contents)) ioError(path, "cannot write", errno);
+}
+
+// Opens an existing file and writes it in place: no temporary, no rename. For character devices
+// and FIFOs (no truncation: neither has contents to replace), and for regular files under /dev,
+// /proc and /sys (truncated), which are never replaced by a file of ours.
+void writeInPlace(const std::string& path, const std::string& shown, const std::string& contents,
+                  bool regular) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_NOCTTY | O_CLOEXEC | (regular ? O_TRUNC : 0));
+  if (fd < 0) ioError(shown, "cannot open for writing", errno);
+  struct stat st;
+  if (fstat(fd, &st) != 0 ||
+      !(regular ? S_ISREG(st.st_mode) : S_ISCHR(st.st_mode) || S_ISFIFO(st.st_mode))) {
+    // Replaced by something else between the check and the open: do not write a regular file
+    // in place, which could leave it partial.
+    ::close(fd);
+    pathError(shown, "the output changed while it was opened; not written");
+  }
+  if (!writeAll(fd, contents)) {
+    int err = errno;
+    ::close(fd);
+    ioError(shown, "cannot write", err);
+  }
+  if (::close(fd) != 0) ioError(shown, "cannot write", errno);
+}
+
+// Writes to a temporary file beside `path` and renames it into place. `shown` names the output
+// in errors (the path the user gave, not a link's target).
+void replaceAtomically(const std::string& path, const std::string& shown,
+                       const std::string& contents) {
   // The temporary lives in the target's directory so rename() stays on one file system and is
   // atomic: readers see the old file or the new one, never a partial one.
   size_t slash = path.rfind('/');
@@ -116,12 +227,12 @@ void writeFileAtomic(const std::string& path, const std::string& contents) {
   std::vector<char> tmp(tmpl.begin(), tmpl.end());
   tmp.push_back('\0');
   int fd = ::mkstemp(tmp.data());
-  if (fd < 0) ioError(path, "cannot create a temporary file in '" + dir + "'", errno);
+  if (fd < 0) ioError(shown, "cannot create a temporary file in '" + dir + "'", errno);
   auto fail = [&](const std::string& what) {
     int err = errno;
     ::close(fd);
     ::unlink(tmp.data());
-    ioError(path, what, err);
+    ioError(shown, what, err);
   };
   // mkstemp makes the file 0600; keep an existing target's mode, else the usual 0644.
   struct stat st;
@@ -132,18 +243,52 @@ void writeFileAtomic(const std::string& path, const std::string& contents) {
   if (::close(fd) != 0) {
     int err = errno;
     ::unlink(tmp.data());
-    ioError(path, "cannot write", err);
+    ioError(shown, "cannot write", err);
   }
   if (::rename(tmp.data(), path.c_str()) != 0) {
     int err = errno;
     ::unlink(tmp.data());
-    ioError(path, "cannot replace", err);
+    ioError(shown, "cannot replace", err);
   }
   // Make the rename itself durable; a failure here leaves a complete file, so it is not an error.
   int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dfd >= 0) {
     ::fsync(dfd);
     ::close(dfd);
+  }
+}
+
+}  // namespace
+
+void writeFileAtomic(const std::string& path, const std::string& contents) {
+  if (int fd = descriptorPath(path); fd >= 0) {
+    writeToDescriptor(fd, path == "-" ? "<stdout>" : path, contents);
+    return;
+  }
+  if (path.empty()) pathError("<output>", "empty output path");
+  std::string target = followLinks(path);
+  struct stat st;
+  if (::stat(target.c_str(), &st) != 0) {
+    if (errno != ENOENT) ioError(path, "cannot write", errno);
+    replaceAtomically(target, path, contents);  // a new file
+    return;
+  }
+  // A system directory holds device nodes and kernel files, never an output of ours: whatever
+  // sits there (even a regular file where /dev/null should be) is written in place.
+  const bool system_dir =
+      target.starts_with("/dev/") || target.starts_with("/proc/") || target.starts_with("/sys/");
+  if (S_ISREG(st.st_mode) && !system_dir) {
+    replaceAtomically(target, path, contents);
+  } else if (S_ISREG(st.st_mode) || S_ISCHR(st.st_mode) || S_ISFIFO(st.st_mode)) {
+    writeInPlace(target, path, contents, S_ISREG(st.st_mode));
+  } else if (S_ISDIR(st.st_mode)) {
+    ioError(path, "cannot write", EISDIR);
+  } else {
+    pathError(path, std::string("refusing to write to a ") +
+                        (S_ISSOCK(st.st_mode)  ? "socket"
+                         : S_ISBLK(st.st_mode) ? "block device"
+                                               : "special file") +
+                        " (outputs go to regular files, character devices or FIFOs)");
   }
 }
 

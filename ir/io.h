@@ -1,9 +1,11 @@
 // Reading and writing graph files by extension; atomic writes.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "ir/graph.h"
 
@@ -13,12 +15,33 @@ enum class GraphFormat { Json, Text };
 
 // ".json" -> Json, ".jfx" -> Text; nullopt otherwise.
 std::optional<GraphFormat> formatFromPath(const std::string& path);
+// Inputs larger than this are refused (graphs, pipeline and hardware files, safetensors), so a
+// wrong path such as /dev/zero or a runaway pipe ends with a clear error instead of exhausting
+// memory. Default kDefaultInputLimitBytes; `jointfx --max-input-mib` changes it.
+constexpr uint64_t kDefaultInputLimitBytes = uint64_t{2} << 30;  // 2 GiB
+uint64_t inputSizeLimit();
+void setInputSizeLimit(uint64_t bytes);
+
+// Reads a whole input file ("-" reads stdin) up to inputSizeLimit(); `what` names it in errors
+// ("graph", "pipeline file"). Text inputs (`binary` false) stop at the first chunk that holds a
+// NUL byte, which no text format allows: the data ends just past it, so the parser reports it at
+// once (/dev/zero fails in microseconds, not at the limit). Throws JfxError naming the file.
+std::string readInputFile(const std::string& path, std::string_view what, bool binary = false);
+
 // Reads a file ("-" reads stdin). The format comes from the extension (stdin: sniffed, JSON when
 // the first non-space byte is '{'). Throws JfxError.
 std::unique_ptr<Graph> loadGraph(const std::string& path);
 std::string serializeGraph(const Graph& g, GraphFormat format);
-// Writes to a temporary file beside `path` and renames it into place, so readers never see a
-// partial file and a failure leaves any existing file untouched. "-" writes stdout.
+// Writes an output so that a failure never leaves a partial file and no special file is ever
+// replaced:
+// - "-", /dev/stdout, /dev/stderr, /dev/fd/N, /proc/self/fd/N: written to that descriptor.
+// - A regular file, or a new one: written to a temporary file beside it and renamed into place
+//   (readers see the old file or the new one; a failure leaves the old one untouched).
+// - A symbolic link: its final target is written the same way (atomically when it is a regular
+//   file or does not exist yet); the link stays.
+// - A character device or a FIFO: opened and written directly (a FIFO waits for its reader).
+//   Anything under /dev, /proc or /sys is written in place too, never replaced.
+// - Anything else (a directory, a socket, a block device): refused with an error.
 void writeFileAtomic(const std::string& path, const std::string& contents);
 void saveGraph(const Graph& g, const std::string& path, GraphFormat format);
 

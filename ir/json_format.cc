@@ -236,7 +236,7 @@ class TreeBuilder : public nlohmann::json_sax<json> {
     } catch (const json::exception& e) {
       // Syntax errors arrive through parse_error(); anything else nlohmann throws is still bad
       // input, not a crash.
-      throw JfxError(fileOnly(), std::string("malformed JSON: ") + e.what());
+      throw JfxError(fileOnly(), "malformed JSON: " + humanLibraryMessage(e.what()));
     }
   }
   JView root() const { return JView(&tree_, 0); }
@@ -280,17 +280,19 @@ class TreeBuilder : public nlohmann::json_sax<json> {
     keyRead(std::string_view(tree_.chars).substr(key_off_));
     return true;
   }
-  bool parse_error(std::size_t position, const std::string&,
+  bool parse_error(std::size_t position, const std::string& token,
                    const nlohmann::detail::exception& e) final {
     // nlohmann counts bytes from 1 and points just past the offending character.
     size_t offset = std::min<size_t>(position > 0 ? position - 1 : 0, text_.size());
-    // Drop nlohmann's "[json.exception.parse_error.101] parse error at line 1, column 2: " prefix.
-    std::string detail = e.what();
-    size_t p = detail.find("parse error");
-    if (p != std::string::npos) p = detail.find(": ", p);
-    if (p != std::string::npos) detail = detail.substr(p + 2);
+    // nlohmann's ids (parse_error.101, out_of_range.406 for a number like 1e400) say nothing to
+    // a user: keep the message, say what kind of error it is.
+    std::string detail = humanLibraryMessage(e.what());
+    const bool range = e.id >= 400 && e.id < 500;
+    // A number out of range: point at its first character, not its last.
+    if (range && token.size() <= offset + 1) offset = offset + 1 - token.size();
+    const char* kind = range ? "JSON number out of range" : "JSON syntax error";
     throw JfxError(locate(text_, offset, *filename_),
-                   "JSON syntax error at byte " + std::to_string(offset) + ": " + detail);
+                   std::string(kind) + " at byte " + std::to_string(offset) + ": " + detail);
   }
 
  protected:
@@ -1188,6 +1190,10 @@ class JsonReader : public TreeBuilder {
              std::to_string(t.shape.size()));
     } else {
       t.stride = TensorMeta::contiguousStride(t.shape);
+    }
+    if (std::string problem = t.sizeProblem(); !problem.empty()) {
+      Scope at(this, "shape");
+      fail(problem);
     }
     if (JView d = j.find("device")) {
       Scope at(this, "device");

@@ -931,6 +931,7 @@ class Parser {
       v.kind = ValueMeta::Kind::Tensor;
       TensorMeta& t = v.tensor;
       t.dtype = *dtype;
+      const char* shape_at = p_;
       t.shape = intList('[', ']');
       if (peek('{')) {
         const char* stride_at = p_;
@@ -941,6 +942,7 @@ class Parser {
       } else {
         t.stride = TensorMeta::contiguousStride(t.shape);
       }
+      if (std::string problem = t.sizeProblem(); !problem.empty()) failAt(shape_at, problem);
       t.device = default_device_;
       if (accept('@')) {
         if (peek('"')) {

@@ -2,6 +2,8 @@
 
 #include <array>
 
+#include "ir/checked.h"
+
 namespace jfx {
 namespace {
 
@@ -75,8 +77,12 @@ std::optional<ScalarType> dtypeFromShortName(std::string_view name) {
 int64_t TensorMeta::numel() const {
   int64_t n = 1;
   for (int64_t d : shape)
-    n *= d;
+    n = saturatingMul(n, d > 0 ? d : 0);
   return n;
+}
+
+int64_t TensorMeta::bytes() const {
+  return saturatingMul(numel(), dtypeItemSize(dtype));
 }
 
 std::vector<int64_t> TensorMeta::contiguousStride(const std::vector<int64_t>& shape) {
@@ -84,9 +90,52 @@ std::vector<int64_t> TensorMeta::contiguousStride(const std::vector<int64_t>& sh
   int64_t s = 1;
   for (size_t i = shape.size(); i-- > 0;) {
     stride[i] = s;
-    s *= shape[i] > 1 ? shape[i] : 1;
+    s = saturatingMul(s, shape[i] > 1 ? shape[i] : 1);
   }
   return stride;
+}
+
+std::string TensorMeta::sizeProblem() const {
+  auto dims = [](const std::vector<int64_t>& v) {
+    std::string s = "[";
+    for (size_t i = 0; i < v.size(); ++i)
+      s += (i ? ", " : "") + std::to_string(v[i]);
+    return s + "]";
+  };
+  for (size_t i = 0; i < shape.size(); ++i)
+    if (shape[i] < 0)
+      return "dimension " + std::to_string(i) + " of shape " + dims(shape) + " is negative";
+  for (size_t i = 0; i < stride.size(); ++i)
+    if (stride[i] < 0)
+      return "stride " + std::to_string(i) + " of " + dims(stride) +
+             " is negative (PyTorch has no negative strides)";
+  // Elements, then the row-major strides: both products of dims, each must fit int64.
+  std::optional<int64_t> n = 1;
+  for (int64_t d : shape)
+    if (n) n = checkedMul(*n, d);
+  if (!n) return "shape " + dims(shape) + ": the number of elements overflows int64";
+  std::optional<int64_t> s = 1;
+  for (size_t i = shape.size(); i-- > 1 && s;)
+    s = checkedMul(*s, shape[i] > 1 ? shape[i] : 1);
+  if (!s) return "shape " + dims(shape) + ": the contiguous strides overflow int64";
+  const int64_t item = dtypeItemSize(dtype);
+  if (!checkedMul(*n, item))
+    return "shape " + dims(shape) + " of " + std::string(dtypeName(dtype)) +
+           ": the size in bytes overflows int64";
+  // The storage an explicit stride reaches: 1 + sum((d - 1) * s) elements, as PyTorch's
+  // computeStorageNbytes checks; an empty tensor reaches nothing.
+  if (*n > 0 && stride.size() == shape.size()) {
+    std::optional<int64_t> extent = 1;
+    for (size_t i = 0; i < shape.size() && extent; ++i)
+      if (auto step = checkedMul(shape[i] - 1, stride[i]))
+        extent = checkedAdd(*extent, *step);
+      else
+        extent.reset();
+    if (!extent || !checkedMul(*extent, item))
+      return "shape " + dims(shape) + " with stride " + dims(stride) +
+             ": the storage it spans overflows int64 bytes";
+  }
+  return {};
 }
 
 bool TensorMeta::isContiguous() const {
@@ -100,12 +149,21 @@ int64_t ValueMeta::bytes() const {
     case Kind::List: {
       int64_t b = 0;
       for (const auto& v : items)
-        b += v.bytes();
+        b = saturatingAdd(b, v.bytes());
       return b;
     }
     default:
       return 0;
   }
+}
+
+std::string ValueMeta::sizeProblem() const {
+  if (kind == Kind::Tensor) return tensor.sizeProblem();
+  if (kind != Kind::List) return {};
+  for (size_t i = 0; i < items.size(); ++i)
+    if (std::string p = items[i].sizeProblem(); !p.empty())
+      return "item " + std::to_string(i) + ": " + p;
+  return {};
 }
 
 }  // namespace jfx

@@ -8,6 +8,7 @@
 #include <string_view>
 #include <vector>
 
+#include "ir/checked.h"
 #include "ir/symbol.h"
 
 namespace jfx {
@@ -47,10 +48,18 @@ struct TensorMeta {
   std::vector<int64_t> stride;
   Symbol device;  // "cpu", "cuda:0"; empty when unknown
 
+  // Element count and size in bytes. Both saturate at INT64_MAX and count a negative dimension
+  // as 0, so they are well defined on any meta; readers and the verifier reject the metas where
+  // that matters (sizeProblem).
   int64_t numel() const;
-  int64_t bytes() const { return numel() * dtypeItemSize(dtype); }
+  int64_t bytes() const;
   bool isContiguous() const;
+  // Row-major strides of `shape` (dims of size 0 and 1 count as 1); saturate at INT64_MAX.
   static std::vector<int64_t> contiguousStride(const std::vector<int64_t>& shape);
+  // Why this meta cannot describe a tensor, or "" when it can: a negative dimension or stride,
+  // or an element count, a stride or a size in bytes (including the extent its strides reach)
+  // that does not fit int64. PyTorch rejects the same tensors.
+  std::string sizeProblem() const;
   friend bool operator==(const TensorMeta&, const TensorMeta&) = default;
 };
 
@@ -77,8 +86,11 @@ struct ValueMeta {
     return v;
   }
   bool isTensor() const { return kind == Kind::Tensor; }
-  // Total bytes of every tensor in this value (a tuple sums its members).
+  // Total bytes of every tensor in this value (a tuple sums its members); saturates at INT64_MAX.
   int64_t bytes() const;
+  // The first TensorMeta::sizeProblem() of a tensor in this value ("item 1: ..." inside lists),
+  // or "".
+  std::string sizeProblem() const;
   friend bool operator==(const ValueMeta&, const ValueMeta&) = default;
 };
 

@@ -63,6 +63,8 @@ class Verifier {
     checkOutput();
     checkProcessGroups();
     for (const Node* n = g_.first(); n && !full(); n = n->next()) {
+      // Sizes first: the shape rules below multiply dims, the analyses sum bytes.
+      if (std::string p = n->val().sizeProblem(); !p.empty()) add(n, "tensor-size", p);
       checkArity(n);
       if (n->isCollective()) checkCollective(n);
       if (n->isWait()) checkWait(n);

@@ -28,7 +28,8 @@ struct VerifyOptions {
 // dim0 = out dim0 x group_size), group-size (equals the header's size for the group),
 // unknown-group, input-info (header inputs vs placeholders), output-info, buffer-mutation
 // (buffer_mutation outputs name a buffer input once, match its dtype and shape, and are not
-// combined with in-place writes of the same buffer).
+// combined with in-place writes of the same buffer), tensor-size (no negative dimension or
+// stride; element count, strides and bytes fit int64: TensorMeta::sizeProblem).
 std::vector<VerifyIssue> verifyGraph(const Graph& g, const VerifyOptions& opts = {});
 
 }  // namespace jfx

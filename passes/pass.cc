@@ -1,6 +1,9 @@
 #include "passes/pass.h"
 
 #include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <limits>
 #include <sstream>
 
 #include "ir/error.h"
@@ -17,24 +20,55 @@ namespace {
 }  // namespace
 
 int64_t PassOptions::getInt(const std::string& key, int64_t dflt) {
+  return getInt(key, dflt, kInt64Min, kInt64Max);
+}
+
+int64_t PassOptions::getInt(const std::string& key, int64_t dflt, int64_t lo, int64_t hi) {
   read_.insert(key);
   auto it = values_.find(key);
   if (it == values_.end()) return dflt;
   const std::string& v = it->second;
+  const bool full = lo == kInt64Min && hi == kInt64Max;
+  const std::string range =
+      full ? "an integer"
+           : "an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
   int64_t out = 0;
   auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), out);
-  if (ec != std::errc() || p != v.data() + v.size()) badOption(pass_, key, v, "an integer");
+  if (ec == std::errc::result_out_of_range && p == v.data() + v.size())
+    badOption(pass_, key, v, full ? "an integer that fits 64 bits" : range);
+  if (ec != std::errc() || p != v.data() + v.size()) {
+    // A whole number written as a float (JSON pipeline files turn 2^64 into 1.8e+19): out of
+    // range rather than not a number.
+    double d = 0;
+    auto [q, dec] = std::from_chars(v.data(), v.data() + v.size(), d);
+    if (dec == std::errc() && q == v.data() + v.size() && std::isfinite(d) && d == std::floor(d))
+      badOption(pass_, key, v, full ? "an integer that fits 64 bits" : range);
+    badOption(pass_, key, v, "an integer");
+  }
+  if (out < lo || out > hi) badOption(pass_, key, v, range);
   return out;
 }
 
 double PassOptions::getFloat(const std::string& key, double dflt) {
+  return getFloat(key, dflt, -std::numeric_limits<double>::max(),
+                  std::numeric_limits<double>::max());
+}
+
+double PassOptions::getFloat(const std::string& key, double dflt, double lo, double hi) {
   read_.insert(key);
   auto it = values_.find(key);
   if (it == values_.end()) return dflt;
   const std::string& v = it->second;
   double out = 0;
   auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), out);
+  if (ec == std::errc::result_out_of_range || (ec == std::errc() && !std::isfinite(out)))
+    badOption(pass_, key, v, "a finite number");
   if (ec != std::errc() || p != v.data() + v.size()) badOption(pass_, key, v, "a number");
+  if (out < lo || out > hi) {
+    char buf[96];
+    std::snprintf(buf, sizeof buf, "a number in [%g, %g]", lo, hi);
+    badOption(pass_, key, v, buf);
+  }
   return out;
 }
 

@@ -27,6 +27,10 @@ class PassOptions {
   bool has(const std::string& key) const { return values_.count(key) > 0; }
   int64_t getInt(const std::string& key, int64_t dflt);
   double getFloat(const std::string& key, double dflt);
+  // The same, range-checked: a value outside [lo, hi] (or too large to parse) is an error that
+  // names the pass, the option and the range. Every numeric option should say its range.
+  int64_t getInt(const std::string& key, int64_t dflt, int64_t lo, int64_t hi);
+  double getFloat(const std::string& key, double dflt, double lo, double hi);
   bool getBool(const std::string& key, bool dflt);
   std::string getString(const std::string& key, const std::string& dflt);
   // One of `choices`; anything else is an error listing them.

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "ir/hash.h"
+#include "ir/io.h"
 #include "ir/text_format.h"
 #include "passes/registry.h"
 
@@ -198,18 +199,19 @@ std::vector<PipelineEntry> parsePipeline(std::string_view spec) {
 }
 
 std::vector<PipelineEntry> loadPipelineFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw JfxError({path, 0, 0, "", ""}, "cannot open pipeline file");
-  std::stringstream ss;
-  ss << in.rdbuf();
+  std::string text = readInputFile(path, "pipeline file");
   nlohmann::json doc;
   try {
-    doc = nlohmann::json::parse(ss.str());
+    doc = nlohmann::json::parse(text);
   } catch (const nlohmann::json::parse_error& e) {
-    throw JfxError({path, 0, 0, "", ""},
-                   "invalid JSON at byte " + std::to_string(e.byte) + ": " + e.what());
-  } catch (const nlohmann::json::exception& e) {  // out_of_range: a number like 1e400
-    throw JfxError({path, 0, 0, "", ""}, std::string("invalid JSON: ") + e.what());
+    // nlohmann counts bytes from 1 and points just past the offending character.
+    size_t offset = e.byte > 0 ? e.byte - 1 : 0;
+    throw JfxError(
+        locateByte(text, offset, path),
+        "invalid JSON at byte " + std::to_string(offset) + ": " + humanLibraryMessage(e.what()));
+  } catch (const nlohmann::json::exception& e) {
+    // A number out of range (1e400) and the like.
+    throw JfxError({path, 0, 0, "", ""}, "invalid JSON: " + humanLibraryMessage(e.what()));
   }
   auto fail = [&](const std::string& ptr, const std::string& what) -> JfxError {
     SourceLocation loc;

@@ -41,6 +41,13 @@ std::string validate(const ExecOptions& o) {
       o.debug_fail_mode != "throw")
     return "--debug-fail-mode must be exit, kill, hang or throw";
   if (!(o.lr >= 0) || !std::isfinite(o.lr)) return "--lr must be a finite number >= 0";
+  if (!(o.momentum >= 0) || !std::isfinite(o.momentum))
+    return "--momentum must be a finite number >= 0";
+  if (!(o.weight_decay >= 0) || !std::isfinite(o.weight_decay))
+    return "--weight-decay must be a finite number >= 0";
+  if (!(o.beta1 >= 0 && o.beta1 < 1)) return "--beta1 must be in [0, 1)";
+  if (!(o.beta2 >= 0 && o.beta2 < 1)) return "--beta2 must be in [0, 1)";
+  if (!(o.eps > 0) || !std::isfinite(o.eps)) return "--eps must be a finite number > 0";
   return {};
 }
 
@@ -85,6 +92,10 @@ std::vector<std::string> execArgs(const ExecOptions& o) {
   if (!o.check_meta) a.push_back("--no-check-meta");
   if (o.quiet) a.push_back("--quiet");
   if (o.profile) a.push_back("--profile");
+  // The ranks read the same files under the same input limit (a global option of jointfx).
+  if (inputSizeLimit() != kDefaultInputLimitBytes)
+    add("--max-input-mib", std::to_string(inputSizeLimit() >> 20));
+  if (o.data_checked) a.push_back("--data-checked");
   if (o.debug_fail_rank >= 0) {
     add("--debug-fail-rank", std::to_string(o.debug_fail_rank));
     add("--debug-fail-step", std::to_string(o.debug_fail_step));
@@ -103,6 +114,16 @@ int runExec(const ExecOptions& o) {
       printError("exec", e);
       return kExecInputError;
     }
+    // Once per run: by the launcher, by a single process, or by rank 0 under torchrun.
+    const char* rank_env = std::getenv("RANK");
+    if (o.gloo_threads > 1 && o.device == "cpu" && !o.data_checked &&
+        (!inWorker() || (rank_env && std::string(rank_env) == "0")))
+      std::fprintf(stderr,
+                   "jointfx exec: warning: --gloo-threads %d: LibTorch 2.15's gloo backend "
+                   "corrupts the heap now and then with more than one worker thread per group "
+                   "(a double free between the threads of ProcessGroupGloo::runLoop; "
+                   "docs/executor.md, Limits); results are the same with 1, the default\n",
+                   o.gloo_threads);
     // Started by torchrun or by our own launcher, or a single process: be the rank.
     if (inWorker() || o.nproc == 1) return runRank(o);
 
@@ -113,7 +134,9 @@ int runExec(const ExecOptions& o) {
     }
     LaunchSpec spec;
     spec.exe = selfExecutable();
-    spec.args = execArgs(o);
+    ExecOptions rank_options = o;
+    rank_options.data_checked = true;
+    spec.args = execArgs(rank_options);
     spec.nproc = o.nproc;
     LaunchResult r = launchRanks(spec);
     if (r.exit_code == 0) return kExecOk;
@@ -123,7 +146,7 @@ int runExec(const ExecOptions& o) {
   } catch (const JfxError& e) {
     printError("exec", e.what());
   } catch (const std::exception& e) {
-    printError("exec", e.what());
+    printError("exec", humanLibraryMessage(e.what()));
   }
   return kExecRankFailed;
 }
@@ -467,7 +490,7 @@ int runParity(const ParityOptions& o) {
   } catch (const JfxError& e) {
     printError("parity", e.what());
   } catch (const std::exception& e) {
-    printError("parity", e.what());
+    printError("parity", humanLibraryMessage(e.what()));
   }
   return kExecInputError;
 }

@@ -48,6 +48,9 @@ struct ExecOptions {
   int debug_fail_rank = -1;
   int debug_fail_step = 1;
   std::string debug_fail_mode = "exit";
+  // Set by the launcher for its ranks: it checked --params and --batch once before launching
+  // (runtime/trainer.h, preflight), so the ranks do not read and scan them again.
+  bool data_checked = false;
 };
 
 // Validates `o`, then either runs this process as one rank (RANK/WORLD_SIZE set, or nproc 1) or

@@ -17,6 +17,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "ir/checked.h"
 #include "ir/error.h"
 
 namespace jfx::rt {
@@ -114,6 +115,78 @@ std::vector<ProcessGroupInfo> localizeGroups(const std::vector<ProcessGroupInfo>
     }
   }
   return out;
+}
+
+namespace {
+
+// The mesh's rank count from graph meta {"mesh": {"shape": [...]}}, or 0 when there is none.
+int64_t meshRanks(const std::string& extra_json, std::string* shape_text) {
+  if (extra_json.empty()) return 0;
+  auto meta = nlohmann::json::parse(extra_json, nullptr, /*allow_exceptions=*/false);
+  if (meta.is_discarded() || !meta.is_object()) return 0;
+  auto mesh = meta.find("mesh");
+  if (mesh == meta.end() || !mesh->is_object()) return 0;
+  auto shape = mesh->find("shape");
+  if (shape == mesh->end() || !shape->is_array() || shape->empty()) return 0;
+  int64_t total = 1;
+  std::string text = "[";
+  for (const auto& d : *shape) {
+    if (!d.is_number_integer() || d.get<int64_t>() < 1) return 0;
+    auto t = checkedMul(total, d.get<int64_t>());
+    if (!t) return 0;
+    total = *t;
+    text += (text.size() > 1 ? ", " : "") + std::to_string(d.get<int64_t>());
+  }
+  if (shape_text) *shape_text = text + "]";
+  return total;
+}
+
+std::string ranksText(const std::vector<int64_t>& ranks) {
+  std::string s = "[";
+  for (size_t i = 0; i < ranks.size(); ++i)
+    s += (i ? ", " : "") + std::to_string(ranks[i]);
+  return s + "]";
+}
+
+}  // namespace
+
+int64_t tracedWorldSize(const std::vector<ProcessGroupInfo>& groups,
+                        const std::string& extra_json) {
+  if (int64_t mesh = meshRanks(extra_json, nullptr); mesh > 0) return mesh;
+  int64_t world = 0;
+  for (const ProcessGroupInfo& pg : groups) {
+    world = std::max(world, pg.size);
+    for (int64_t r : pg.ranks)
+      world = std::max(world, r + 1);
+  }
+  return world;
+}
+
+std::string worldSizeProblem(const std::vector<ProcessGroupInfo>& groups,
+                             const std::string& extra_json, int world_size) {
+  std::string mesh_shape;
+  int64_t want = meshRanks(extra_json, &mesh_shape);
+  std::string why;
+  if (want > 0) {
+    why = "its device mesh " + mesh_shape + " has " + std::to_string(want) + " ranks";
+  } else {
+    want = tracedWorldSize(groups, extra_json);
+    if (want == 0) return {};
+    // Name the group that spans the most ranks: the one that sets `want`.
+    for (const ProcessGroupInfo& pg : groups) {
+      int64_t span = pg.size;
+      for (int64_t r : pg.ranks)
+        span = std::max(span, r + 1);
+      if (span != want) continue;
+      why = "process group '" + pg.name + "' has " +
+            (pg.ranks.empty() ? "size " + std::to_string(pg.size) : "ranks " + ranksText(pg.ranks));
+      break;
+    }
+  }
+  if (want == world_size) return {};
+  return "the graph was traced for " + std::to_string(want) + " rank" + (want == 1 ? "" : "s") +
+         " (" + why + "), but the world has " + std::to_string(world_size) + ": run with --nproc " +
+         std::to_string(want) + " (or WORLD_SIZE=" + std::to_string(want) + ")";
 }
 
 struct ProcessGroups::Group {

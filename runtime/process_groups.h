@@ -62,6 +62,18 @@ std::vector<ProcessGroupInfo> localizeGroups(const std::vector<ProcessGroupInfo>
                                              const std::string& extra_json, int rank,
                                              int world_size);
 
+// The world size the graph was traced for: its device mesh's rank count (graph meta "mesh"),
+// else the ranks its process groups span; 0 when the graph has no groups and no mesh (any world
+// fits). `extra_json` is the graph's meta.
+int64_t tracedWorldSize(const std::vector<ProcessGroupInfo>& groups, const std::string& extra_json);
+
+// Empty when a world of `world_size` ranks can run the graph; else an error that names the ranks
+// the graph expects (a larger world leaves ranks outside every group, a smaller one cannot fill
+// them), e.g. "the graph was traced for 2 ranks (process group '0' has ranks [0, 1]), not 3:
+// run with --nproc 2".
+std::string worldSizeProblem(const std::vector<ProcessGroupInfo>& groups,
+                             const std::string& extra_json, int world_size);
+
 class ProcessGroups {
  public:
   // Rendezvous and group creation; blocks until every member of every group this rank belongs to

@@ -91,12 +91,8 @@ int64_t SafetensorsEntry::numel() const {
 }
 
 SafetensorsFile SafetensorsFile::read(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail(path, "cannot open safetensors file");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) fail(path, "read error");
-  return parse(std::move(ss).str(), path);
+  // Capped like every input (ir/io.h): a wrong path such as /dev/zero ends with an error.
+  return parse(readInputFile(path, "safetensors file", /*binary=*/true), path);
 }
 
 SafetensorsFile SafetensorsFile::parse(std::string bytes, const std::string& filename) {

@@ -114,8 +114,9 @@ std::string groupNameOf(const Node* collective) {
 }
 
 // Exclusive upper bound for an integer input: an embedding's row count, or the class count of a
-// loss it is the target of. 0 when the graph does not say.
-int64_t inferIntBound(const Node* ph) {
+// loss it is the target of (unless `embeddings_only`: a loss target may hold its ignore_index).
+// 0 when the graph does not say.
+int64_t inferIntBound(const Node* ph, bool embeddings_only = false) {
   int64_t bound = 0;
   auto take = [&](int64_t b) {
     if (b > 0) bound = bound ? std::min(bound, b) : b;
@@ -131,7 +132,8 @@ int64_t inferIntBound(const Node* ph) {
         if (u->is("aten.embedding.default") && u->numArgs() >= 2 && u->arg(1).node() == n) {
           if (const TensorMeta* w = metaOf(u->arg(0).node()); w && !w->shape.empty())
             take(w->shape[0]);
-        } else if ((u->is("aten.nll_loss_forward.default") || u->is("aten.nll_loss.default") ||
+        } else if (!embeddings_only &&
+                   (u->is("aten.nll_loss_forward.default") || u->is("aten.nll_loss.default") ||
                     u->is("aten.nll_loss2d_forward.default") ||
                     u->is("aten.cross_entropy_loss.default")) &&
                    u->numArgs() >= 2 && u->arg(1).node() == n) {
@@ -144,6 +146,171 @@ int64_t inferIntBound(const Node* ph) {
     frontier = std::move(next);
   }
   return bound;
+}
+
+// ---- data checks before any rank starts (docs/executor.md, "Checks before launch")
+
+std::string namesText(const std::vector<std::string>& names) {
+  std::string s;
+  for (size_t i = 0; i < names.size() && i < 8; ++i)
+    s += (i ? ", " : "") + ("'" + names[i] + "'");
+  if (names.size() > 8) s += ", ... (" + std::to_string(names.size() - 8) + " more)";
+  return s.empty() ? "none" : s;
+}
+
+bool isIntegral(ScalarType t) {
+  switch (t) {
+    case ScalarType::Bool:
+    case ScalarType::UInt8:
+    case ScalarType::Int8:
+    case ScalarType::Int16:
+    case ScalarType::Int32:
+    case ScalarType::Int64:
+    case ScalarType::UInt16:
+    case ScalarType::UInt32:
+    case ScalarType::UInt64:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// A file tensor of dtype `have` for a graph input of dtype `want`: "" when the same; a warning
+// (`*warn` set) for a cast within floating point or within integers, which keeps what the values
+// mean; else an error: float token ids, integer weights, complex for real.
+std::string dtypeMismatch(ScalarType have, ScalarType want, bool* warn) {
+  *warn = false;
+  if (have == want) return {};
+  std::string text = std::string(dtypeName(have)) + " in the file, " +
+                     std::string(dtypeName(want)) + " in the graph";
+  if ((dtypeIsFloatingPoint(have) && dtypeIsFloatingPoint(want)) ||
+      (isIntegral(have) && isIntegral(want))) {
+    *warn = true;
+    return text + "; cast to " + std::string(dtypeName(want));
+  }
+  return text;
+}
+
+int64_t nonFinite(const at::Tensor& t) {
+  if (!t.is_floating_point() || t.numel() == 0) return 0;
+  return t.isfinite().logical_not().sum().item<int64_t>();
+}
+
+// Checks --params and --batch against the graph, and the generated data's integer range, before
+// anything runs: every tensor a graph input needs is there with a shape it fits and a dtype it
+// can take; nothing in a file goes unused without a word; parameters are finite; integer inputs
+// that index an embedding stay inside its rows. Returns the first error ("" when none); appends
+// warnings (casts, unused tensors).
+std::string checkInputData(const Graph& g, const std::vector<GraphInput>& inputs,
+                           const ExecOptions& o, std::vector<std::string>& warnings) {
+  auto phs = g.placeholders();
+  if (phs.size() != inputs.size()) return "placeholder count changed while planning";
+  std::optional<SafetensorsFile> params, batch;
+  if (!o.params.empty()) params = SafetensorsFile::read(o.params);
+  if (!o.batch.empty()) batch = SafetensorsFile::read(o.batch);
+  std::set<std::string> used_params, used_batch;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const GraphInput& in = inputs[i];
+    if (!in.meta.isTensor()) continue;  // reported by the rank with its own message
+    const TensorMeta& m = in.meta.tensor;
+    const bool weight = in.kind == InputKind::Parameter || in.kind == InputKind::Buffer;
+    if (in.kind == InputKind::Parameter && !dtypeIsFloatingPoint(m.dtype))
+      return "parameter '" + in.fqn + "' (input '" + in.name + "') is " +
+             std::string(dtypeName(m.dtype)) +
+             " in the graph; only floating-point parameters can be trained";
+    if (weight && params) {
+      const SafetensorsEntry* e = params->find(in.fqn);
+      if (!e) {
+        std::vector<std::string> have;
+        for (const auto& x : params->entries())
+          have.push_back(x.name);
+        return o.params + ": no tensor '" + in.fqn + "' (input '" + in.name + "'); the file has " +
+               namesText(have);
+      }
+      used_params.insert(e->name);
+      bool warn = false;
+      if (std::string d = dtypeMismatch(e->dtype, m.dtype, &warn); !d.empty()) {
+        if (!warn) return o.params + ": tensor '" + in.fqn + "' is " + d;
+        warnings.push_back(o.params + ": tensor '" + in.fqn + "' is " + d);
+      }
+      if (e->shape.size() != m.shape.size())
+        return o.params + ": tensor '" + in.fqn + "' has " + std::to_string(e->shape.size()) +
+               " dimensions, the graph's input '" + in.name + "' " + std::to_string(m.shape.size());
+      if (int64_t bad = nonFinite(readTensor(*params, *e)); bad > 0)
+        return o.params + ": tensor '" + in.fqn + "' holds " + std::to_string(bad) +
+               " NaN or infinite value" + (bad == 1 ? "" : "s") +
+               "; parameters and buffers must be finite";
+    }
+    if (weight) continue;
+    // A user input: from --batch, else generated.
+    const int64_t rows = inferIntBound(phs[i], /*embeddings_only=*/true);
+    if (!batch) {
+      if (rows > 0 && o.int_high > rows && isIntegral(m.dtype))
+        return "--int-high " + std::to_string(o.int_high) + " exceeds the " + std::to_string(rows) +
+               " rows of the embedding input '" + in.name + "' indexes";
+      continue;
+    }
+    const SafetensorsEntry* e = batch->find(in.name);
+    if (!e) {
+      std::vector<std::string> have;
+      for (const auto& x : batch->entries())
+        have.push_back(x.name);
+      return o.batch + ": no tensor '" + in.name + "' (a user input of the graph); the file has " +
+             namesText(have);
+    }
+    used_batch.insert(e->name);
+    bool warn = false;
+    if (std::string d = dtypeMismatch(e->dtype, m.dtype, &warn); !d.empty()) {
+      std::string what = o.batch + ": input '" + in.name + "' is " + d;
+      if (!warn)
+        return what + (isIntegral(m.dtype) ? " (token ids and labels must be integers)" : "");
+      warnings.push_back(what);
+    }
+    // The local batch, or the global one along dim 0 (k local batches).
+    bool fits = e->shape.size() == m.shape.size();
+    for (size_t d = 0; fits && d < m.shape.size(); ++d)
+      fits = d == 0 ? (m.shape[0] > 0 ? e->shape[0] > 0 && e->shape[0] % m.shape[0] == 0
+                                      : e->shape[0] == 0)
+                    : e->shape[d] == m.shape[d];
+    if (!fits) {
+      std::string have = "[", want = "[";
+      for (size_t d = 0; d < e->shape.size(); ++d)
+        have += (d ? ", " : "") + std::to_string(e->shape[d]);
+      for (size_t d = 0; d < m.shape.size(); ++d)
+        want += (d ? ", " : "") + std::to_string(m.shape[d]);
+      return o.batch + ": input '" + in.name + "' has shape " + have + "], not the graph's " +
+             want + "] (or a multiple of it along dim 0)";
+    }
+    at::Tensor t = readTensor(*batch, *e);
+    if (int64_t bad = nonFinite(t); bad > 0)
+      return o.batch + ": input '" + in.name + "' holds " + std::to_string(bad) +
+             " NaN or infinite value" + (bad == 1 ? "" : "s");
+    if (rows > 0 && isIntegral(e->dtype) && t.numel() > 0) {
+      int64_t lo = t.min().item<int64_t>(), hi = t.max().item<int64_t>();
+      if (lo < 0 || hi >= rows)
+        return o.batch + ": input '" + in.name + "' holds " + std::to_string(lo < 0 ? lo : hi) +
+               ", outside [0, " + std::to_string(rows) + "): the rows of the embedding it indexes";
+    }
+  }
+  auto unused = [&](const std::optional<SafetensorsFile>& f, const std::set<std::string>& used,
+                    const std::string& path, const char* what) {
+    if (!f) return;
+    std::vector<std::string> extra;
+    for (const auto& e : f->entries())
+      if (!used.count(e.name)) extra.push_back(e.name);
+    if (!extra.empty())
+      warnings.push_back(path + ": " + std::to_string(extra.size()) + " tensor" +
+                         (extra.size() == 1 ? "" : "s") + " the graph has no " + what +
+                         " for, ignored: " + namesText(extra));
+  };
+  unused(params, used_params, o.params, "parameter or buffer");
+  unused(batch, used_batch, o.batch, "user input");
+  return {};
+}
+
+void printWarnings(const std::vector<std::string>& warnings) {
+  for (const std::string& w : warnings)
+    std::fprintf(stderr, "jointfx exec: warning: %s\n", w.c_str());
 }
 
 // How one parameter or buffer is laid out across ranks.
@@ -299,6 +466,49 @@ void debugFail(const ExecOptions& o, int rank, int step) {
 // `pgs` belongs to the caller so that a failing rank can leave (std::_Exit) without first
 // running c10d destructors that may wait for peers that are gone.
 int runRankImpl(const ExecOptions& o, const DistEnv& env, std::unique_ptr<ProcessGroups>& pgs) {
+  // ---- the watchdog (runtime/watchdog.h), from the first moment: a rank that makes no progress
+  // for the timeout plus a grace for c10d's own error path gives up, whatever it is doing:
+  // loading, the rendezvous (a TCPStore client waits in recv() for a master that accepted the
+  // connection and never answers, whatever its timeout says), a collective, the final barrier.
+  // Progress: each phase passed, and every node the executor finishes.
+  std::atomic<uint64_t> phases{0};
+  std::atomic<int> current_step{0};
+  std::atomic<const Executor*> running{nullptr};
+  const std::string rendezvous_phase = env.master_port ? "the rendezvous at " + env.master_addr +
+                                                             ":" + std::to_string(env.master_port)
+                                                       : std::string("creating the process groups");
+  std::atomic<const char*> phase_name{"loading the graph"};
+  auto enter = [&](const char* what) {
+    phase_name.store(what);
+    phases.fetch_add(1, std::memory_order_relaxed);
+  };
+  std::optional<Watchdog> watchdog;
+  watchdog.emplace(
+      std::chrono::seconds(o.timeout_s + kWatchdogGraceSeconds),
+      [&] {
+        const Executor* x = running.load();
+        return phases.load(std::memory_order_relaxed) + (x ? x->nodesFinished() : 0);
+      },
+      [&, who = env.world_size > 1 ? "rank " + std::to_string(env.rank) + ": "
+                                   : std::string()](double stalled) {
+        const Executor* x = running.load();
+        std::string node = x ? x->runningNode() : std::string();
+        int step = current_step.load();
+        // Before the first step: the phase it is stuck in (the rendezvous, most often).
+        std::string where =
+            step > 0
+                ? "at step " + std::to_string(step) + (node.empty() ? "" : ", in node " + node) +
+                      ", longer than the collective timeout (--timeout-s " +
+                      std::to_string(o.timeout_s) + ")"
+                : std::string("in ") + phase_name.load() + ", longer than --timeout-s " +
+                      std::to_string(o.timeout_s) + " allows";
+        std::fprintf(stderr, "jointfx exec: %sno progress for %.0f s %s; giving up\n", who.c_str(),
+                     stalled, where.c_str());
+        std::fflush(stdout);
+        std::fflush(stderr);
+        std::_Exit(kExecRankFailed);
+      });
+
   // ---- graph, device, groups
   std::unique_ptr<Graph> g;
   try {
@@ -306,6 +516,9 @@ int runRankImpl(const ExecOptions& o, const DistEnv& env, std::unique_ptr<Proces
   } catch (const JfxError& e) {
     inputError(e.what());
   }
+  if (std::string p = worldSizeProblem(g->processGroups(), g->extraJson(), env.world_size);
+      !p.empty())
+    inputError(p);
   if (std::string p = deviceProblem(o.device); !p.empty()) inputError(p);
   c10::Device device = o.device == "cuda"
                            ? c10::Device(c10::kCUDA, static_cast<int8_t>(env.local_rank))
@@ -329,6 +542,7 @@ int runRankImpl(const ExecOptions& o, const DistEnv& env, std::unique_ptr<Proces
   at::set_num_threads(threads);
   at::manual_seed(o.seed);  // random ops in the graph (dropout): same stream on every rank
 
+  enter(rendezvous_phase.c_str());
   try {
     pgs = std::make_unique<ProcessGroups>(
         localizeGroups(g->processGroups(), g->extraJson(), env.rank, env.world_size), env,
@@ -340,6 +554,7 @@ int runRankImpl(const ExecOptions& o, const DistEnv& env, std::unique_ptr<Proces
     inputError(e.message());  // the header does not fit the world
   }
 
+  enter("planning the graph");
   ExecutorOptions eo;
   eo.device = device;
   eo.check_meta = o.check_meta;
@@ -350,6 +565,25 @@ int runRankImpl(const ExecOptions& o, const DistEnv& env, std::unique_ptr<Proces
   } catch (const JfxError& e) {
     inputError(e.what());
   }
+  // The watchdog reads the executor's progress: it stops before the executor goes.
+  struct StopWatchdog {
+    std::optional<Watchdog>& w;
+    ~StopWatchdog() { w.reset(); }
+  } stop_watchdog{watchdog};
+  // Launched by `jointfx exec --nproc N`, the launcher checked the data once for every rank.
+  if (!o.data_checked) {
+    enter("checking the parameters and the batch");
+    std::vector<std::string> warnings;
+    std::string problem;
+    try {
+      problem = checkInputData(*g, ex->inputs(), o, warnings);
+    } catch (const JfxError& e) {
+      inputError(e.what());
+    }
+    if (!problem.empty()) inputError(problem);
+    if (env.rank == 0) printWarnings(warnings);
+  }
+  enter("initializing the parameters");
 
   // ---- inputs and their layouts
   std::vector<Input> inputs;
@@ -548,26 +782,8 @@ int runRankImpl(const ExecOptions& o, const DistEnv& env, std::unique_ptr<Proces
   bool tty = ::isatty(2) != 0;
   ProgressBar bar(leader && (o.progress == "always" || (o.progress == "auto" && tty)), o.steps);
 
-  // ---- the loop, watched (runtime/watchdog.h): a rank that finishes no node and no phase of
-  // a step for the collective timeout plus a grace for c10d's own error path gives up.
-  std::atomic<uint64_t> phases{0};
-  std::atomic<int> current_step{0};
-  std::optional<Watchdog> watchdog;
-  watchdog.emplace(
-      std::chrono::seconds(o.timeout_s + kWatchdogGraceSeconds),
-      [&] { return phases.load(std::memory_order_relaxed) + ex->nodesFinished(); },
-      [&, who = env.world_size > 1 ? "rank " + std::to_string(env.rank) + ": "
-                                   : std::string()](double stalled) {
-        std::string node = ex->runningNode();
-        std::fprintf(stderr,
-                     "jointfx exec: %sno progress for %.0f s at step %d%s, longer than the "
-                     "collective timeout (--timeout-s %d); giving up\n",
-                     who.c_str(), stalled, current_step.load(),
-                     node.empty() ? "" : (", in node " + node).c_str(), o.timeout_s);
-        std::fflush(stdout);
-        std::fflush(stderr);
-        std::_Exit(kExecRankFailed);
-      });
+  // ---- the loop, watched by the watchdog started at the top: every node counts as progress.
+  running.store(ex.get());
   double total_seconds = 0;
   for (int step = 1; step <= o.steps; ++step) {
     current_step = step;
@@ -749,16 +965,18 @@ std::string preflight(const ExecOptions& o) {
     auto g = loadGraph(o.graph);
     ExecutorOptions eo;
     eo.check_groups = false;  // no groups exist in the launcher
-    Executor ex(*g, eo);
-    for (const ProcessGroupInfo& pg : g->processGroups())
-      for (int64_t r : pg.ranks)
-        if (r >= o.nproc)
-          return "process group '" + pg.name + "' needs rank " + std::to_string(r) +
-                 " but --nproc is " + std::to_string(o.nproc);
+    Executor ex(*g, eo);      // the graph's own errors first
+    if (std::string p = worldSizeProblem(g->processGroups(), g->extraJson(), o.nproc); !p.empty())
+      return p;
+    std::vector<std::string> warnings;
+    if (std::string p = checkInputData(*g, ex.inputs(), o, warnings); !p.empty()) return p;
+    printWarnings(warnings);
   } catch (const JfxError& e) {
     return e.what();
+  } catch (const c10::Error& e) {
+    return e.what_without_backtrace();
   } catch (const std::exception& e) {
-    return e.what();
+    return humanLibraryMessage(e.what());
   }
   return {};
 }
@@ -788,7 +1006,7 @@ int runRank(const ExecOptions& o) {
     message = e.what_without_backtrace();
   } catch (const std::exception& e) {
     code = kExecRankFailed;
-    message = e.what();
+    message = humanLibraryMessage(e.what());  // never a C++ backtrace
   }
   if (code != kExecOk) {
     std::fprintf(stderr, "jointfx exec: %s%s\n", who.c_str(), message.c_str());

@@ -3,25 +3,42 @@
 
 usage: bad_inputs.py JOINTFX CORPUS_DIR
 
-1. Every file in CORPUS_DIR/MANIFEST.tsv gets its expected `jointfx verify` exit code and message
-   substring, and no file in the folder is left out of the manifest.
-2. Generated inputs too large to keep as fixtures (deep nesting) get a clean error, not a crash.
+1. Every case in CORPUS_DIR/MANIFEST.tsv gets its expected exit code and message substring (the
+   command is `jointfx verify FILE` unless the case names another), no output anywhere carries a
+   library's raw exception text (nlohmann's "[json.exception...]", a C++ backtrace) or a
+   CLI11 range of hundreds of digits, and no file in the folder is left out of the manifest.
+   inputs/gen_inputs.py still writes the safetensors inputs byte for byte.
+2. Generated inputs too large to keep as fixtures (deep nesting, /dev/zero, over the input
+   limit) get a clean error, not a crash or an exhausted memory.
 3. `opt` and `convert` never overwrite their input, and a failed run leaves an existing output
-   file untouched.
+   file untouched; outputs through symlinks, FIFOs, character devices and /dev/stdout are
+   written, never replaced.
 4. Usage errors (bad pipeline, unknown flag) exit 2.
 """
+import filecmp
 import os
+import re
+import shlex
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
+import threading
 
 TIMEOUT_S = 60
 
 
+# What a user must never see: a library's exception id, a C++ stack, CLI11's full-precision
+# double range (PositiveNumber prints DBL_MAX as 309 digits).
+LEAKS = [re.compile(r"\[json\.exception"), re.compile(r"Exception raised from"),
+         re.compile(r"frame #\d"), re.compile(r"\d{30}")]
+
+
 def run(jointfx, *args, stdin=None):
     p = subprocess.run([jointfx, *args], capture_output=True, text=True, errors="replace",
-                       timeout=TIMEOUT_S, input=stdin)
+                       timeout=TIMEOUT_S, input=stdin if isinstance(stdin, str) else None,
+                       stdin=stdin if not isinstance(stdin, (str, type(None))) else None)
     return p.returncode, p.stdout + p.stderr
 
 
@@ -31,7 +48,7 @@ class Checker:
         self.failures = []
         self.count = 0
 
-    def expect(self, label, args, code, substring, stdin=None):
+    def expect(self, label, args, code, substring, stdin=None, allow_digits=False):
         self.count += 1
         rc, out = run(self.jointfx, *args, stdin=stdin)
         problems = []
@@ -41,6 +58,9 @@ class Checker:
             problems.append(f"exit {rc}, expected {code}")
         if substring not in out:
             problems.append(f"output lacks {substring!r}")
+        for leak in LEAKS[:3] if allow_digits else LEAKS:
+            if leak.search(out):
+                problems.append(f"output leaks /{leak.pattern}/")
         if problems:
             self.failures.append(f"{label}: {'; '.join(problems)}\n    output: {out.strip()[:600]}")
 
@@ -58,29 +78,68 @@ GOOD_GRAPH = """jointfx.graph 1
 """
 
 
-def check_manifest(c, corpus):
+def has_runtime(jointfx):
+    rc, out = run(jointfx, "exec", "no-such-graph.jfx")
+    return "built without the LibTorch runtime" not in out
+
+
+def check_manifest(c, corpus, tmp):
+    """Returns (cases run, cases skipped for want of the runtime)."""
     manifest = os.path.join(corpus, "MANIFEST.tsv")
     listed = set()
+    runtime = None
+    cases = skipped = 0
+    subst = {"{inputs}": os.path.join(corpus, "inputs"), "{tmp}": tmp,
+             "{root}": os.path.abspath(os.path.join(corpus, "..", "..", ".."))}
     with open(manifest, encoding="utf-8") as f:
         for lineno, line in enumerate(f, 1):
             line = line.rstrip("\n")
             if not line or line.startswith("#"):
                 continue
             parts = line.split("\t")
-            if len(parts) != 3:
-                c.check(f"MANIFEST.tsv:{lineno}", False, "expected file<TAB>code<TAB>message")
+            if not 3 <= len(parts) <= 5:
+                c.check(f"MANIFEST.tsv:{lineno}", False,
+                        "expected file<TAB>code<TAB>message[<TAB>command[<TAB>runtime]]")
                 continue
-            name, code, substring = parts
-            listed.add(name)
-            path = os.path.join(corpus, name)
-            if not os.path.exists(path):
-                c.check(name, False, "listed in the manifest but missing")
-                continue
-            c.expect(name, ["verify", path], int(code), substring)
+            name, code, substring = parts[:3]
+            command = parts[3] if len(parts) > 3 and parts[3] else "verify {}"
+            needs_runtime = len(parts) > 4 and parts[4] == "runtime"
+            label = name if name != "-" else command
+            if name != "-":
+                listed.add(name)
+                path = os.path.join(corpus, name)
+                if not os.path.exists(path):
+                    c.check(name, False, "listed in the manifest but missing")
+                    continue
+                subst["{}"] = path
+            if needs_runtime:
+                runtime = has_runtime(c.jointfx) if runtime is None else runtime
+                if not runtime:
+                    skipped += 1
+                    continue
+            args = []
+            for word in shlex.split(command):
+                for k, v in subst.items():
+                    word = word.replace(k, v)
+                args.append(word)
+            cases += 1
+            c.expect(label, args, int(code), substring)
     for name in sorted(os.listdir(corpus)):
+        if os.path.isdir(os.path.join(corpus, name)):
+            continue
         if name not in listed and name not in ("MANIFEST.tsv", "README.md"):
             c.check(name, False, "not listed in MANIFEST.tsv")
-    return len(listed)
+    # The generated inputs are what their script writes today.
+    gen = os.path.join(corpus, "inputs", "gen_inputs.py")
+    fresh = os.path.join(tmp, "gen")
+    os.makedirs(fresh)
+    subprocess.run([sys.executable, gen, fresh], check=True, timeout=TIMEOUT_S)
+    for name in sorted(os.listdir(fresh)):
+        kept = os.path.join(corpus, "inputs", name)
+        c.check(f"inputs/{name} up to date", os.path.exists(kept) and
+                filecmp.cmp(kept, os.path.join(fresh, name), shallow=False),
+                "differs from what inputs/gen_inputs.py writes; rerun it")
+    return cases, skipped
 
 
 def check_generated(c, tmp):
@@ -103,6 +162,46 @@ def check_generated(c, tmp):
     c.expect("stdin, garbage", ["verify", "-"], 2, "error", stdin="\x01\x02 not a graph")
     c.expect("missing file", ["verify", os.path.join(tmp, "nope.json")], 2, "nope.json")
     c.expect("unknown extension", ["verify", os.path.join(tmp, "graph.txt")], 2, "graph.txt")
+
+    # Endless inputs end at once: a NUL byte (no text format has one) stops the read.
+    with open("/dev/zero", "rb") as zero:
+        c.expect("stdin from /dev/zero", ["verify", "-"], 2,
+                 "<stdin>:1:1: error: expected the header line 'jointfx.graph 1', found byte 0x00",
+                 stdin=zero)
+    for ext, message in ((".jfx", "found byte 0x00"), (".json", "JSON syntax error at byte 0")):
+        link = os.path.join(tmp, "zero" + ext)
+        os.symlink("/dev/zero", link)
+        c.expect(f"zero{ext} -> /dev/zero", ["verify", link], 2, link + ":1:1: error: " +
+                 ("expected the header line 'jointfx.graph 1', " if ext == ".jfx" else "") +
+                 message)
+        if ext == ".json":
+            c.expect("zero.json as a pipeline", ["opt", link, "-o", "-", "--pipeline", link], 2,
+                     link + ":1:1: error: invalid JSON at byte 0")
+            c.expect("zero.json as a hardware profile",
+                     ["analyze", os.path.join(os.path.dirname(__file__), "data", "bad", "inputs",
+                                              "good.jfx"), "--hardware", link], 2,
+                     link + ":1:1: error: invalid JSON at byte 0")
+    # ... and a long one at the input limit, which --max-input-mib sets.
+    big = os.path.join(tmp, "big.jfx")
+    with open(big, "w") as f:
+        f.write(GOOD_GRAPH + ("#" * 1023 + "\n") * 2048)
+    c.expect("over --max-input-mib", ["verify", big, "--max-input-mib", "1"], 2,
+             big + ": error: the graph is larger than the input limit of 1 MiB (--max-input-mib "
+             "raises it)")
+    c.expect("--max-input-mib before the subcommand", ["--max-input-mib", "1", "verify", big], 2,
+             "larger than the input limit of 1 MiB")
+    c.expect("under the default limit", ["verify", big], 0, "ok (4 nodes)")
+    c.expect("--max-input-mib 0", ["verify", big, "--max-input-mib", "0"], 2,
+             "--max-input-mib: expected an integer in [1, 16777216], got '0'")
+    yes = subprocess.Popen(["sh", "-c", "while :; do printf '%01024d\\n' 0; done"],
+                           stdout=subprocess.PIPE)
+    try:
+        c.expect("an endless pipe", ["verify", "-", "--max-input-mib", "2"], 2,
+                 "<stdin>: error: the graph is larger than the input limit of 2 MiB",
+                 stdin=yes.stdout)
+    finally:
+        yes.kill()
+        yes.wait()
 
 
 def check_no_overwrite(c, corpus, tmp):
@@ -142,6 +241,79 @@ def check_no_overwrite(c, corpus, tmp):
         c.check("output written", "aten.exp.default" not in f.read(), "dce did not run")
 
 
+def check_output_paths(c, tmp):
+    """Where an output goes when something already sits at its path."""
+    src = os.path.join(tmp, "src.jfx")
+    with open(src, "w") as f:
+        f.write(GOOD_GRAPH)
+    rc, converted = run(c.jointfx, "convert", src, "-o", "-")  # what convert prints for src
+    c.check("convert -o -", rc == 0 and "aten.exp.default" in converted, converted[:200])
+
+    # A symlink to a regular file: the file gets the output, the link stays a link.
+    target = os.path.join(tmp, "target.jfx")
+    with open(target, "w") as f:
+        f.write("old\n")
+    link = os.path.join(tmp, "out_link.jfx")
+    os.symlink("target.jfx", link)
+    c.expect("opt -o symlink", ["opt", src, "-o", link, "--pipeline", "dce"], 0, "")
+    c.check("symlink kept", os.path.islink(link) and os.readlink(link) == "target.jfx",
+            "the link was replaced")
+    with open(target) as f:
+        text = f.read()
+        c.check("symlink target written", "aten.neg.default" in text and
+                "aten.exp.default" not in text, f"target.jfx holds {text[:100]!r}")
+
+    # A symlink to /dev/null (the device itself is never named, so a wrong write could only
+    # replace the link): written, the link and the device stay. Only while /dev/null is the
+    # device: if something else already replaced it, writing through the link is not a test.
+    if not stat.S_ISCHR(os.stat("/dev/null").st_mode):
+        c.check("/dev/null is a character device before the test", False,
+                "it is not (replaced by something else); not writing through it")
+    else:
+        null_link = os.path.join(tmp, "null.jfx")
+        os.symlink("/dev/null", null_link)
+        c.expect("convert -o symlink to /dev/null", ["convert", src, "-o", null_link], 0, "")
+        c.check("/dev/null link kept", os.path.islink(null_link), "the link was replaced")
+        c.check("/dev/null still a character device", stat.S_ISCHR(os.lstat("/dev/null").st_mode),
+                "/dev/null is no longer a character device")
+
+    # A FIFO: written through, never replaced by a regular file.
+    fifo = os.path.join(tmp, "out.fifo")
+    os.mkfifo(fifo)
+    got = []
+    reader = threading.Thread(target=lambda: got.append(open(fifo).read()))
+    reader.start()
+    c.expect("convert -o FIFO", ["convert", src, "-o", fifo, "--format", "text"], 0, "")
+    reader.join(TIMEOUT_S)
+    c.check("FIFO kept", stat.S_ISFIFO(os.lstat(fifo).st_mode), "the FIFO was replaced")
+    c.check("FIFO carried the graph", got == [converted], f"reader got {got!r}")
+
+    # /dev/stdout: the graph arrives on stdout (a pipe here), nothing is replaced.
+    rc, out = run(c.jointfx, "convert", src, "-o", "/dev/stdout", "--format", "text")
+    c.check("convert -o /dev/stdout", rc == 0 and out == converted, f"exit {rc}: {out[:200]!r}")
+    # ... also when stdout is a file: appended through the descriptor, the file not replaced.
+    log = os.path.join(tmp, "stdout.txt")
+    with open(log, "w") as f:
+        f.write("before\n")
+    with open(log, "a") as f:
+        rc = subprocess.run([c.jointfx, "convert", src, "-o", "/dev/stdout", "--format", "text"],
+                            stdout=f, timeout=TIMEOUT_S).returncode
+    with open(log) as f:
+        c.check("-o /dev/stdout into an appended file", rc == 0 and f.read() == "before\n" +
+                converted, "stdout file was truncated or replaced")
+
+    # A directory or a socket: refused, left alone.
+    sock_path = os.path.join(tmp, "out.sock")
+    import socket
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.bind(sock_path)
+        c.expect("convert -o socket", ["convert", src, "-o", sock_path, "--format", "text"], 2,
+                 "refusing to write to a socket")
+        c.check("socket kept", stat.S_ISSOCK(os.lstat(sock_path).st_mode), "socket replaced")
+    leftovers = [n for n in os.listdir(tmp) if ".tmp." in n]
+    c.check("no temporary files left (output paths)", not leftovers, f"found {leftovers}")
+
+
 def check_usage(c, tmp):
     c.expect("no subcommand", [], 2, "A subcommand is required")
     c.expect("unknown flag", ["verify", "--frobnicate", "x.jfx"], 2, "--frobnicate")
@@ -157,17 +329,23 @@ def main():
     c = Checker(jointfx)
     tmp = tempfile.mkdtemp(prefix="jfx_bad_inputs_")
     try:
-        files = check_manifest(c, corpus)
-        check_generated(c, tmp)
+        cases, skipped = check_manifest(c, corpus, tmp)
+        for name, step in (("generated", check_generated), ("paths", check_output_paths)):
+            sub = os.path.join(tmp, name)
+            os.makedirs(sub)
+            step(c, sub)
         check_no_overwrite(c, corpus, tmp)
         check_usage(c, tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    if files < 25:
-        c.check("corpus size", False, f"{files} files; the corpus should keep at least 25")
+    if cases + skipped < 100:
+        c.check("corpus size", False,
+                f"{cases + skipped} cases; the corpus should keep at least 100")
     for failure in c.failures:
         print("FAIL", failure)
-    print(f"{c.count - len(c.failures)}/{c.count} checks passed ({files} corpus files)")
+    print(f"{c.count - len(c.failures)}/{c.count} checks passed ({cases} corpus cases run"
+          + (f", {skipped} skipped: this jointfx has no LibTorch runtime" if skipped else "") +
+          ")")
     return 1 if c.failures else 0
 
 

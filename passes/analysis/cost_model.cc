@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "ir/error.h"
+#include "ir/io.h"
 
 namespace jfx {
 namespace {
@@ -89,10 +90,17 @@ HardwareProfile parseHardwareProfile(std::string_view json_text, const std::stri
   json doc;
   try {
     doc = json::parse(json_text.begin(), json_text.end());
-  } catch (const json::exception& e) {  // parse_error, or out_of_range for a number like 1e400
+  } catch (const json::parse_error& e) {
+    // nlohmann counts bytes from 1 and points just past the offending character.
+    size_t offset = e.byte > 0 ? e.byte - 1 : 0;
+    throw JfxError(
+        locateByte(json_text, offset, filename),
+        "invalid JSON at byte " + std::to_string(offset) + ": " + humanLibraryMessage(e.what()));
+  } catch (const json::exception& e) {
+    // A number out of range (1e400) and the like.
     SourceLocation loc;
     loc.file = filename;
-    throw JfxError(loc, std::string("invalid JSON: ") + e.what());
+    throw JfxError(loc, "invalid JSON: " + humanLibraryMessage(e.what()));
   }
   checkKeys(
       doc,
@@ -180,15 +188,7 @@ HardwareProfile parseHardwareProfile(std::string_view json_text, const std::stri
 }
 
 HardwareProfile loadHardwareProfile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    SourceLocation loc;
-    loc.file = path;
-    throw JfxError(loc, "cannot open hardware profile");
-  }
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return parseHardwareProfile(ss.str(), path);
+  return parseHardwareProfile(readInputFile(path, "hardware profile"), path);
 }
 
 bool CostModel::isFree(const Node& n) {

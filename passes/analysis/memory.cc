@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "ir/checked.h"
+
 namespace jfx {
 namespace {
 
@@ -122,17 +124,19 @@ MemoryProfile analyzeMemory(const Graph& g, const PhaseInfo& phases, const Memor
     const Storage& st = m.storages[s];
     born_next[s] = born_head[st.born];
     born_head[st.born] = static_cast<int32_t>(s);
-    if (st.input) prof.input_bytes += st.bytes;
+    if (st.input) prof.input_bytes = saturatingAdd(prof.input_bytes, st.bytes);
     if (st.pinned) continue;
     die_next[s] = die_head[st.last_use];
     die_head[st.last_use] = static_cast<int32_t>(s);
   }
-  int64_t live = 0;
+  // 128-bit sums: each storage fits int64, their total need not (reported clamped).
+  WideInt wide_live = 0;
   size_t peak_step = 0;
   prof.curve.reserve(n_steps);
   for (size_t t = 0; t < n_steps; ++t) {
     for (int32_t s = born_head[t]; s >= 0; s = born_next[s])
-      live += m.storages[s].bytes;
+      wide_live += m.storages[s].bytes;
+    const int64_t live = clampToInt64(wide_live);
     prof.curve.push_back({order[t], live});
     if (live > prof.peak_bytes || !prof.peak_node) {
       prof.peak_bytes = live;
@@ -142,7 +146,7 @@ MemoryProfile analyzeMemory(const Graph& g, const PhaseInfo& phases, const Memor
     PhasePeak& pp = prof.phase_peaks[static_cast<size_t>(phases.of(order[t]))];
     if (!pp.node || live > pp.bytes) pp = {live, order[t]};
     for (int32_t s = die_head[t]; s >= 0; s = die_next[s])
-      live -= m.storages[s].bytes;
+      wide_live -= m.storages[s].bytes;
   }
 
   if (opts.lifetimes) {

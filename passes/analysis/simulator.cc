@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <unordered_map>
 
+#include "ir/checked.h"
 #include "passes/analysis/memory.h"
 #include "passes/analysis/phase.h"
 
@@ -74,7 +75,8 @@ SimResult simulate(const Graph& g, const CostModel& cost, const SimOptions& opts
       r.streams[s].ops += 1;
       r.comm += dur;
       r.num_collectives += 1;
-      r.collective_bytes += static_cast<int64_t>(CostModel::collectiveBytes(*n));
+      r.collective_bytes =
+          saturatingAdd(r.collective_bytes, saturatingFromDouble(CostModel::collectiveBytes(*n)));
       if (opts.record_trace) r.events.push_back({n, s, start, dur, false});
       continue;
     }

@@ -225,10 +225,11 @@ std::optional<Candidate> Bucketer::candidate(Node* n) {
   if (tin.dtype != tout.dtype) return std::nullopt;
   switch (info.collective) {
     case CollectiveKind::AllGather:
-      if (tout.numel() != tin.numel() * gsize) return std::nullopt;
+      if (tout.numel() != saturatingMul(tin.numel(), gsize)) return std::nullopt;
       break;
     case CollectiveKind::ReduceScatter:
-      if (tin.numel() % gsize != 0 || tout.numel() * gsize != tin.numel()) return std::nullopt;
+      if (tin.numel() % gsize != 0 || saturatingMul(tout.numel(), gsize) != tin.numel())
+        return std::nullopt;
       // Summation order (bucket.h): a gradient whose own reduce-scatter splits its ring chunks
       // off its rank rows cannot keep that order inside a bucket; it stays on its own.
       if (opts_.exact_rs_order && gsize >= 3 &&
@@ -463,7 +464,7 @@ bool Bucketer::run() {
     if (b) {
       if (b->block != c->block)
         reject = "block";
-      else if (opts_.cap_bytes > 0 && b->bytes + c->m.bytes > opts_.cap_bytes)
+      else if (opts_.cap_bytes > 0 && saturatingAdd(b->bytes, c->m.bytes) > opts_.cap_bytes)
         reject = "cap";
       else if (tn[k] == b->id)
         reject = "dependency";
@@ -491,7 +492,7 @@ bool Bucketer::run() {
       b->block = c->block;
       c->m.hoist.clear();
     }
-    b->bytes += c->m.bytes;
+    b->bytes = saturatingAdd(b->bytes, c->m.bytes);
     b->min_hard_use = std::min(b->min_hard_use, c->m.hard_use);
     b->members.push_back(std::move(c->m));
     tn[k] = b->id;
@@ -772,8 +773,9 @@ bool hasFsdpBucketMeta(const Node& n) {
 void BucketPass::configure(PassOptions& options) {
   std::string plan = options.getEnum("plan", {"blocks", "size"}, "blocks");
   opts_.plan = plan == "size" ? BucketOptions::Plan::Size : BucketOptions::Plan::Blocks;
-  int64_t cap_mb = options.getInt("cap-mb", opts_.plan == BucketOptions::Plan::Size ? 64 : 0);
-  if (cap_mb < 0) throw JfxError({}, "pass 'bucket': option 'cap-mb' must be >= 0");
+  // Up to 1 PiB: any real bucket, and far from where cap_mb * 2^20 would overflow.
+  int64_t cap_mb = options.getInt("cap-mb", opts_.plan == BucketOptions::Plan::Size ? 64 : 0, 0,
+                                  int64_t{1} << 30);
   opts_.cap_bytes = cap_mb * 1024 * 1024;
   std::vector<std::string> kinds = options.getList("kinds", {"ag", "rs", "ar"});
   opts_.all_gather = opts_.reduce_scatter = opts_.all_reduce = false;

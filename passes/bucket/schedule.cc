@@ -137,7 +137,7 @@ class Scheduler {
   bool fits(size_t lo, size_t hi, int64_t delta) const {
     if (!tree_ || delta <= 0 || lo >= hi) return true;
     // Also rejects any growth of a region that is over the limit already (the input's own peak).
-    return tree_->max(lo, hi) + delta <= limit_;
+    return saturatingAdd(tree_->max(lo, hi), delta) <= limit_;
   }
   void charge(size_t lo, size_t hi, int64_t delta) {
     if (tree_ && delta > 0) tree_->add(lo, hi, delta);
@@ -400,12 +400,14 @@ int64_t parseByteSize(const std::string& text) {
   }
   if (v < 0)
     throw JfxError({}, "bad byte size '" + text + "' (expected e.g. 80GiB, 512M, 1000000)");
+  // 2^63 bytes and more do not fit int64 (and converting such a double is undefined).
+  if (!(v * mult < 9223372036854775807.0))
+    throw JfxError({}, "byte size '" + text + "' is too large (at most 8 EiB)");
   return static_cast<int64_t>(v * mult);
 }
 
 void SchedulePass::configure(PassOptions& options) {
-  opts_.prefetch = options.getInt("prefetch", 1);
-  if (opts_.prefetch < 0) throw JfxError({}, "pass 'schedule': option 'prefetch' must be >= 0");
+  opts_.prefetch = options.getInt("prefetch", 1, 0, 1000000);
   opts_.defer_reduce_scatter = options.getBool("defer-rs", true);
   std::string limit = options.getString("memory-limit", "input");
   try {

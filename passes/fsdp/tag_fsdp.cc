@@ -96,10 +96,7 @@ std::vector<bool> keepDecisions(const Graph& g, const std::vector<const FsdpUnsh
 void TagFsdpPass::configure(PassOptions& options) {
   std::string r = options.getEnum("reshard", {"always", "never", "default"}, "default");
   reshard_ = r == "always" ? Reshard::Always : r == "never" ? Reshard::Never : Reshard::Default;
-  keep_last_ = options.getInt("keep-last", 1);
-  if (keep_last_ < 0)
-    throw JfxError({}, "pass 'tag-fsdp': option 'keep-last=" + std::to_string(keep_last_) +
-                           "': expected a non-negative integer");
+  keep_last_ = options.getInt("keep-last", 1, 0, 1000000);
 }
 
 bool TagFsdpPass::run(Graph& g, PassContext& ctx) {

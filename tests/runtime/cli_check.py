@@ -3,7 +3,7 @@
 
     cli_check.py [--rc N|nonzero] [--stdout RE]... [--not-stdout RE]... [--stdout-count RE N]
                  [--stderr RE]... [--not-stderr RE]... [--max-seconds T] [--env K=V]...
-                 -- COMMAND ARGS...
+                 [--hold-port] -- COMMAND ARGS...
 
 In COMMAND and ARGS and --env values, {port} becomes a free TCP port on 127.0.0.1 and {tmp} a
 fresh temporary directory (removed afterwards). --max-seconds is for the tests whose behaviour is
@@ -11,6 +11,10 @@ a deadline (a failed rank must stop the others within the collective timeout): t
 it takes longer. Without it there is no time check, only a hang guard: the command is killed
 after 15 minutes (max-seconds + 30 s when given), so a hang fails the test instead of stalling
 the suite.
+
+--hold-port keeps {port} bound and listening for the whole run without ever accepting or
+answering: a rendezvous master that is there and says nothing (the kernel completes the TCP
+handshake on its own, so a client's connect succeeds and its first read waits).
 """
 
 import argparse
@@ -41,6 +45,7 @@ def main() -> int:
     p.add_argument("--not-stderr", action="append", default=[])
     p.add_argument("--max-seconds", type=float, default=None)
     p.add_argument("--env", action="append", default=[])
+    p.add_argument("--hold-port", action="store_true")
     p.add_argument("command", nargs=argparse.REMAINDER)
     a = p.parse_args()
     cmd = a.command[1:] if a.command and a.command[0] == "--" else a.command
@@ -48,7 +53,14 @@ def main() -> int:
         p.error("no command")
 
     tmp = tempfile.mkdtemp(prefix="jfx-cli-")
-    subst = {"{port}": str(free_port()), "{tmp}": tmp}
+    port = free_port()
+    subst = {"{port}": str(port), "{tmp}": tmp}
+    held = None
+    if a.hold_port:
+        held = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        held.bind(("127.0.0.1", port))
+        held.listen(64)
 
     def fill(s: str) -> str:
         for k, v in subst.items():
@@ -70,6 +82,8 @@ def main() -> int:
         out = out if isinstance(out, str) else out.decode(errors="replace")
         err = err if isinstance(err, str) else err.decode(errors="replace")
     elapsed = time.monotonic() - start
+    if held is not None:
+        held.close()
     shutil.rmtree(tmp, ignore_errors=True)
 
     failures = []

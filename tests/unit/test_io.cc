@@ -1,4 +1,7 @@
+#include <fcntl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
@@ -8,6 +11,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <thread>
 
 #include "ir/error.h"
 #include "ir/hash.h"
@@ -160,4 +164,152 @@ TEST_CASE("io: load errors name the file", "[format]") {
   std::ofstream(bad_json) << "{\"format\":\"jointfx.graph\",\"version\":1,\"nodes\":[{]}";
   e = errorOf([&] { loadGraph(bad_json); });
   CHECK(e.rfind(bad_json + ":1:", 0) == 0);
+}
+
+// ---- output paths: what writeFileAtomic does with what already sits at the path
+
+TEST_CASE("io: a symlink to a regular file: the target is replaced atomically, the link stays",
+          "[format][output]") {
+  TempDir dir;
+  std::string target = dir.file("real.jfx");
+  std::string link = dir.file("link.jfx");
+  writeFileAtomic(target, "old\n");
+  ::chmod(target.c_str(), 0640);
+  REQUIRE(::symlink("real.jfx", link.c_str()) == 0);  // relative, resolved against the link
+  writeFileAtomic(link, "new\n");
+  CHECK(fs::is_symlink(link));
+  CHECK(fs::read_symlink(link) == "real.jfx");
+  CHECK(slurp(target) == "new\n");
+  struct stat st;
+  REQUIRE(::stat(target.c_str(), &st) == 0);
+  CHECK((st.st_mode & 0777) == 0640);
+  CHECK(dir.entries() == 2);  // no temporaries left
+
+  // A chain of links, one absolute.
+  std::string link2 = dir.file("link2.jfx");
+  REQUIRE(::symlink(link.c_str(), link2.c_str()) == 0);
+  writeFileAtomic(link2, "newer\n");
+  CHECK(fs::is_symlink(link2));
+  CHECK(fs::is_symlink(link));
+  CHECK(slurp(target) == "newer\n");
+
+  // A dangling link: its target is created, the link stays and now resolves.
+  std::string dangling = dir.file("dangling.jfx");
+  REQUIRE(::symlink("sub/created.jfx", dangling.c_str()) == 0);
+  fs::create_directory(dir.file("sub"));
+  writeFileAtomic(dangling, "created\n");
+  CHECK(fs::is_symlink(dangling));
+  CHECK(slurp(dir.file("sub/created.jfx")) == "created\n");
+
+  // A link loop is an error, and nothing is written.
+  std::string a = dir.file("a.jfx"), b = dir.file("b.jfx");
+  REQUIRE(::symlink(b.c_str(), a.c_str()) == 0);
+  REQUIRE(::symlink(a.c_str(), b.c_str()) == 0);
+  std::string e = errorOf([&] { writeFileAtomic(a, "x"); });
+  CHECK(e.find(a) != std::string::npos);
+  CHECK(fs::is_symlink(a));
+  CHECK(fs::is_symlink(b));
+}
+
+TEST_CASE("io: a FIFO is written to, never replaced", "[format][output]") {
+  TempDir dir;
+  std::string fifo = dir.file("out.fifo");
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  std::string got;
+  // The reader opens the FIFO on its own thread: opening it for writing waits for a reader.
+  std::thread reader([&] { got = slurp(fifo); });
+  writeFileAtomic(fifo, "through the pipe\n");
+  reader.join();
+  CHECK(got == "through the pipe\n");
+  struct stat st;
+  REQUIRE(::lstat(fifo.c_str(), &st) == 0);
+  CHECK(S_ISFIFO(st.st_mode));
+  CHECK(dir.entries() == 1);
+}
+
+TEST_CASE("io: a character device is written to, never replaced", "[format][output]") {
+  // Only through a link in a temporary directory, so the device node itself is never the path
+  // given: if the code were wrong it would replace the link, not /dev/null.
+  TempDir dir;
+  struct stat before;
+  // If something else already replaced /dev/null, writing through it tests nothing: fail first.
+  REQUIRE(::stat("/dev/null", &before) == 0);
+  REQUIRE(S_ISCHR(before.st_mode));
+  std::string link = dir.file("null.jfx");
+  REQUIRE(::symlink("/dev/null", link.c_str()) == 0);
+  writeFileAtomic(link, "discarded\n");
+  struct stat st;
+  REQUIRE(::lstat("/dev/null", &st) == 0);
+  CHECK(S_ISCHR(st.st_mode));
+  CHECK(fs::is_symlink(link));
+  CHECK(dir.entries() == 1);
+}
+
+TEST_CASE("io: standard streams are written, never reopened or replaced", "[format][output]") {
+  // /dev/stdout of this process: redirect fd 1 into a file for the duration.
+  TempDir dir;
+  std::string file = dir.file("captured.txt");
+  std::fflush(stdout);
+  int saved = ::dup(STDOUT_FILENO);
+  int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  REQUIRE(fd >= 0);
+  ::dup2(fd, STDOUT_FILENO);
+  ::close(fd);
+  writeFileAtomic("/dev/stdout", "one\n");
+  writeFileAtomic("-", "two\n");
+  writeFileAtomic("/proc/self/fd/1", "three\n");
+  ::dup2(saved, STDOUT_FILENO);
+  ::close(saved);
+  // Appended through the descriptor: nothing reopened the file (which would have truncated it)
+  // and nothing renamed over it.
+  CHECK(slurp(file) == "one\ntwo\nthree\n");
+  CHECK(dir.entries() == 1);
+}
+
+TEST_CASE("io: other special files are refused", "[format][output]") {
+  TempDir dir;
+  std::string sock = dir.file("s.sock");
+  int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::snprintf(addr.sun_path, sizeof addr.sun_path, "%s", sock.c_str());
+  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  std::string e = errorOf([&] { writeFileAtomic(sock, "x"); });
+  ::close(fd);
+  CHECK(e.find("refusing to write to a socket") != std::string::npos);
+  struct stat st;
+  REQUIRE(::lstat(sock.c_str(), &st) == 0);
+  CHECK(S_ISSOCK(st.st_mode));
+}
+
+// ---- input limits
+
+TEST_CASE("io: inputs over the size limit are refused; NUL bytes end a text input", "[format]") {
+  TempDir dir;
+  std::string path = dir.file("big.jfx");
+  std::ofstream(path) << kGraph << std::string(3 << 20, '#') << "\n";
+  setInputSizeLimit(1 << 20);
+  std::string e = errorOf([&] { loadGraph(path); });
+  setInputSizeLimit(kDefaultInputLimitBytes);
+  CHECK(e == path +
+                 ": error: the graph is larger than the input limit of 1 MiB "
+                 "(--max-input-mib raises it)");
+  CHECK(loadGraph(path)->size() == 3);
+
+  // /dev/zero through a link: stops at the first chunk, the parser names the NUL byte.
+  std::string zero = dir.file("zero.jfx");
+  REQUIRE(::symlink("/dev/zero", zero.c_str()) == 0);
+  e = errorOf([&] { loadGraph(zero); });
+  CHECK(e.find(zero + ":1:1: error: expected the header line 'jointfx.graph 1', found byte 0x00") ==
+        0);
+  std::string zero_json = dir.file("zero.json");
+  REQUIRE(::symlink("/dev/zero", zero_json.c_str()) == 0);
+  e = errorOf([&] { loadGraph(zero_json); });
+  CHECK(e.find(zero_json + ":1:1: error: JSON syntax error at byte 0") == 0);
+  // Binary readers keep NUL bytes.
+  std::string bin = dir.file("b.bin");
+  std::ofstream(bin, std::ios::binary) << std::string("a\0b", 3);
+  CHECK(readInputFile(bin, "file", /*binary=*/true).size() == 3);
+  CHECK(readInputFile(bin, "file").size() == 2);
 }

@@ -24,6 +24,7 @@
 #include "passes/analysis/memory.h"
 #include "passes/analysis/phase.h"
 #include "passes/analysis/simulator.h"
+#include "tools/jointfx/cli_range.h"
 #include "tools/jointfx/cli_util.h"
 
 namespace jfx::cli {
@@ -295,7 +296,7 @@ void addAnalyzeCommand(CLI::App& app, int& exit_code) {
   cmd->add_option("--memory-csv", args->memory_csv,
                   "Write the live-bytes curve (step,node,phase,live_bytes) to this CSV file");
   cmd->add_option("--top", args->top, "Largest live tensors to list at the peak (default 10)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(IntRange(0, 1000000000));
   cmd->add_option("--hardware", args->hardware,
                   "Simulate the step on this hardware profile (configs/hardware/*.json): step "
                   "time, compute, communication, exposed communication");

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "passes/pass_manager.h"
+#include "tools/jointfx/cli_range.h"
 #include "tools/jointfx/cli_util.h"
 
 namespace jfx::cli {
@@ -91,7 +92,7 @@ void addOptCommand(CLI::App& app, int& exit_code) {
   cmd->add_flag("--stats", args->stats, "Print pass statistics to stderr");
   cmd->add_flag("--remarks", args->remarks, "Print pass remarks to stderr");
   cmd->add_option("--stop-after", args->stop_after, "Run only the first N passes (for bisecting)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(IntRange(0, 1000000));
   cmd->callback([args, &exit_code] { exit_code = runOpt(*args); });
 }
 

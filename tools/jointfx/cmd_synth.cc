@@ -124,6 +124,15 @@ void addSynthCommand(CLI::App& app, int& exit_code) {
         cfg.layers = synthLayersForNodes(cfg, args->target_nodes);
       }
       std::unique_ptr<Graph> g = synthLlamaJoint(cfg);
+      // Each dimension is bounded, their products are not: a graph no reader would load is an
+      // error here, not a file.
+      for (const Node* n = g->first(); n; n = n->next())
+        if (std::string p = n->val().sizeProblem(); !p.empty()) {
+          printError("synth", "node '" + n->name() + "': " + p +
+                                  " (the configuration is too large: lower --batch, --seq, "
+                                  "--vocab or --dim)");
+          return;
+        }
       if (!saveOutput("synth", *g, args->output, *format)) return;
     } catch (const JfxError& e) {
       printError("synth", e.message());

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "ir/verifier.h"
+#include "tools/jointfx/cli_range.h"
 #include "tools/jointfx/cli_util.h"
 
 namespace jfx::cli {
@@ -25,7 +26,7 @@ void addVerifyCommand(CLI::App& app, int& exit_code) {
   cmd->add_flag("--one-gather", args->one_gather,
                 "Also require at most one all-gather per parameter per phase");
   cmd->add_option("--max-issues", args->max_issues, "Stop after this many issues")
-      ->check(CLI::PositiveNumber);
+      ->check(IntRange(1, 1000000000));
   cmd->add_flag("-q,--quiet", args->quiet, "Print nothing when the graph verifies");
   cmd->callback([args, &exit_code] {
     std::unique_ptr<Graph> g = loadInput("verify", args->input);

@@ -2,6 +2,8 @@
 #include <exception>
 #include <iostream>
 
+#include "ir/io.h"
+#include "tools/jointfx/cli_range.h"
 #include "tools/jointfx/commands.h"
 
 int main(int argc, char** argv) {
@@ -10,6 +12,15 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "jointfx 0.1 (graph format 1)");
   app.require_subcommand(1);
   app.footer("Exit codes: 0 ok, 1 verification failed, 2 usage or input error.");
+  // Given before or after the subcommand (fallthrough): `jointfx verify g.json --max-input-mib 8`.
+  int64_t max_input_mib = static_cast<int64_t>(jfx::kDefaultInputLimitBytes >> 20);
+  app.add_option("--max-input-mib", max_input_mib,
+                 "Refuse input files (graphs, pipelines, hardware profiles, safetensors) larger "
+                 "than this many MiB (default " +
+                     std::to_string(max_input_mib) + ")")
+      ->check(IntRange(1, int64_t{1} << 24))
+      ->each([](const std::string& v) { jfx::setInputSizeLimit(std::stoull(v) << 20); });
+  app.fallthrough();
   int exit_code = kOk;
   addOptCommand(app, exit_code);
   addVerifyCommand(app, exit_code);
