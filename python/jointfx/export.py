@@ -560,8 +560,8 @@ _ABSENT = object()
 def _warn_no_specs(gm: fx.GraphModule, count: int) -> None:
     import warnings
 
-    has_collectives = any(str(n.target).startswith("_c10d_functional.")
-                          for n in gm.graph.find_nodes(op="call_function")) if count else False
+    has_collectives = any(n.op == "call_function" and target_name(n).startswith("_c10d_functional.")
+                          for n in gm.graph.nodes)
     if has_collectives:
         warnings.warn(
             f"export_graph: no input specs given for a graph with collectives: its {count} "
@@ -710,7 +710,7 @@ def infer_process_groups(gm: fx.GraphModule) -> list[ProcessGroupSpec]:
     default group's numbering); groups it does not know are left out."""
     names: list[str] = []
     for node in gm.graph.nodes:
-        if node.op != "call_function" or not str(node.target).startswith("_c10d_functional."):
+        if node.op != "call_function" or not target_name(node).startswith("_c10d_functional."):
             continue
         for a in [*node.args, *node.kwargs.values()]:
             if isinstance(a, str) and a not in names and a not in ("sum", "avg", "max", "min",
