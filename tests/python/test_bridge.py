@@ -286,3 +286,17 @@ def test_exec_rejects_unsuppliable_input_before_launch(jfx_bin, tmp_path) -> Non
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "input 'arg1_1'" in proc.stderr
     assert "rank" not in proc.stderr  # refused by the launcher, not from inside a rank
+
+
+def test_constants_round_trip_through_text_format(jfx_bin, tmp_path) -> None:
+    from jointfx.export import write_graph
+
+    write_graph(_constant_doc(), tmp_path / "g.json")
+    assert _cli(jfx_bin, "convert", tmp_path / "g.json", "-o", tmp_path / "g.jfx").returncode == 0
+    text = (tmp_path / "g.jfx").read_text()
+    assert 'constant "_tensor_constant0" dtype=float32 shape=[4]' in text
+    assert _cli(jfx_bin, "convert", tmp_path / "g.jfx", "-o", tmp_path / "g2.json").returncode == 0
+    assert (tmp_path / "g.json").read_bytes() == (tmp_path / "g2.json").read_bytes()
+    (tmp_path / "bad.jfx").write_text(text.replace('data="00', 'data="zz'))
+    proc = _cli(jfx_bin, "verify", tmp_path / "bad.jfx")
+    assert proc.returncode == 2 and "bad.jfx:3:" in proc.stderr and "hex" in proc.stderr
