@@ -183,6 +183,10 @@ std::string_view inputKindName(InputKind k) {
       return "buffer";
     case InputKind::UserInput:
       return "user_input";
+    case InputKind::Mesh:
+      return "mesh";
+    case InputKind::Opaque:
+      return "opaque";
   }
   return "none";
 }
@@ -191,6 +195,8 @@ std::optional<InputKind> inputKindFromName(std::string_view s) {
   if (s == "buffer") return InputKind::Buffer;
   if (s == "user_input") return InputKind::UserInput;
   if (s == "none") return InputKind::None;
+  if (s == "mesh") return InputKind::Mesh;
+  if (s == "opaque") return InputKind::Opaque;
   return std::nullopt;
 }
 std::string_view outputKindName(OutputKind k) {
@@ -203,6 +209,10 @@ std::string_view outputKindName(OutputKind k) {
       return "gradient";
     case OutputKind::BufferMutation:
       return "buffer_mutation";
+    case OutputKind::Mesh:
+      return "mesh";
+    case OutputKind::Opaque:
+      return "opaque";
   }
   return "other";
 }
@@ -211,6 +221,8 @@ std::optional<OutputKind> outputKindFromName(std::string_view s) {
   if (s == "loss") return OutputKind::Loss;
   if (s == "gradient") return OutputKind::Gradient;
   if (s == "buffer_mutation") return OutputKind::BufferMutation;
+  if (s == "mesh") return OutputKind::Mesh;
+  if (s == "opaque") return OutputKind::Opaque;
   return std::nullopt;
 }
 
@@ -250,6 +262,12 @@ std::vector<Node*> Node::users() const {
   for (const Use& u : uses_)
     if (std::find(out.begin(), out.end(), u.user) == out.end()) out.push_back(u.user);
   return out;
+}
+
+const ConstantInfo* Graph::findConstant(std::string_view name) const {
+  for (const auto& c : constants_)
+    if (c.name == name) return &c;
+  return nullptr;
 }
 
 const ProcessGroupInfo* Graph::findProcessGroup(std::string_view name) const {
@@ -304,6 +322,7 @@ Node* Graph::cloneBefore(const Node* src, Node* before, const std::function<Node
   n->meta_ = src->meta_;
   n->input_kind_ = src->input_kind_;
   n->input_fqn_ = src->input_fqn_;
+  n->origin_ = src->id_;
   return n;
 }
 

@@ -20,7 +20,9 @@ from jointfx.export import (
     dumps_graph,
     export_graph,
     import_graph,
+    infer_process_groups,
     load_graph,
+    specs_from_traced,
     write_graph,
 )
 from jointfx.passes import PipelineError, graph_pass, pass_names, run_pipeline, run_pipeline_doc
@@ -35,6 +37,8 @@ __all__ = [
     "export_graph",
     "import_graph",
     "load_graph",
+    "infer_process_groups",
+    "specs_from_traced",
     "write_graph",
     "PipelineError",
     "graph_pass",
