@@ -5,6 +5,7 @@ The pure-Python part bridges torch.fx and the C++ library's JSON interchange for
 torch.distributed lazily, so `import jointfx` stays cheap.
 """
 
+from jointfx._version import __version__
 from jointfx.export import (
     ExportError,
     InputSpec,
@@ -17,9 +18,12 @@ from jointfx.export import (
     load_graph,
     write_graph,
 )
+from jointfx.groups import register_process_groups
 from jointfx.passes import PipelineError, graph_pass, pass_names, run_pipeline, run_pipeline_doc
+from jointfx.report import JointfxWarning, StrictCheckError
 
 __all__ = [
+    "__version__",
     "ExportError",
     "InputSpec",
     "Opaque",
@@ -35,4 +39,7 @@ __all__ = [
     "pass_names",
     "run_pipeline",
     "run_pipeline_doc",
+    "register_process_groups",
+    "JointfxWarning",
+    "StrictCheckError",
 ]

@@ -15,6 +15,7 @@ from typing import Any
 import torch.fx as fx
 
 from jointfx.export import dumps_graph, export_graph, import_graph
+from jointfx.report import finish_report
 
 
 class PipelineError(ValueError):
@@ -45,25 +46,33 @@ def run_pipeline(gm: fx.GraphModule, pipeline: str, *, verify: bool = True,
                  process_groups: Sequence[Any] | None = None,
                  inputs: Sequence[Any] | None = None,
                  outputs: Sequence[Any] | None = None,
-                 graph_meta: Mapping[str, Any] | None = None) -> fx.GraphModule:
+                 graph_meta: Mapping[str, Any] | None = None,
+                 strict: bool = False) -> fx.GraphModule:
     """Hands `gm` to the C++ pass manager and returns the transformed GraphModule.
 
     Header arguments (process groups, input kinds/FQNs, output specs) default to what
     import_graph stored on `gm`, so graphs loaded from fixtures need none of them.
+    The report (per-pass statistics and seconds, remarks, findings) is in
+    `new_gm.meta["jointfx_report"]`, logged to the "jointfx" logger and traced for tlparse;
+    findings warn (JointfxWarning), or raise StrictCheckError with `strict` (jointfx.report).
     """
     doc = export_graph(gm, process_groups=process_groups, inputs=inputs, outputs=outputs,
                        graph_meta=graph_meta)
-    new_doc, report = run_pipeline_doc(doc, pipeline, verify=verify)
+    new_doc, report = run_pipeline_doc(doc, pipeline, verify=verify, timing=True)
+    finish_report(report, doc, pipeline, strict=strict)
     new_gm = import_graph(new_doc)
     new_gm.meta["jointfx_report"] = report
     return new_gm
 
 
 def graph_pass(pipeline: str, **export_kwargs: Any) -> Callable[..., fx.GraphModule]:
-    """A GraphTrainer-style pass `(gm, example_inputs, **kwargs) -> gm` running `pipeline`."""
+    """A GraphTrainer-style pass `(gm, example_inputs, **kwargs) -> gm` running `pipeline`.
 
-    def jointfx_pass(gm: fx.GraphModule, example_inputs: Any = None, **kwargs: Any) -> fx.GraphModule:
-        return run_pipeline(gm, pipeline, **{**export_kwargs, **kwargs})
+    `export_kwargs` go to run_pipeline; the keyword arguments a pass list hands every pass
+    (GraphTrainer's `config=...` and the like) are accepted and ignored."""
+
+    def jointfx_pass(gm: fx.GraphModule, example_inputs: Any = None, **_: Any) -> fx.GraphModule:
+        return run_pipeline(gm, pipeline, **export_kwargs)
 
     jointfx_pass.__name__ = f"jointfx[{pipeline}]"
     return jointfx_pass
