@@ -11,8 +11,8 @@ statistics; the remarks log; total seconds) to `finish_report`, which
   becomes a `JointfxWarning` naming what was found and what was expected, or with
   `strict=True` (for CI) a `StrictCheckError`;
 - logs a one-line summary per pass to the logger "jointfx" (INFO; remarks at DEBUG; findings at
-  WARNING), so `logging.basicConfig(level=logging.INFO)` or `TORCH_LOGS="+jointfx"`-style
-  handlers show it;
+  WARNING), shown by `logging.basicConfig(level=logging.INFO)` or any handler on "jointfx"
+  (TORCH_LOGS accepts only torch's own log names, so it does not select this one);
 - emits the whole report as a `jointfx_pipeline` artifact through
   `torch._logging.trace_structured`, so `TORCH_TRACE=<dir>` runs carry it for tlparse next to
   Inductor's own pass artifacts.
@@ -124,4 +124,5 @@ def _trace_structured(report: Mapping[str, Any]) -> None:
         "artifact",
         metadata_fn=lambda: {"name": "jointfx_pipeline", "encoding": "json"},
         payload_fn=lambda: json.dumps(report, sort_keys=True),
+        expect_trace_id=False,  # also outside torch.compile (GraphTrainer, plain calls)
     )
