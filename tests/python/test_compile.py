@@ -9,14 +9,18 @@ Inductor route (JointGraphPass as joint_custom_pre_pass) runs the same tagging w
 
 from __future__ import annotations
 
+import os
 import warnings
 
 import pytest
 import torch
 import torch.fx as fx
 
-torchtitan = pytest.importorskip("torchtitan.experiments.graph_trainer.simple_fsdp",
-                                 reason="torchtitan is not installed: run scripts/setup")
+if os.environ.get("CI") == "true":  # CI installs torchtitan (scripts/setup): absence is a failure
+    import torchtitan.experiments.graph_trainer.simple_fsdp as torchtitan
+else:
+    torchtitan = pytest.importorskip("torchtitan.experiments.graph_trainer.simple_fsdp",
+                                     reason="torchtitan is not installed: run scripts/setup")
 
 
 @pytest.fixture(scope="module")
@@ -95,9 +99,7 @@ def test_min_cut_partitioner_realizes_jointfx_tags(fake_world) -> None:
     assert _all_gathers(tagged["fw"]) == _all_gathers(plain["fw"])
 
 
-@pytest.mark.slow
 def test_inductor_joint_custom_pre_pass(fake_world) -> None:
-    """Marked slow: Inductor compiles C++ kernels for the forward and the backward."""
     import torch._inductor.config as ic
     from torch._inductor.custom_graph_pass import CustomGraphPass
 
