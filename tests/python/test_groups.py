@@ -80,7 +80,9 @@ def _worker(a: argparse.Namespace) -> None:
     doc = load_graph(FIXTURE)
     gm = import_graph(doc)
     inputs = _inputs(doc, gm, load_file(a.params), load_file(a.batch), a.rank, 1, WORLD)
-    new = run_pipeline(gm, str(DEFAULT_PIPELINE))
+    # A second import: run_pipeline may edit the GraphModule it is given in place.
+    new = run_pipeline(import_graph(doc), str(DEFAULT_PIPELINE))
+    assert new is not gm
     before = {p["name"] for p in doc["process_groups"]}
     added = sorted(p["name"] for p in new.meta["jointfx"]["process_groups"]
                    if p["name"] not in before)
