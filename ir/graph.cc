@@ -180,6 +180,10 @@ std::string_view inputKindName(InputKind k) {
       return "buffer";
     case InputKind::UserInput:
       return "user_input";
+    case InputKind::Mesh:
+      return "mesh";
+    case InputKind::Opaque:
+      return "opaque";
   }
   return "none";
 }
@@ -188,6 +192,8 @@ std::optional<InputKind> inputKindFromName(std::string_view s) {
   if (s == "buffer") return InputKind::Buffer;
   if (s == "user_input") return InputKind::UserInput;
   if (s == "none") return InputKind::None;
+  if (s == "mesh") return InputKind::Mesh;
+  if (s == "opaque") return InputKind::Opaque;
   return std::nullopt;
 }
 std::string_view outputKindName(OutputKind k) {
@@ -198,6 +204,10 @@ std::string_view outputKindName(OutputKind k) {
       return "loss";
     case OutputKind::Gradient:
       return "gradient";
+    case OutputKind::Mesh:
+      return "mesh";
+    case OutputKind::Opaque:
+      return "opaque";
   }
   return "other";
 }
@@ -205,6 +215,8 @@ std::optional<OutputKind> outputKindFromName(std::string_view s) {
   if (s == "other") return OutputKind::Other;
   if (s == "loss") return OutputKind::Loss;
   if (s == "gradient") return OutputKind::Gradient;
+  if (s == "mesh") return OutputKind::Mesh;
+  if (s == "opaque") return OutputKind::Opaque;
   return std::nullopt;
 }
 
@@ -219,6 +231,12 @@ std::vector<Node*> Node::users() const {
   for (const Use& u : uses_)
     if (std::find(out.begin(), out.end(), u.user) == out.end()) out.push_back(u.user);
   return out;
+}
+
+const ConstantInfo* Graph::findConstant(std::string_view name) const {
+  for (const auto& c : constants_)
+    if (c.name == name) return &c;
+  return nullptr;
 }
 
 const ProcessGroupInfo* Graph::findProcessGroup(std::string_view name) const {
@@ -273,6 +291,7 @@ Node* Graph::cloneBefore(const Node* src, Node* before, const std::function<Node
   n->meta_ = src->meta_;
   n->input_kind_ = src->input_kind_;
   n->input_fqn_ = src->input_fqn_;
+  n->origin_ = src->id_;
   return n;
 }
 

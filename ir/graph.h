@@ -44,8 +44,11 @@ enum class Recompute : int8_t {
   MustRecompute = 2,
   PreferRecompute = 3
 };
-enum class InputKind : uint8_t { None, Parameter, Buffer, UserInput };
-enum class OutputKind : uint8_t { Other, Loss, Gradient };
+// Mesh: a DeviceMesh (non-tensor; an executor supplies it from its process groups). Opaque: any
+// other non-tensor value (an int, None, an object); its val meta says what it is when known.
+enum class InputKind : uint8_t { None, Parameter, Buffer, UserInput, Mesh, Opaque };
+// Mesh / Opaque: a non-tensor graph output (a gradient's DeviceMesh, an int, None).
+enum class OutputKind : uint8_t { Other, Loss, Gradient, Mesh, Opaque };
 
 std::string_view opKindName(OpKind k);  // "placeholder", "call_function", ...
 std::optional<OpKind> opKindFromName(std::string_view s);
@@ -124,6 +127,12 @@ class Node {
     input_fqn_ = std::move(fqn);
   }
 
+  // The node this one was copied from (Graph::cloneBefore sets it), or kNoOrigin. Bridges use it
+  // to give a new node the source meta of the node it derives from.
+  static constexpr uint32_t kNoOrigin = UINT32_MAX;
+  uint32_t origin() const { return origin_; }
+  void setOrigin(uint32_t id) { origin_ = id; }
+
   Node* next() const { return next_; }
   Node* prev() const { return prev_; }
   bool isDead() const { return dead_; }
@@ -139,6 +148,7 @@ class Node {
 
   Graph* graph_ = nullptr;
   uint32_t id_ = 0;
+  uint32_t origin_ = kNoOrigin;
   OpKind op_ = OpKind::CallFunction;
   bool dead_ = false;
   InputKind input_kind_ = InputKind::None;
@@ -164,6 +174,15 @@ struct ProcessGroupInfo {
   friend bool operator==(const ProcessGroupInfo&, const ProcessGroupInfo&) = default;
 };
 
+// A tensor constant of the graph (a get_attr target's value: a tensor constant or a
+// non-persistent buffer): its meta and its bytes, contiguous, little-endian.
+struct ConstantInfo {
+  std::string name;  // the get_attr target, e.g. "_tensor_constant0"
+  TensorMeta meta;
+  std::string data;  // meta.bytes() bytes
+  friend bool operator==(const ConstantInfo&, const ConstantInfo&) = default;
+};
+
 struct OutputSpec {
   OutputKind kind = OutputKind::Other;
   std::string fqn;  // gradients: the parameter's FQN
@@ -180,6 +199,10 @@ class Graph {
   std::vector<ProcessGroupInfo>& processGroups() { return process_groups_; }
   const std::vector<ProcessGroupInfo>& processGroups() const { return process_groups_; }
   const ProcessGroupInfo* findProcessGroup(std::string_view name) const;
+  // Tensor constants by get_attr target, in header order.
+  std::vector<ConstantInfo>& constants() { return constants_; }
+  const std::vector<ConstantInfo>& constants() const { return constants_; }
+  const ConstantInfo* findConstant(std::string_view name) const;
   std::vector<OutputSpec>& outputSpecs() { return output_specs_; }
   const std::vector<OutputSpec>& outputSpecs() const { return output_specs_; }
   // Graph-level meta other than the above, as canonical compact JSON (or empty).
@@ -257,6 +280,7 @@ class Graph {
   size_t live_ = 0;
   std::vector<ProcessGroupInfo> process_groups_;
   std::vector<OutputSpec> output_specs_;
+  std::vector<ConstantInfo> constants_;
   std::string extra_json_;
 };
 

@@ -170,6 +170,17 @@ uint64_t structuralHash(const Graph& g) {
     h.word(static_cast<uint64_t>(spec.kind));
     h.str(spec.fqn);
   }
+  // Only graphs with constants hash them, so every other graph keeps the hash it had.
+  if (!g.constants().empty()) {
+    h.word(g.constants().size());
+    for (const auto& c : g.constants()) {
+      h.str(c.name);
+      h.word(static_cast<uint64_t>(c.meta.dtype));
+      h.ints(c.meta.shape);
+      h.str(c.meta.device.str());
+      h.str(c.data);
+    }
+  }
   h.str(g.extraJson());
   h.word(g.size());
   for (Node* n = g.first(); n; n = n->next())

@@ -438,6 +438,17 @@ class JsonWriter {
       out_ += "\n]";
     }
 
+    if (!g.constants().empty()) {
+      out_ += ",\n\"constants\":[";
+      first = true;
+      for (const auto& c : g.constants()) {
+        out_ += first ? "\n" : ",\n";
+        first = false;
+        constant(c);
+      }
+      out_ += "\n]";
+    }
+
     if (!g.extraJson().empty()) {
       JView meta = parseExtra(g.extraJson(), "");
       if (!meta.empty()) {
@@ -455,6 +466,29 @@ class JsonWriter {
     }
     out_ += first ? "]\n}\n" : "\n]\n}\n";
   }
+
+  void constant(const ConstantInfo& c) {
+    out_ += "{\"data\":\"";
+    appendHex(out_, c.data);
+    out_ += '"';
+    if (!c.meta.device.empty()) {
+      out_ += ",\"device\":";
+      appendJsonString(out_, c.meta.device.str());
+    }
+    out_ += ",\"dtype\":";
+    appendJsonString(out_, dtypeName(c.meta.dtype));
+    out_ += ",\"name\":";
+    appendJsonString(out_, c.name);
+    out_ += ",\"shape\":[";
+    for (size_t i = 0; i < c.meta.shape.size(); ++i) {
+      if (i) out_ += ',';
+      appendInt(out_, c.meta.shape[i]);
+    }
+    out_ += "]}";
+  }
+
+  // One node as the graph writer writes it in "nodes".
+  void nodeOnly(const Node& n) { node(n); }
 
  private:
   // extra_json is canonical when a reader made it; a pass may have built it by hand, so it is
@@ -862,12 +896,13 @@ class JsonReader : public TreeBuilder {
   [[noreturn]] void fail(const std::string& message) const { throw JfxError(where(), message); }
 
   void checkTopKey(std::string_view key) {
-    static constexpr std::string_view kKeys[] = {"format",  "version", "process_groups", "inputs",
-                                                 "outputs", "meta",    "nodes"};
+    static constexpr std::string_view kKeys[] = {"format",  "version",   "process_groups", "inputs",
+                                                 "outputs", "constants", "meta",           "nodes"};
     if (std::find(std::begin(kKeys), std::end(kKeys), key) != std::end(kKeys)) return;
     Scope at(this, key);
     fail("unexpected header key '" + std::string(key) +
-         "' (expected format, version, process_groups, inputs, outputs, meta, nodes)");
+         "' (expected format, version, process_groups, inputs, outputs, constants, meta, "
+         "nodes)");
   }
 
   void checkFormat(std::string_view key, JView v) {
@@ -1166,6 +1201,38 @@ class JsonReader : public TreeBuilder {
          std::string(describe(j)));
   }
 
+  // {"name", "dtype", "shape", "device", "data"}: data is the contiguous little-endian bytes in
+  // lower-case hex, exactly meta.bytes() of them.
+  ConstantInfo constant(JView c) {
+    ConstantInfo info;
+    {
+      Scope k(this, "name");
+      info.name = str(member(c, "name", "the get_attr target"), "the constant's name");
+      if (g_->findConstant(info.name)) fail("duplicate constant '" + info.name + "'");
+    }
+    {
+      Scope k(this, "dtype");
+      std::string_view s = str(member(c, "dtype", "a constant needs a dtype"), "a dtype name");
+      auto d = dtypeFromName(s);
+      if (!d) fail("unknown dtype '" + std::string(s) + "'");
+      info.meta.dtype = *d;
+    }
+    {
+      Scope k(this, "shape");
+      info.meta.shape = ints(member(c, "shape", "a constant needs a shape"), "the shape");
+      info.meta.stride = TensorMeta::contiguousStride(info.meta.shape);
+    }
+    if (JView d = c.find("device")) {
+      Scope k(this, "device");
+      info.meta.device = Symbol::intern(str(d, "a device"));
+    }
+    Scope k(this, "data");
+    if (!decodeHex(str(member(c, "data", "the constant's bytes in hex"), "hex bytes"), info.data))
+      fail("expected lower-case hex digits (two per byte)");
+    if (std::string e = constantSizeProblem(info); !e.empty()) fail(e);
+    return info;
+  }
+
   TensorMeta tensor(JView j) {
     onlyKeys(j, {"device", "dtype", "shape", "stride"}, "a tensor meta");
     TensorMeta t;
@@ -1274,8 +1341,10 @@ class JsonReader : public TreeBuilder {
       Scope at(this, "nodes");
       fail("expected nodes to be an array, got " + std::string(describe(nodes)));
     }
-    onlyKeys(doc, {"format", "version", "process_groups", "inputs", "outputs", "meta", "nodes"},
-             "the header");
+    onlyKeys(
+        doc,
+        {"format", "version", "process_groups", "inputs", "outputs", "constants", "meta", "nodes"},
+        "the header");
     if (JView pgs = doc.find("process_groups")) {
       Scope at(this, "process_groups");
       if (!pgs.isArray())
@@ -1324,11 +1393,12 @@ class JsonReader : public TreeBuilder {
         InputKind kind;
         {
           Scope k(this, "kind");
-          std::string_view s = str(member(in, "kind", "parameter, buffer or user_input"), "a kind");
+          std::string_view s =
+              str(member(in, "kind", "parameter, buffer, user_input, mesh or opaque"), "a kind");
           auto ik = inputKindFromName(s);
           if (!ik)
             fail("unknown input kind '" + std::string(s) +
-                 "' (expected parameter, buffer, user_input)");
+                 "' (expected parameter, buffer, user_input, mesh, opaque)");
           kind = *ik;
         }
         std::string fqn;
@@ -1351,10 +1421,12 @@ class JsonReader : public TreeBuilder {
         OutputSpec spec;
         {
           Scope k(this, "kind");
-          std::string_view s = str(member(out, "kind", "loss, gradient or other"), "a kind");
+          std::string_view s =
+              str(member(out, "kind", "loss, gradient, other, mesh or opaque"), "a kind");
           auto ok = outputKindFromName(s);
           if (!ok)
-            fail("unknown output kind '" + std::string(s) + "' (expected loss, gradient, other)");
+            fail("unknown output kind '" + std::string(s) +
+                 "' (expected loss, gradient, other, mesh, opaque)");
           spec.kind = *ok;
         }
         if (JView f = out.find("fqn")) {
@@ -1362,6 +1434,17 @@ class JsonReader : public TreeBuilder {
           spec.fqn = str(f, "the FQN");
         }
         g_->outputSpecs().push_back(std::move(spec));
+      }
+    }
+    if (JView cs = doc.find("constants")) {
+      Scope at(this, "constants");
+      if (!cs.isArray()) fail("expected an array of constants, got " + std::string(describe(cs)));
+      size_t i = 0;
+      for (JView c : cs) {
+        Scope item(this, i++);
+        if (!c.isObject()) fail("expected a constant object, got " + std::string(describe(c)));
+        onlyKeys(c, {"data", "device", "dtype", "name", "shape"}, "a constant");
+        g_->constants().push_back(constant(c));
       }
     }
     if (JView meta = doc.find("meta")) {
@@ -1546,6 +1629,51 @@ std::string canonicalExtraMeta(std::string_view text, bool has_module) {
   return out;
 }
 
+void appendHex(std::string& out, std::string_view bytes) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  for (unsigned char b : bytes) {
+    out += kHex[b >> 4];
+    out += kHex[b & 15];
+  }
+}
+
+bool decodeHex(std::string_view hex, std::string& out) {
+  if (hex.size() % 2) return false;
+  auto digit = [](char ch) -> int {
+    if (ch >= '0' && ch <= '9') return ch - '0';
+    if (ch >= 'a' && ch <= 'f') return ch - 'a' + 10;
+    return -1;
+  };
+  out.resize(hex.size() / 2);
+  for (size_t i = 0; i < out.size(); ++i) {
+    int hi = digit(hex[2 * i]), lo = digit(hex[2 * i + 1]);
+    if (hi < 0 || lo < 0) return false;
+    out[i] = static_cast<char>(hi * 16 + lo);
+  }
+  return true;
+}
+
+std::string constantSizeProblem(const ConstantInfo& c) {
+  const uint64_t limit = c.data.size();
+  uint64_t numel = 1;
+  bool zero = false;
+  for (int64_t d : c.meta.shape) {
+    if (d < 0) return "negative dimension " + std::to_string(d);
+    if (d == 0) zero = true;
+    if (zero) continue;
+    if (static_cast<uint64_t>(d) > limit) return "shape larger than the data";
+    numel *= static_cast<uint64_t>(d);
+    if (numel > limit) return "shape larger than the data";
+  }
+  if (zero) numel = 0;
+  const uint64_t want = numel * static_cast<uint64_t>(dtypeItemSize(c.meta.dtype));
+  if (want != limit)
+    return "expected " + std::to_string(want) + " bytes for " +
+           std::string(dtypeName(c.meta.dtype)) + " of " + std::to_string(numel) +
+           " elements, got " + std::to_string(limit);
+  return {};
+}
+
 std::unique_ptr<Graph> readJsonGraph(std::string_view text, const std::string& filename) {
   return JsonReader(text, filename).read();
 }
@@ -1554,6 +1682,12 @@ std::string writeJsonGraph(const Graph& g) {
   std::string out;
   out.reserve(256 + g.size() * 256);
   JsonWriter(out).graph(g);
+  return out;
+}
+
+std::string writeJsonNode(const Node& n) {
+  std::string out;
+  JsonWriter(out).nodeOnly(n);
   return out;
 }
 

@@ -14,6 +14,8 @@ namespace jfx {
 std::unique_ptr<Graph> readJsonGraph(std::string_view text, const std::string& filename);
 // Canonical JSON: header keys in a fixed order, one node per line, sorted object keys.
 std::string writeJsonGraph(const Graph& g);
+// One node's canonical JSON object, exactly as writeJsonGraph writes it in "nodes".
+std::string writeJsonNode(const Node& n);
 
 // The canonical spellings that both formats share, so JSON <-> text loses nothing. They match
 // Python's json.dumps(v, sort_keys=True, separators=(",", ":"), ensure_ascii=False).
@@ -23,6 +25,13 @@ void appendJsonString(std::string& out, std::string_view s);
 // A float as Python's repr(): shortest round-trip digits, always with '.' or an exponent
 // ("1.0", "1e-06", "1e+16"), or "inf" / "-inf" / "nan" (the JSON writer boxes those itself).
 void appendFloat(std::string& out, double v);
+// Bytes as lower-case hex (a constant's data), and back: false on an odd length or a character
+// other than 0-9, a-f.
+void appendHex(std::string& out, std::string_view bytes);
+bool decodeHex(std::string_view hex, std::string& out);
+// Whether `c`'s data holds exactly meta.bytes() bytes (its shape is checked against the data size
+// first, so a huge shape cannot overflow); otherwise why not.
+std::string constantSizeProblem(const ConstantInfo& c);
 // The canonical form of `text`, which must hold one JSON object: compact, keys sorted, floats as
 // appendFloat; "" for {}. Throws JfxError; a syntax error's location has its line and column in
 // `text`. A repeated key is an error.

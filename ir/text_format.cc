@@ -97,6 +97,21 @@ class Printer {
       }
       out_ += "]\n";
     }
+    for (const auto& c : g.constants()) {
+      out_ += "constant ";
+      appendJsonString(out_, c.name);
+      out_ += " dtype=";
+      out_ += dtypeName(c.meta.dtype);
+      out_ += " shape=";
+      ints(c.meta.shape, '[', ']');
+      if (!c.meta.device.empty()) {
+        out_ += " device=";
+        appendJsonString(out_, c.meta.device.str());
+      }
+      out_ += " data=\"";
+      appendHex(out_, c.data);
+      out_ += "\"\n";
+    }
     if (!g.extraJson().empty()) {
       out_ += "meta ";
       out_ += g.extraJson();
@@ -755,7 +770,7 @@ class Parser {
           auto kind = outputKindFromName(identifier());
           if (!kind) {
             p_ = kind_at;
-            fail("expected an output kind (loss, gradient, other)");
+            fail("expected an output kind (loss, gradient, other, mesh, opaque)");
           }
           OutputSpec spec{*kind, {}};
           skipSpaces();
@@ -767,6 +782,37 @@ class Parser {
           skipSpaces();
         }
       }
+    } else if (kw == "constant") {
+      ConstantInfo c;
+      const char* name_at = p_;
+      c.name = ownedString();
+      if (g_->findConstant(c.name)) failAt(name_at, "duplicate constant \"" + c.name + "\"");
+      skipSpaces();
+      expectWord("dtype");
+      expect('=');
+      const char* dtype_at = p_;
+      auto dtype = dtypeFromName(identifier());
+      if (!dtype) failAt(dtype_at, "unknown dtype (expected a torch name such as float32)");
+      c.meta.dtype = *dtype;
+      skipSpaces();
+      expectWord("shape");
+      expect('=');
+      c.meta.shape = intList('[', ']');
+      c.meta.stride = TensorMeta::contiguousStride(c.meta.shape);
+      skipSpaces();
+      if (std::string_view(p_, static_cast<size_t>(end_ - p_)).starts_with("device")) {
+        expectWord("device");
+        expect('=');
+        c.meta.device = Symbol::intern(ownedString());
+        skipSpaces();
+      }
+      expectWord("data");
+      expect('=');
+      const char* data_at = p_;
+      if (!decodeHex(ownedString(), c.data))
+        failAt(data_at, "expected lower-case hex digits (two per byte)");
+      if (std::string e = constantSizeProblem(c); !e.empty()) failAt(data_at, e);
+      g_->constants().push_back(std::move(c));
     } else if (kw == "meta") {
       if (seen_meta_) failAt(at, "duplicate 'meta' header line");
       seen_meta_ = true;
@@ -786,7 +832,7 @@ class Parser {
     } else {
       p_ = at;
       fail(
-          "expected a header line (group, outputs, meta, default_device) or a node line "
+          "expected a header line (group, outputs, constant, meta, default_device) or a node line "
           "starting with '%'");
     }
   }

@@ -2,6 +2,7 @@
 
 #include <ATen/core/Tensor.h>
 #include <ATen/core/TensorBody.h>
+#include <ATen/ops/empty.h>
 #include <ATen/ops/scalar_tensor.h>
 #include <c10/core/GradMode.h>
 #include <c10/core/Layout.h>
@@ -10,6 +11,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <map>
 #include <optional>
 #include <type_traits>
@@ -296,6 +298,37 @@ struct Executor::Step {
   ValueMeta expected;
 };
 
+std::string inputProblem(const GraphInput& in) {
+  using K = ValueMeta::Kind;
+  if (in.kind == InputKind::Mesh || in.meta.isTensor()) return {};
+  if (in.kind != InputKind::Parameter && in.kind != InputKind::Buffer &&
+      (in.meta.kind == K::None || in.meta.kind == K::Int || in.meta.kind == K::Float ||
+       in.meta.kind == K::Bool))
+    return {};
+  if (in.kind == InputKind::Opaque)
+    return "input '" + in.name +
+           "' is a non-tensor value of unknown content (kind opaque): the executor can supply "
+           "meshes, None, ints, floats and bools only";
+  return "input '" + in.name + "' (" + std::string(inputKindName(in.kind)) +
+         ") has no tensor meta (shape and dtype)" +
+         (in.meta.kind == K::Absent ? "" : "; its value meta is not a tensor") +
+         ": mark a non-tensor placeholder as kind mesh or opaque in the header";
+}
+
+c10::IValue nonTensorInput(const GraphInput& in) {
+  using K = ValueMeta::Kind;
+  switch (in.meta.kind) {
+    case K::Int:
+      return c10::IValue(in.meta.i);
+    case K::Bool:
+      return c10::IValue(in.meta.i != 0);
+    case K::Float:
+      return c10::IValue(in.meta.f);
+    default:
+      return c10::IValue();  // a mesh (no op reads it: it only rides to the outputs) or None
+  }
+}
+
 std::optional<std::pair<std::string, std::string>> dispatcherName(std::string_view target) {
   if (target.starts_with("torch.ops.")) target.remove_prefix(10);
   auto first = target.find('.');
@@ -394,8 +427,19 @@ Executor::Executor(const Graph& g, ExecutorOptions opts) : opts_(std::move(opts)
         input_slots_.push_back(newSlot(n));
         break;
       }
-      case OpKind::GetAttr:
-        failAt(*n, "get_attr nodes are not supported: export constants as graph inputs");
+      case OpKind::GetAttr: {
+        // A tensor constant: its bytes travel in the graph header (docs/graph-format.md).
+        const ConstantInfo* c = g.findConstant(n->target().str());
+        if (!c)
+          failAt(*n, "get_attr '" + std::string(n->target().str()) +
+                         "' has no value: the graph's header lists no such constant (export "
+                         "the graph with its GraphModule's attributes)");
+        at::Tensor t =
+            at::empty(c->meta.shape, at::TensorOptions().dtype(atenDtype(c->meta.dtype)));
+        if (!c->data.empty()) std::memcpy(t.data_ptr(), c->data.data(), c->data.size());
+        constants_.emplace_back(newSlot(n), t.to(opts_.device));
+        break;
+      }
       case OpKind::Output:
         if (output) failAt(*n, "a graph has one output node");
         output = n;
@@ -679,6 +723,10 @@ std::vector<c10::IValue> Executor::run(std::vector<c10::IValue> inputs) {
   size_t live = 0, max_live = 0;
   for (size_t i = 0; i < inputs.size(); ++i) {
     values[input_slots_[i]] = std::move(inputs[i]);
+    ++live;
+  }
+  for (const auto& [slot, value] : constants_) {
+    values[slot] = value;
     ++live;
   }
   for (uint32_t s : free_after_inputs_) {

@@ -95,6 +95,7 @@ class Executor {
   ExecutorOptions opts_;
   std::vector<GraphInput> inputs_;
   std::vector<uint32_t> input_slots_;
+  std::vector<std::pair<uint32_t, c10::IValue>> constants_;  // get_attr slots and their tensors
   std::vector<Step> steps_;
   std::vector<int64_t> output_slots_;        // -1: a constant None in the output list
   std::vector<uint32_t> free_after_inputs_;  // placeholders nobody reads
@@ -106,6 +107,13 @@ class Executor {
   std::atomic<uint64_t> nodes_finished_{0};
   std::atomic<int64_t> running_{-1};  // index into steps_, -1 outside run()
 };
+
+// Empty when an executor can supply input `in` (a tensor, a mesh, None or a scalar whose value
+// the graph records), else why not, naming the placeholder. Checked before any rank starts.
+std::string inputProblem(const GraphInput& in);
+// The value of a non-tensor input that inputProblem accepts: a scalar from its val meta, else
+// None (a DeviceMesh placeholder: aten ops never read it; it rides to the outputs).
+c10::IValue nonTensorInput(const GraphInput& in);
 
 // Splits "aten.mm.default" into ("aten::mm", "") and "aten.add.Tensor" into ("aten::add",
 // "Tensor"); accepts a leading "torch.ops.". nullopt if the target has fewer than three parts.

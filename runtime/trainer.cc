@@ -159,6 +159,8 @@ struct Input {
   Layout layout;
   at::Tensor value;  // parameters and buffers: the local shard (the optimizer updates it)
   int64_t int_bound = 0;
+  bool is_fixed = false;  // a non-tensor input (a mesh, None, a scalar): `fixed` every step
+  c10::IValue fixed;
 };
 
 // This rank's shard of a full tensor: first its TP piece (torch.chunk) of any dim the graph's
@@ -359,8 +361,13 @@ int runRankImpl(const ExecOptions& o, const DistEnv& env, std::unique_ptr<Proces
       Input in;
       in.info = ex->inputs()[i];
       in.node = phs[i];
-      if (!in.info.meta.isTensor())
-        inputError("input '" + in.info.name + "' has no tensor meta (shape and dtype)");
+      if (std::string e = inputProblem(in.info); !e.empty()) inputError(e);
+      if (!in.info.meta.isTensor()) {
+        in.fixed = nonTensorInput(in.info);
+        in.is_fixed = true;
+        inputs.push_back(std::move(in));
+        continue;
+      }
       in.layout.local_shape = in.info.meta.tensor.shape;
       if (in.info.kind == InputKind::UserInput || in.info.kind == InputKind::None) {
         in.int_bound = inferIntBound(phs[i]);
@@ -533,6 +540,10 @@ int runRankImpl(const ExecOptions& o, const DistEnv& env, std::unique_ptr<Proces
     std::vector<c10::IValue> args;
     args.reserve(inputs.size());
     for (Input& in : inputs) {
+      if (in.is_fixed) {
+        args.push_back(in.fixed);
+        continue;
+      }
       if (in.value.defined()) {
         args.emplace_back(in.value);
         continue;
@@ -694,6 +705,8 @@ std::string preflight(const ExecOptions& o) {
     ExecutorOptions eo;
     eo.check_groups = false;  // no groups exist in the launcher
     Executor ex(*g, eo);
+    for (const GraphInput& in : ex.inputs())
+      if (std::string e = inputProblem(in); !e.empty()) return e;
     for (const ProcessGroupInfo& pg : g->processGroups())
       for (int64_t r : pg.ranks)
         if (r >= o.nproc)

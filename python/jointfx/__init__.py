@@ -15,7 +15,9 @@ from jointfx.export import (
     dumps_graph,
     export_graph,
     import_graph,
+    infer_process_groups,
     load_graph,
+    specs_from_traced,
     write_graph,
 )
 from jointfx.groups import register_process_groups
@@ -33,6 +35,8 @@ __all__ = [
     "export_graph",
     "import_graph",
     "load_graph",
+    "infer_process_groups",
+    "specs_from_traced",
     "write_graph",
     "PipelineError",
     "graph_pass",

@@ -9,6 +9,7 @@ docs/pytorch-bridge.md says which FX meta keys are kept, dropped or derived, and
 
 from __future__ import annotations
 
+import ctypes
 import enum
 import json
 import math
@@ -24,13 +25,13 @@ from torch import fx
 FORMAT = "jointfx.graph"
 VERSION = 1
 
-InputKind = Literal["parameter", "buffer", "user_input"]
-OutputKind = Literal["loss", "gradient", "other"]
+InputKind = Literal["parameter", "buffer", "user_input", "mesh", "opaque", "none"]
+OutputKind = Literal["loss", "gradient", "other", "mesh", "opaque"]
 Phase = Literal["forward", "loss", "backward"]
 PHASES = ("forward", "loss", "backward")
 
 # Header keys in canonical order (docs/graph-format.md).
-_HEADER_KEYS = ("format", "version", "process_groups", "inputs", "outputs", "meta")
+_HEADER_KEYS = ("format", "version", "process_groups", "inputs", "outputs", "constants", "meta")
 
 # Node meta keys handled by name; everything else goes through _extra_meta.
 _TYPED_META = ("val", "phase", "recompute", "ac_graph_id", "seq_nr", "stack_trace", "custom")
@@ -157,7 +158,12 @@ def _float_json(x: float) -> Any:
 
 
 def _concrete_int(x: Any) -> int | None:
-    """A SymInt/SymBool/SymFloat with a known value made concrete (fake tracing has none)."""
+    """A SymInt/SymBool with a known value made concrete (fake tracing has none). Never int() on
+    a symbol: that would guard, i.e. specialize the caller's dynamic-shape graph."""
+    if isinstance(x, (torch.SymInt, torch.SymBool)):
+        node = x.node
+        value = node.maybe_as_bool() if isinstance(x, torch.SymBool) else node.maybe_as_int()
+        return None if value is None else int(value)
     try:
         return int(x)
     except Exception:  # noqa: BLE001 - unbacked symbols raise various errors
@@ -262,11 +268,15 @@ def arg_from_json(value: Any, env: Mapping[str, fx.Node], node_name: str) -> Any
 def val_to_json(val: Any) -> tuple[bool, Any]:
     """meta["val"] -> (representable, JSON value meta)."""
     if isinstance(val, torch.Tensor):
+        shape = [_concrete_int(s) for s in val.shape]
+        stride = [_concrete_int(s) for s in val.stride()]
+        if any(s is None for s in shape + stride):
+            return False, None  # symbolic sizes have no value in the format
         return True, {
             "device": str(val.device),
             "dtype": str(val.dtype).removeprefix("torch."),
-            "shape": [int(s) for s in val.shape],
-            "stride": [int(s) for s in val.stride()],
+            "shape": shape,
+            "stride": stride,
         }
     if val is None or isinstance(val, bool):
         return True, val
@@ -491,30 +501,36 @@ def export_graph(
     outputs: Sequence[OutputSpec | Mapping[str, Any]] | None = None,
     graph_meta: Mapping[str, Any] | None = None,
     include_stack_trace: bool = False,
+    include_constants: bool = True,
 ) -> dict[str, Any]:
     """A GraphModule -> the JSON v1 document (a dict; dumps_graph writes it).
 
-    inputs: one spec per placeholder in order (default: all user_input); outputs: one per element
-    of the output list (default: all "other"). Header arguments left out fall back to what
-    import_graph stored on the module, so export(import(doc)) == doc.
+    inputs: one spec per placeholder in order, or one per *tensor* placeholder (the non-tensor
+    ones, e.g. DTensor's DeviceMesh placeholders, are then filled in as "mesh" / "opaque"); by
+    default tensors are user_input. outputs: likewise per output element (default "other").
+    Header arguments left out fall back to what import_graph or run_pipeline stored on the
+    module, so export(import(doc)) == doc; process groups left out are read from the graph's
+    collectives when torch.distributed knows them. What cannot be inferred is reported with a
+    warning. get_attr tensors go into the header's "constants" (include_constants).
     """
     stored = gm.meta.get(GM_META_KEY, {}) if hasattr(gm, "meta") else {}
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    if process_groups is None and "process_groups" not in stored:
+        process_groups = infer_process_groups(gm)
     pgs = [_as_spec(ProcessGroupSpec, p) for p in
            (process_groups if process_groups is not None else stored.get("process_groups", []))]
-    in_specs = [_as_spec(InputSpec, s) for s in
-                (inputs if inputs is not None else stored.get("inputs", []))]
-    if not in_specs:
-        in_specs = [InputSpec("user_input")] * len(placeholders)
-    if len(in_specs) != len(placeholders):
-        raise ExportError(f"{len(in_specs)} input specs for {len(placeholders)} placeholders")
+    given_in = inputs if inputs is not None else stored.get("inputs", [])
+    if not given_in and placeholders:
+        _warn_no_specs(gm, len(placeholders))
+    in_specs = _fill_specs([_as_spec(InputSpec, s) for s in given_in],
+                           [_value_kind(n.meta.get("val", _ABSENT)) for n in placeholders],
+                           InputSpec("user_input"), InputSpec, "input", "placeholders")
     out_values = _output_values(gm.graph)
-    out_specs = [_as_spec(OutputSpec, s) for s in
-                 (outputs if outputs is not None else stored.get("outputs", []))]
-    if not out_specs:
-        out_specs = [OutputSpec("other")] * len(out_values)
-    if len(out_specs) != len(out_values):
-        raise ExportError(f"{len(out_specs)} output specs for {len(out_values)} outputs")
+    given_out = outputs if outputs is not None else stored.get("outputs", [])
+    out_specs = _fill_specs([_as_spec(OutputSpec, s) for s in given_out],
+                            [_value_kind(v.meta.get("val", _ABSENT) if isinstance(v, fx.Node)
+                                         else v) for v in out_values],
+                            OutputSpec("other"), OutputSpec, "output", "outputs")
     meta = dict(graph_meta if graph_meta is not None else stored.get("meta", {}))
     if not _is_json_value(meta):
         raise ExportError("graph_meta must be plain JSON data")
@@ -531,7 +547,192 @@ def export_graph(
         "meta": meta,
         "nodes": nodes,
     }
+    if include_constants:
+        constants = _constants(gm)
+        if constants:
+            doc["constants"] = constants
     return doc
+
+
+_ABSENT = object()
+
+
+def _warn_no_specs(gm: fx.GraphModule, count: int) -> None:
+    import warnings
+
+    has_collectives = any(n.op == "call_function" and target_name(n).startswith("_c10d_functional.")
+                          for n in gm.graph.nodes)
+    if has_collectives:
+        warnings.warn(
+            f"export_graph: no input specs given for a graph with collectives: its {count} "
+            "placeholders are exported as user inputs (non-tensor ones as mesh/opaque), so no "
+            "parameter is known and FSDP passes will find no chain; pass inputs=[InputSpec(...)] "
+            "or use jointfx.specs_from_traced()", stacklevel=3)
+
+
+def specs_from_traced(traced: Any, module: torch.nn.Module | None = None) -> dict[str, Any]:
+    """Header specs for a graph that torchtitan's graph_trainer tracer produced
+    (`minimal_fx_tracer(step)(*args)`: a TracedResult with gm, state_fqns and the subclass
+    layouts), so that `export_graph(traced.gm, **specs_from_traced(traced, model))` or
+    `run_pipeline(traced.gm, p, **specs_from_traced(traced, model))` needs nothing by hand.
+
+    Flat inputs are the module state (parameters, then buffers, by FQN) and then the user's
+    arguments; each DTensor flattens to its local tensor plus a DeviceMesh placeholder. Outputs
+    are GraphTrainer's `[loss, *grads]`, each gradient a local tensor plus its mesh. Without
+    `module`, the first len(outputs) - 1 state entries are the parameters (every parameter gets
+    a gradient) and the rest buffers. Returns {"inputs", "outputs", "process_groups"}.
+    """
+    gm = traced.gm
+    placeholders = list(gm.graph.find_nodes(op="placeholder"))
+    state = list(traced.state_fqns)
+    n_outputs = int(traced.num_flat_outputs)
+    if module is not None:
+        params = {name for name, p in module.named_parameters(remove_duplicate=False)}
+        grad_fqns = [name for name, p in module.named_parameters(remove_duplicate=False)
+                     if p.requires_grad]
+    else:
+        params = set(state[:max(n_outputs - 1, 0)])
+        grad_fqns = state[:max(n_outputs - 1, 0)]
+
+    def pieces(layouts: Mapping[int, Any], i: int) -> int:
+        layout = layouts.get(i)
+        return int(layout.num_tensors) if layout is not None else 1
+
+    inputs: list[InputSpec] = []
+    k = 0
+    for i in range(int(traced.num_flat_inputs)):
+        first = True
+        for _ in range(pieces(traced.input_subclass_layouts, i)):
+            if k >= len(placeholders):
+                raise ExportError(f"the tracer's layouts describe more than the graph's "
+                                  f"{len(placeholders)} placeholders")
+            kind = _value_kind(placeholders[k].meta.get("val", _ABSENT))
+            if kind != "tensor":
+                inputs.append(InputSpec(kind))  # type: ignore[arg-type]
+            elif first and i < len(state):
+                fqn = state[i]
+                inputs.append(InputSpec("parameter" if fqn in params else "buffer", fqn))
+                first = False
+            else:
+                inputs.append(InputSpec("user_input"))
+                first = False
+            k += 1
+    if k != len(placeholders):
+        raise ExportError(f"the tracer's layouts describe {k} placeholders, the graph has "
+                          f"{len(placeholders)}")
+    values = _output_values(gm.graph)
+    outputs: list[OutputSpec] = []
+    k = 0
+    for i in range(n_outputs):
+        first = True
+        for _ in range(pieces(traced.output_subclass_layouts, i)):
+            if k >= len(values):
+                raise ExportError("the tracer's output layouts describe more than the graph's "
+                                  f"{len(values)} outputs")
+            v = values[k]
+            kind = _value_kind(v.meta.get("val", _ABSENT) if isinstance(v, fx.Node) else v)
+            if kind != "tensor":
+                outputs.append(OutputSpec(kind))  # type: ignore[arg-type]
+            elif first and i == 0:
+                outputs.append(OutputSpec("loss"))
+            elif first and 1 <= i <= len(grad_fqns):
+                outputs.append(OutputSpec("gradient", grad_fqns[i - 1]))
+            else:
+                outputs.append(OutputSpec("other"))
+            first = False if kind == "tensor" else first
+            k += 1
+    if k != len(values):
+        raise ExportError(f"the tracer's output layouts describe {k} outputs, the graph has "
+                          f"{len(values)}")
+    return {"inputs": inputs, "outputs": outputs, "process_groups": infer_process_groups(gm)}
+
+
+def _value_kind(val: Any) -> str:
+    """"tensor", "mesh" (a DeviceMesh) or "opaque" (anything else) for a placeholder's or an
+    output's value; "tensor" also when the value is unknown (no meta["val"])."""
+    if val is _ABSENT or isinstance(val, torch.Tensor):
+        return "tensor"
+    if isinstance(val, fx.Node):
+        return "tensor"
+    if type(val).__name__ == "DeviceMesh":
+        return "mesh"
+    return "opaque"
+
+
+def _fill_specs(given: list[Any], kinds: list[str], default: Any, cls: type, what: str,
+                plural: str) -> list[Any]:
+    """One spec per value: the given list if it has one per value; one per tensor value (the
+    non-tensor values get their own kind); or, when none are given, the default for tensors."""
+    nonspec = {"mesh": cls("mesh"), "opaque": cls("opaque")}
+    tensors = [k == "tensor" for k in kinds]
+    if len(given) == len(kinds) and given:
+        return given
+    if not given:
+        return [default if t else nonspec[k] for t, k in zip(tensors, kinds)]
+    if len(given) == sum(tensors):
+        it = iter(given)
+        return [next(it) if t else nonspec[k] for t, k in zip(tensors, kinds)]
+    raise ExportError(f"{len(given)} {what} specs for {len(kinds)} {plural} "
+                      f"({sum(tensors)} of them tensors): give one spec per {what} or one per "
+                      f"tensor {what}")
+
+
+def _constants(gm: fx.GraphModule) -> list[dict[str, Any]]:
+    """The header's constants: every get_attr target whose value is a real tensor."""
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    out = []
+    seen = set()
+    for node in gm.graph.find_nodes(op="get_attr"):
+        target = str(node.target)
+        if target in seen:
+            continue
+        seen.add(target)
+        try:
+            value: Any = gm
+            for part in target.split("."):
+                value = getattr(value, part)
+        except AttributeError:
+            continue
+        if not isinstance(value, torch.Tensor) or isinstance(value, FakeTensor) or value.is_meta:
+            continue
+        t = value.detach().to("cpu").contiguous()
+        data = ctypes.string_at(t.data_ptr(), t.nbytes) if t.numel() else b""
+        out.append({"data": data.hex(), "device": str(value.device),
+                    "dtype": str(t.dtype).removeprefix("torch."), "name": target,
+                    "shape": [int(s) for s in t.shape]})
+    out.sort(key=lambda c: c["name"])
+    return out
+
+
+def infer_process_groups(gm: fx.GraphModule) -> list[ProcessGroupSpec]:
+    """The groups the graph's collectives name, as torch.distributed knows them (ranks in the
+    default group's numbering); groups it does not know are left out."""
+    names: list[str] = []
+    for node in gm.graph.nodes:
+        if node.op != "call_function" or not target_name(node).startswith("_c10d_functional."):
+            continue
+        for a in [*node.args, *node.kwargs.values()]:
+            if isinstance(a, str) and a not in names and a not in ("sum", "avg", "max", "min",
+                                                                  "product", "premul_sum"):
+                names.append(a)
+    if not names:
+        return []
+    try:
+        import torch.distributed as dist
+        from torch.distributed.distributed_c10d import _resolve_process_group
+    except ImportError:
+        return []
+    if not dist.is_available() or not dist.is_initialized():
+        return []
+    out = []
+    for name in names:
+        try:
+            ranks = dist.get_process_group_ranks(_resolve_process_group(name))
+        except Exception:  # noqa: BLE001 - a name torch.distributed does not know
+            continue
+        out.append(ProcessGroupSpec(name, tuple(int(r) for r in ranks)))
+    return out
 
 
 def _output_values(graph: fx.Graph) -> list[Any]:
@@ -583,10 +784,15 @@ def import_graph(doc: Mapping[str, Any]) -> fx.GraphModule:
         except Exception as e:
             raise ExportError(f"/nodes/{index} (node {name}): {e}") from e
     root = torch.nn.Module()
+    constants = {c["name"]: c for c in doc.get("constants", [])}
     for node in graph.nodes:
         if node.op == "get_attr":
-            # Attribute values are not part of the format: stand in zeros of the recorded shape.
-            _set_attr_placeholder(root, str(node.target), node.meta.get("val"))
+            const = constants.get(str(node.target))
+            if const is not None:
+                _set_attr(root, str(node.target), _constant_tensor(const))
+            else:
+                # No value in the document: stand in zeros of the recorded shape.
+                _set_attr_placeholder(root, str(node.target), node.meta.get("val"))
     gm = fx.GraphModule(root, graph)
     gm.meta[GM_META_KEY] = {
         "process_groups": [dict(p) for p in doc.get("process_groups", [])],
@@ -639,8 +845,19 @@ def _import_meta(meta: Mapping[str, Any], vals: _ValFactory) -> dict[str, Any]:
     return out
 
 
+def _constant_tensor(const: Mapping[str, Any]) -> torch.Tensor:
+    dtype = _parse_dtype(const["dtype"])
+    data = bytearray(bytes.fromhex(const["data"]))
+    flat = torch.frombuffer(data, dtype=torch.uint8) if data else torch.empty(0, dtype=torch.uint8)
+    return flat.view(dtype).reshape(const["shape"]).clone()
+
+
 def _set_attr_placeholder(root: torch.nn.Module, target: str, val: Any) -> None:
     value = torch.zeros(val.shape, dtype=val.dtype) if isinstance(val, torch.Tensor) else None
+    _set_attr(root, target, value)
+
+
+def _set_attr(root: torch.nn.Module, target: str, value: Any) -> None:
     owner = root
     *path, leaf = target.split(".")
     for part in path:
@@ -696,6 +913,8 @@ def dumps_graph(doc: Mapping[str, Any]) -> str:
     ]
     if doc.get("outputs"):
         parts.append(f'"outputs":{_block(doc["outputs"])}')
+    if doc.get("constants"):
+        parts.append(f'"constants":{_block(doc["constants"])}')
     if doc.get("meta"):
         parts.append(f'"meta":{_dumps(doc["meta"])}')
     parts.append(f'"nodes":{_block(doc["nodes"])}')

@@ -1,0 +1,283 @@
+"""The in-place bridge: run_pipeline edits the caller's fx.Graph from the C++ edit script.
+
+On every traced fixture, the identity pipeline and the default pipeline applied in place give the
+same document as the C++ pass manager's own output, leave every untouched node's meta dict the
+same object with the same contents, and give new nodes the source meta of the node they derive
+from. Tensor constants survive (bitwise), non-tensor placeholders and outputs get kinds of their
+own, and a dce round trip still partitions with aot_autograd's min-cut partitioner.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import warnings
+
+import pytest
+import torch
+from torch import fx
+
+from conftest import traced_fixture_paths
+from jointfx.export import (
+    InputSpec,
+    OutputSpec,
+    dumps_graph,
+    export_graph,
+    import_graph,
+    load_graph,
+)
+
+if os.environ.get("CI") != "true":
+    pytest.importorskip("_jointfx_C", reason="_jointfx_C not built (scripts/build builds it)")
+
+from jointfx.passes import graph_pass, run_pipeline, run_pipeline_doc  # noqa: E402
+
+FIXTURES = traced_fixture_paths()
+DEFAULT = ("dce,tag-fsdp{reshard=default},remat,dedup-fsdp-unshard,"
+           "bucket{plan=blocks, kinds=ag,rs,ar},split-comm-groups,schedule{prefetch=1}")
+
+
+class _Probe:
+    """A meta value the format cannot carry: it survives only if the meta dict is kept."""
+
+
+def _probe(gm: fx.GraphModule) -> dict[fx.Node, tuple[dict, dict]]:
+    before = {}
+    for n in gm.graph.nodes:
+        n.meta["probe"] = _Probe()
+        n.meta["nn_module_stack"] = {"L__self__": ("model", torch.nn.Module)}
+        n.meta["stack_trace"] = f"File 'model.py', line 1, in {n.name}"
+        before[n] = (n.meta, dict(n.meta))
+    return before
+
+
+@pytest.mark.parametrize("pipeline", ["", DEFAULT], ids=["identity", "default"])
+@pytest.mark.parametrize("path", FIXTURES, ids=[p.stem for p in FIXTURES])
+def test_in_place_matches_cpp_and_keeps_meta(path, pipeline) -> None:
+    doc = load_graph(path)
+    gm = import_graph(doc)
+    mode = next(n.meta["val"] for n in gm.graph.nodes if n.op == "placeholder").fake_mode
+    before = _probe(gm)
+    want, _ = run_pipeline_doc(export_graph(gm), pipeline, verify=False)
+    out = run_pipeline(gm, pipeline, verify=False)
+    assert out is gm
+    # The edited graph is exactly what the C++ pass manager produced, except for the source meta
+    # new nodes inherit from the node they derive from (their C++ meta is a subset of it).
+    got = export_graph(gm)
+    old_names = {n.name for n in before}
+    for d in (got, want):
+        for nd in d["nodes"]:
+            if nd["name"] not in old_names:
+                for key in ("seq_nr", "custom"):
+                    nd["meta"].pop(key, None)
+    assert dumps_graph(got) == dumps_graph(want)
+    edits = gm.meta["jointfx_report"]["edits"]
+    if not pipeline:
+        assert edits["new"] == edits["erased"] == edits["changed"] == edits["moved"] == 0
+    nodes = list(gm.graph.nodes)
+    changed = 0
+    for n in nodes:
+        if n in before:
+            meta, snapshot = before[n]
+            assert n.meta is meta, n.name
+            assert isinstance(n.meta["probe"], _Probe)
+            if n.meta != snapshot:
+                changed += 1
+                # Only keys the format carries may change.
+                diff = {k for k in set(n.meta) | set(snapshot) if n.meta.get(k) is not snapshot.get(k)}
+                assert diff <= {"recompute", "phase", "autograd_backward", "custom", "val",
+                                "ac_graph_id", "seq_nr"} | {k for k in diff if k.startswith("fsdp")}, (n.name, diff)
+        else:
+            # New nodes: FakeTensors in the graph's own mode, source meta of their origin.
+            vals = n.meta.get("val")
+            for v in (vals if isinstance(vals, tuple) else (vals,)):
+                if isinstance(v, torch.Tensor):
+                    assert v.fake_mode is mode, n.name
+            assert "stack_trace" in n.meta and "nn_module_stack" in n.meta, n.name
+    assert changed <= edits["changed"]
+    erased = set(before) - set(nodes)
+    assert len(erased) == edits["erased"]
+    if pipeline:
+        assert edits["new"] > 0 and edits["erased"] > 0
+
+
+def test_graph_pass_accepts_graph_trainer_kwargs() -> None:
+    gm = import_graph(load_graph(FIXTURES[0]))
+    p = graph_pass("dce")
+    assert p(gm, None, config=object(), something_else=1) is gm
+
+
+def _constant_model_graph() -> tuple[fx.GraphModule, list[torch.Tensor]]:
+    """A joint graph of a model with a tensor constant (a get_attr in make_fx's output)."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    torch.manual_seed(0)
+    w = torch.randn(4, 4)
+    x = torch.randn(3, 4)
+
+    def step(w, x):
+        w = w.detach().requires_grad_(True)
+        scale = torch.tensor([0.5, 1.5, -2.0, 0.25])  # becomes _tensor_constant0
+        loss = ((x @ w) * scale).tanh().sum()
+        (g,) = torch.autograd.grad(loss, [w])
+        return [loss, g]
+
+    gm = make_fx(step)(w, x)
+    assert any(n.op == "get_attr" for n in gm.graph.nodes)
+    return gm, [w, x]
+
+
+def test_tensor_constant_survives_in_place_and_rebuild() -> None:
+    gm, inputs = _constant_model_graph()
+    want = gm(*inputs)
+    specs = dict(inputs=[InputSpec("parameter", "w"), InputSpec("user_input")],
+                 outputs=[OutputSpec("loss"), OutputSpec("gradient", "w")])
+    doc = export_graph(gm, **specs)
+    (const,) = doc["constants"]
+    assert const["dtype"] == "float32" and const["shape"] == [4]
+    rebuilt = import_graph(doc)
+    got = rebuilt(*inputs)
+    for a, b in zip(want, got):
+        assert torch.equal(a, b)
+    for in_place in (True, False):
+        g2 = copy.deepcopy(gm)
+        out = run_pipeline(g2, "dce", in_place=in_place, **specs)
+        got = out(*inputs)
+        for a, b in zip(want, got):
+            assert torch.equal(a, b), in_place
+
+
+def test_constants_round_trip_through_cpp_text() -> None:
+    import _jointfx_C  # noqa: F401
+
+    gm, _ = _constant_model_graph()
+    doc = export_graph(gm)
+    out, _ = run_pipeline_doc(doc, "dce")
+    assert out["constants"] == doc["constants"]
+
+
+def test_non_tensor_placeholders_and_outputs_get_their_own_kinds() -> None:
+    gm, _ = _constant_model_graph()
+    g = gm.graph
+    first = next(iter(g.nodes))
+    with g.inserting_before(first):
+        n_int = g.placeholder("n_steps")
+    n_int.meta["val"] = 3
+    out = g.output_node()
+    out.args = (list(out.args[0]) + [n_int, None],)
+    gm.recompile()
+    doc = export_graph(gm, inputs=[InputSpec("parameter", "w"), InputSpec("user_input")],
+                       outputs=[OutputSpec("loss"), OutputSpec("gradient", "w")])
+    kinds = {i["name"]: i["kind"] for i in doc["inputs"]}
+    assert kinds["n_steps"] == "opaque"
+    assert [o["kind"] for o in doc["outputs"]] == ["loss", "gradient", "opaque", "opaque"]
+    new, _ = run_pipeline_doc(doc, "dce")
+    assert new["inputs"] == doc["inputs"] and new["outputs"] == doc["outputs"]
+
+
+def test_no_specs_on_a_graph_with_collectives_warns() -> None:
+    gm = import_graph(load_graph(FIXTURES[0]))
+    gm.meta.pop("jointfx")
+    with pytest.warns(UserWarning, match="no input specs"):
+        export_graph(gm)
+
+
+def test_dce_round_trip_still_partitions_with_min_cut() -> None:
+    from functorch.compile import min_cut_rematerialization_partition
+    from torch._functorch.aot_autograd import aot_function
+
+    captured = {}
+
+    def compiler(gm, example_inputs):
+        return gm
+
+    def partition(joint, joint_inputs, **kw):
+        run_pipeline(joint, "dce", verify=False)
+        captured["joint"] = joint
+        return min_cut_rematerialization_partition(joint, joint_inputs, **kw)
+
+    def f(x, w, n: int):
+        return ((x @ w).relu() * n).sum()
+
+    fn = aot_function(f, fw_compiler=compiler, bw_compiler=compiler, partition_fn=partition)
+    x = torch.randn(3, 4, requires_grad=True)
+    w = torch.randn(4, 5, requires_grad=True)
+    loss = fn(x, w, 2)
+    loss.backward()
+    assert "joint" in captured
+    assert w.grad is not None
+
+
+# ----------------------------------------------------------------------------- the executor
+
+
+def _cli(binary, *args):
+    import subprocess
+
+    return subprocess.run([str(binary), *map(str, args)], capture_output=True, text=True,
+                          timeout=300)
+
+
+def _constant_doc() -> dict:
+    gm, _ = _constant_model_graph()
+    return export_graph(gm, inputs=[InputSpec("parameter", "w"), InputSpec("user_input")],
+                        outputs=[OutputSpec("loss"), OutputSpec("gradient", "w")])
+
+
+def test_constant_graph_runs_bitwise_in_exec(jfx_bin, tmp_path) -> None:
+    from jointfx.export import write_graph
+
+    doc = _constant_doc()
+    write_graph(doc, tmp_path / "g.json")
+    # The default pipeline applied in Python, in place, then run by the executor.
+    gm = import_graph(doc)
+    run_pipeline(gm, DEFAULT)
+    write_graph(export_graph(gm), tmp_path / "after.json")
+    proc = _cli(jfx_bin, "parity", tmp_path / "g.json", tmp_path / "after.json", "--nproc", 1,
+                "--steps", 2)
+    assert proc.returncode == 0, proc.stderr
+    assert "bitwise identical" in proc.stdout
+    proc = _cli(jfx_bin, "parity", tmp_path / "g.json", "--pipeline", DEFAULT, "--nproc", 1,
+                "--steps", 2)
+    assert proc.returncode == 0, proc.stderr
+    # The executor really reads the constant: zeroing it changes the loss.
+    zero = dict(doc)
+    zero["constants"] = [dict(c, data="0" * len(c["data"])) for c in doc["constants"]]
+    write_graph(zero, tmp_path / "zero.json")
+    proc = _cli(jfx_bin, "parity", tmp_path / "g.json", tmp_path / "zero.json", "--nproc", 1,
+                "--steps", 1)
+    assert proc.returncode == 1 and "DIFFERENT" in proc.stdout, proc.stdout + proc.stderr
+
+
+def _with_placeholder(doc: dict, name: str, kind: str, val=None, output_kind=None) -> dict:
+    doc = json.loads(dumps_graph(doc))
+    node = {"args": [], "kwargs": {}, "meta": {} if val is None else {"val": val}, "name": name,
+            "op": "placeholder", "target": name}
+    doc["nodes"].insert(0, node)
+    doc["inputs"].insert(0, {"kind": kind, "name": name})
+    if output_kind is not None:
+        doc["nodes"][-1]["args"][0].append({"node": name})
+        doc["outputs"].append({"kind": output_kind})
+    return doc
+
+
+def test_exec_supplies_mesh_and_scalar_inputs(jfx_bin, tmp_path) -> None:
+    from jointfx.export import write_graph
+
+    doc = _with_placeholder(_constant_doc(), "mesh", "mesh", output_kind="mesh")
+    doc = _with_placeholder(doc, "n", "opaque", val=3, output_kind="opaque")
+    write_graph(doc, tmp_path / "g.json")
+    proc = _cli(jfx_bin, "exec", tmp_path / "g.json", "--nproc", 1, "--steps", 1)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_exec_rejects_unsuppliable_input_before_launch(jfx_bin, tmp_path) -> None:
+    from jointfx.export import write_graph
+
+    doc = _with_placeholder(_constant_doc(), "arg1_1", "opaque")
+    write_graph(doc, tmp_path / "g.json")
+    proc = _cli(jfx_bin, "exec", tmp_path / "g.json", "--nproc", 2, "--steps", 1)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "input 'arg1_1'" in proc.stderr
+    assert "rank" not in proc.stderr  # refused by the launcher, not from inside a rank
