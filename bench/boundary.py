@@ -152,6 +152,8 @@ def logging_quiet() -> None:
     import logging
 
     logging.getLogger("jointfx").setLevel(logging.ERROR)
+    # torchtitan's bucketer asks Inductor for cost estimates: one warning per collective on CPU.
+    logging.getLogger("torch._inductor.utils").setLevel(logging.ERROR)
 
 
 if __name__ == "__main__":
