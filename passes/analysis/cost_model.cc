@@ -1,6 +1,7 @@
 #include "passes/analysis/cost_model.h"
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -141,16 +142,35 @@ HardwareProfile parseHardwareProfile(std::string_view json_text, const std::stri
     if (!doc.contains(which))
       profileError(filename, at, std::string("missing key '") + which + "'");
     const json& link = doc[which];
-    checkKeys(link, {"bus_bandwidth_gbps", "hop_latency_us", "notes"}, filename, at);
+    bool inter = std::string_view(which) == "inter_node";
+    if (inter)
+      checkKeys(link,
+                {"bus_bandwidth_gbps", "hop_latency_us", "net_overhead_us", "nic_efficiency_min",
+                 "nic_full_nodes", "multi_rail_bytes", "multi_rail_exponent", "notes"},
+                filename, at);
+    else
+      checkKeys(link, {"bus_bandwidth_gbps", "hop_latency_us", "notes"}, filename, at);
     double bw = number(link, "bus_bandwidth_gbps", filename, at, true) * 1e9;
     double hop = number(link, "hop_latency_us", filename, at, false, 0, true) * 1e-6;
-    if (std::string_view(which) == "intra_node") {
+    if (!inter) {
       hw.intra_node_bus_bw = bw;
       hw.intra_node_hop_latency = hop;
-    } else {
-      hw.inter_node_bus_bw = bw;
-      hw.inter_node_hop_latency = hop;
+      continue;
     }
+    hw.inter_node_bus_bw = bw;
+    hw.inter_node_hop_latency = hop;
+    hw.net_overhead = number(link, "net_overhead_us", filename, at, false, 0, true) * 1e-6;
+    hw.nic_efficiency_min = number(link, "nic_efficiency_min", filename, at, false, 1);
+    if (hw.nic_efficiency_min > 1)
+      profileError(filename, at + "/nic_efficiency_min", "expected a number in (0, 1]");
+    double full = number(link, "nic_full_nodes", filename, at, false, 8);
+    if (full < 2 || full > 1e6 || full != static_cast<double>(static_cast<int64_t>(full)))
+      profileError(filename, at + "/nic_full_nodes", "expected an integer in [2, 1000000]");
+    hw.nic_full_nodes = static_cast<int64_t>(full);
+    hw.multi_rail_bytes = number(link, "multi_rail_bytes", filename, at, false, 50e6);
+    hw.multi_rail_exponent = number(link, "multi_rail_exponent", filename, at, false, 0, true);
+    if (hw.multi_rail_exponent > 1)
+      profileError(filename, at + "/multi_rail_exponent", "expected a number in [0, 1]");
   }
   return hw;
 }
@@ -272,13 +292,29 @@ CollectiveCost CostModel::collectiveCost(CollectiveKind kind, double bytes,
     c.seconds = 2 * bytes / (hw_.memory_bandwidth * hw_.memory_efficiency);
     return c;
   }
-  c.inter_node = group_size > hw_.gpus_per_node;
-  double bus_bw = c.inter_node ? hw_.inter_node_bus_bw : hw_.intra_node_bus_bw;
-  double hop = c.inter_node ? hw_.inter_node_hop_latency : hw_.intra_node_hop_latency;
-  double steps = g - 1;
+  int64_t per_node = std::max<int64_t>(1, hw_.gpus_per_node);
+  c.nodes = (group_size + per_node - 1) / per_node;
+  c.inter_node = c.nodes > 1;
+  bool all_reduce = kind == CollectiveKind::AllReduce;
+  double steps = all_reduce ? 2 * (g - 1) : g - 1;
+  c.inter_steps = c.nodes == 1 ? 0 : (all_reduce ? 2 : 1) * (c.nodes - 1);
+  double intra_hop = hw_.intra_node_hop_latency;
+  double bus_bw = hw_.intra_node_bus_bw;
+  if (c.inter_node) {
+    // Every step of a ring that spans nodes also pays the network proxy's overhead.
+    intra_hop = std::max(intra_hop, hw_.net_overhead);
+    double nodes = static_cast<double>(c.nodes);
+    double full = static_cast<double>(hw_.nic_full_nodes);
+    double nic = hw_.nic_efficiency_min +
+                 (1 - hw_.nic_efficiency_min) * std::min(1.0, (nodes - 1) / (full - 1));
+    bus_bw = hw_.inter_node_bus_bw * nic;
+    if (c.nodes > 2 && hw_.multi_rail_exponent > 0)
+      bus_bw *= std::pow(std::max(bytes, hw_.multi_rail_bytes) / hw_.multi_rail_bytes,
+                         hw_.multi_rail_exponent);
+  }
+  c.bus_bw = bus_bw;
   switch (kind) {
     case CollectiveKind::AllReduce:
-      steps = 2 * (g - 1);
       c.alg_bw = bus_bw * g / (2 * (g - 1));
       break;
     case CollectiveKind::Broadcast:
@@ -288,7 +324,9 @@ CollectiveCost CostModel::collectiveCost(CollectiveKind kind, double bytes,
       c.alg_bw = bus_bw * g / (g - 1);
       break;
   }
-  c.latency = hw_.base_latency + steps * hop;
+  double inter_steps = static_cast<double>(c.inter_steps);
+  c.latency = hw_.base_latency + (steps - inter_steps) * intra_hop +
+              inter_steps * hw_.inter_node_hop_latency;
   c.seconds = c.latency + bytes / c.alg_bw;
   return c;
 }

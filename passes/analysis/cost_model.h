@@ -12,9 +12,15 @@
 //   t = latency + S / algBw, S = the full buffer (all-gather output, reduce-scatter input,
 //   all-reduce buffer); algBw = busBw * G / (G - 1) for all-gather, reduce-scatter and
 //   all-to-all, busBw * G / (2 (G - 1)) for all-reduce, busBw for broadcast.
-//   busBw and the per-step latency are the intra-node ones when the group fits in one node
-//   (G <= gpus_per_node), the inter-node ones otherwise (a ring step waits for its slowest link).
-//   latency = base_latency + steps * hop_latency, steps = G - 1 (2 (G - 1) for all-reduce).
+//   The ring spans nNodes = ceil(G / gpus_per_node) nodes, as NCCL's ring/Simple tuning model
+//   (ncclTopoTuneModel, mirrored by torch/_inductor/comm_analysis.py) counts it:
+//   latency = base_latency + (steps - inter_steps) * max(intra_hop, net_overhead)
+//             + inter_steps * inter_hop,
+//   steps = G - 1 (2 (G - 1) for all-reduce); inter_steps = nNodes - 1 (2 (nNodes - 1) for
+//   all-reduce): the ring crosses the network once per node boundary and NVLink for the rest.
+//   busBw is the intra-node one when nNodes == 1; otherwise the inter-node one scaled by the
+//   NIC efficiency (min + (1 - min) * min(1, (nNodes - 1) / (full_nodes - 1))) and, above two
+//   nodes, by multi-rail use of large messages ((max(S, rail_bytes) / rail_bytes) ^ exponent).
 //   G == 1 is a local copy: 2 * S / memory bandwidth, no latency.
 // Limits, documented in docs/passes.md: no link contention between concurrent collectives, no SM
 // contention between NCCL kernels and compute, no protocol (LL/LL128/Simple) selection.
@@ -48,6 +54,12 @@ struct HardwareProfile {
   double base_latency = 0;       // per collective
   double intra_node_hop_latency = 0;
   double inter_node_hop_latency = 0;
+  // Multi-node rings (all optional in the file; the defaults switch each effect off):
+  double net_overhead = 0;        // floor of an intra-node step's latency once the ring spans nodes
+  double nic_efficiency_min = 1;  // busBw factor at 2 nodes, rising linearly to 1 at full_nodes
+  int64_t nic_full_nodes = 8;     // nodes at which every NIC is in use
+  double multi_rail_bytes = 50e6;  // messages above this spread over more rails (> 2 nodes)
+  double multi_rail_exponent = 0;  // busBw *= (S / multi_rail_bytes) ^ exponent
 
   double peakFlops(ScalarType t) const;
 };
@@ -63,6 +75,9 @@ struct CollectiveCost {
   double bytes = 0;   // S
   double alg_bw = 0;  // bytes/s; 0 for a local copy
   bool inter_node = false;
+  int64_t nodes = 1;        // ceil(G / gpus_per_node)
+  int64_t inter_steps = 0;  // ring steps that cross the network
+  double bus_bw = 0;        // bytes/s after the multi-node scaling; 0 for a local copy
 };
 
 class CostModel {

@@ -25,6 +25,7 @@ SimResult simulate(const Graph& g, const CostModel& cost, const SimOptions& opts
   std::unordered_map<std::string, uint32_t> stream_of;
   std::vector<double> stream_free(1, 0.0);
   std::vector<double> ready(g.maxId(), 0.0);  // when each node's value is available
+  std::vector<double> chain(g.maxId(), 0.0);  // longest dependency chain ending at each node
   std::vector<double> start_of;               // record_trace: compute-stream time at each node
   if (opts.record_trace) start_of.assign(g.maxId(), 0.0);
   double now = 0;  // compute stream
@@ -40,6 +41,14 @@ SimResult simulate(const Graph& g, const CostModel& cost, const SimOptions& opts
     r.exposed_comm += until - now;
     if (opts.record_trace) r.events.push_back({n, 0, now, until - now, true});
     now = until;
+  };
+
+  auto chainEnd = [&](const Node* n, double dur) {
+    double t = 0;
+    for (const Node* p : n->inputs())
+      t = std::max(t, chain[p->id()]);
+    chain[n->id()] = t + dur;
+    r.critical_path = std::max(r.critical_path, t + dur);
   };
 
   for (const Node* n = g.first(); n; n = n->next()) {
@@ -58,6 +67,7 @@ SimResult simulate(const Graph& g, const CostModel& cost, const SimOptions& opts
       uint32_t s = it->second;
       double start = std::max({now, operandsReady(n), stream_free[s]});
       double dur = cost.collectiveSeconds(*n, g);
+      chainEnd(n, dur);
       ready[n->id()] = start + dur;
       stream_free[s] = start + dur;
       r.streams[s].busy += dur;
@@ -71,12 +81,14 @@ SimResult simulate(const Graph& g, const CostModel& cost, const SimOptions& opts
     if (n->isWait()) {
       // The compute stream waits for the collective (and anything else the wait reads).
       stall(n, operandsReady(n));
+      chainEnd(n, 0);
       ready[n->id()] = now;
       continue;
     }
     // A compute node reading an unwaited collective result stalls like a wait would.
     stall(n, operandsReady(n));
     double dur = cost.computeSeconds(*n);
+    chainEnd(n, dur);
     if (dur > 0) {
       if (opts.record_trace) r.events.push_back({n, 0, now, dur, false});
       r.compute += dur;
@@ -91,6 +103,9 @@ SimResult simulate(const Graph& g, const CostModel& cost, const SimOptions& opts
     end = std::max(end, t);
   r.exposed_comm += end - now;  // collectives nobody waited for still hold up the step
   r.step = end;
+  r.lower_bound = r.critical_path;
+  for (const SimStream& s : r.streams)
+    r.lower_bound = std::max(r.lower_bound, s.busy);
 
   if (opts.memory) {
     MemoryProfile mem = analyzeMemory(g, computePhases(g));
@@ -120,6 +135,9 @@ std::string simulationTable(const SimResult& r, const HardwareProfile& hw) {
   std::snprintf(buf, sizeof buf, "  exposed communication: %s (%.1f%% of step)\n",
                 fmtMs(r.exposed_comm).c_str(), 100 * r.exposedShare());
   out += buf;
+  std::snprintf(buf, sizeof buf, "  lower bound: %s (critical path %s); step / bound: %.3f\n",
+                fmtMs(r.lower_bound).c_str(), fmtMs(r.critical_path).c_str(), r.boundRatio());
+  out += buf;
   if (r.peak_memory_bytes >= 0)
     out += "  peak memory (estimated): " + formatBytes(r.peak_memory_bytes) + "\n";
   out += "  streams:\n";
@@ -140,6 +158,9 @@ nlohmann::json simulationJson(const SimResult& r, const HardwareProfile& hw) {
   j["comm_s"] = r.comm;
   j["exposed_comm_s"] = r.exposed_comm;
   j["exposed_comm_share"] = r.exposedShare();
+  j["lower_bound_s"] = r.lower_bound;
+  j["critical_path_s"] = r.critical_path;
+  j["step_over_bound"] = r.boundRatio();
   j["num_collectives"] = r.num_collectives;
   j["collective_bytes"] = r.collective_bytes;
   if (r.peak_memory_bytes >= 0) j["peak_memory_bytes"] = r.peak_memory_bytes;

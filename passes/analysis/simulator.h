@@ -11,6 +11,7 @@
 //  - A wait blocks the compute stream until its collective ends; that stall is exposed
 //    communication. Collectives still running when compute finishes are exposed too (the tail).
 //  - Peak memory is the memory analysis (passes/analysis/memory.h) of the same order.
+//  - The lower bound is the largest of the streams' busy times and the critical path.
 // O(N + E) time, O(N) memory; the trace, when asked for, holds one event per timed node.
 #pragma once
 
@@ -52,12 +53,19 @@ struct SimResult {
   int64_t num_collectives = 0;
   int64_t collective_bytes = 0;    // sum of nccl-tests sizes
   int64_t peak_memory_bytes = -1;  // -1 when not computed
+  // A lower bound on any schedule of this graph on this machine: no order can beat the busiest
+  // stream (compute, or one process group's collectives, which run one at a time) nor the
+  // longest dependency chain (node times summed along data edges, streams ignored).
+  double critical_path = 0;
+  double lower_bound = 0;          // max(compute, each group's busy time, critical_path)
   std::vector<SimStream> streams;  // compute first, then groups in order of first use
   std::vector<SimEvent> events;    // record_trace only; in issue order
   // record_trace with memory: (time, live bytes) when the live bytes change.
   std::vector<std::pair<double, int64_t>> memory_track;
 
   double exposedShare() const { return step > 0 ? exposed_comm / step : 0; }
+  // step / lower_bound: 1.0 means no schedule can be faster under this cost model.
+  double boundRatio() const { return lower_bound > 0 ? step / lower_bound : 1; }
 };
 
 SimResult simulate(const Graph& g, const CostModel& cost, const SimOptions& opts = {});

@@ -2,6 +2,7 @@
 // numbers.
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <string>
 
 #include "ir/error.h"
@@ -181,10 +182,13 @@ TEST_CASE("cost model: NCCL ring model", "[sched]") {
   CollectiveCost ar = cm.collectiveCost(CollectiveKind::AllReduce, S, 8);
   CHECK(ar.alg_bw == Approx(100e9 * 8 / 14));
   CHECK(ar.seconds == Approx(24e-6 + 17.5e-3));
-  // 16 GPUs span two nodes: inter-node bus bandwidth and hop latency.
+  // 16 GPUs span two nodes: inter-node bus bandwidth; the ring crosses the network once and
+  // NVLink for the other 14 steps.
   CollectiveCost multi = cm.collectiveCost(CollectiveKind::AllGather, S, 16);
   CHECK(multi.inter_node);
-  CHECK(multi.seconds == Approx(10e-6 + 15 * 5e-6 + S * 15 / 16 / 10e9));
+  CHECK(multi.nodes == 2);
+  CHECK(multi.inter_steps == 1);
+  CHECK(multi.seconds == Approx(10e-6 + 14 * 1e-6 + 1 * 5e-6 + S * 15 / 16 / 10e9));
   // Two GPUs: half the bytes cross the link.
   CHECK(cm.collectiveCost(CollectiveKind::AllGather, S, 2).seconds == Approx(11e-6 + 5e-3));
   // One rank: a local copy (read + write at memory bandwidth), no latency.
@@ -214,4 +218,47 @@ TEST_CASE("cost model: collective nodes use nccl-tests sizes", "[sched]") {
                   tensor(ScalarType::Float32, {4000, 1000}));
   CHECK(CostModel::groupSize(*ar, g) == 4);
   CHECK(cm.nodeSeconds(*ar, g) == Approx(10e-6 + 6e-6 + 16e6 * 6 / 4 / 100e9));
+}
+
+// Published figures for multi-node rings on the shipped H100 profile (NCCL ring/Simple as
+// torch/_inductor/comm_analysis.py models it in torch 2.15): at world 64 (8 nodes of 8) an
+// all-gather crosses the network 7 times and NVLink 56 times: 8.4 + 56 x 3.4 + 7 x 14 = 296.8 us,
+// not 8.4 + 63 x 14 = 890.4 us.
+TEST_CASE("cost model: multi-node ring latency and bandwidth (h100)", "[sched]") {
+  HardwareProfile hw = loadHardwareProfile(JFX_SOURCE_DIR "/configs/hardware/h100.json");
+  CostModel cm(hw);
+  CollectiveCost ag = cm.collectiveCost(CollectiveKind::AllGather, 1e6, 64);
+  CHECK(ag.nodes == 8);
+  CHECK(ag.inter_steps == 7);
+  CHECK(ag.latency == Approx(296.8e-6));
+  // All-reduce crosses twice per node boundary: 8.4 + (126 - 14) x 3.4 + 14 x 14 = 585.2 us.
+  CollectiveCost ar = cm.collectiveCost(CollectiveKind::AllReduce, 1e6, 64);
+  CHECK(ar.inter_steps == 14);
+  CHECK(ar.latency == Approx(585.2e-6));
+  // Inside one node nothing changes: 8.4 + 7 x 3.4 = 32.2 us at 370 GB/s.
+  CollectiveCost one = cm.collectiveCost(CollectiveKind::AllGather, 1e6, 8);
+  CHECK(one.latency == Approx(32.2e-6));
+  CHECK(one.bus_bw == Approx(370e9));
+  // Two nodes: one NIC hop; busBw = 48 GB/s x (0.77 + 0.23 / 7), no multi-rail term.
+  CollectiveCost two = cm.collectiveCost(CollectiveKind::AllGather, 1e9, 16);
+  CHECK(two.latency == Approx(8.4e-6 + 14 * 3.4e-6 + 14e-6));
+  CHECK(two.bus_bw == Approx(48e9 * (0.77 + 0.23 / 7)));
+  // Eight nodes: every NIC in use; a 1 GB message spreads over more rails: x (1e9 / 5e7)^0.17.
+  CollectiveCost big = cm.collectiveCost(CollectiveKind::AllGather, 1e9, 64);
+  CHECK(big.bus_bw == Approx(48e9 * std::pow(20.0, 0.17)));
+  // Small messages get no multi-rail gain.
+  CHECK(ag.bus_bw == Approx(48e9));
+  CHECK(big.seconds == Approx(296.8e-6 + 1e9 * 63 / 64 / (48e9 * std::pow(20.0, 0.17))));
+  // The 70B-at-world-64 case the old model overcharged: 63 x 14 us of latency is gone.
+  CHECK(ag.latency < 0.34 * (8.4e-6 + 63 * 14e-6));
+}
+
+TEST_CASE("cost model: multi-node keys are validated", "[sched]") {
+  std::string bad = kProfile;
+  auto at = bad.find("\"hop_latency_us\": 5}");
+  REQUIRE(at != std::string::npos);
+  bad.replace(at, std::string("\"hop_latency_us\": 5}").size(),
+              "\"hop_latency_us\": 5, \"nic_efficiency_min\": 1.5}");
+  CHECK_THROWS_WITH(parseHardwareProfile(bad, "bad.json"),
+                    Catch::Contains("/inter_node/nic_efficiency_min"));
 }
