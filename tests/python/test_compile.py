@@ -23,17 +23,24 @@ else:
                                      reason="torchtitan is not installed: run scripts/setup")
 
 
-@pytest.fixture(scope="module")
-def fake_world():
-    import torch.distributed as dist
+def _in_child(check: str) -> None:
+    """Runs `check` of this file in a fresh interpreter with the fake group of 2 ranks: the test
+    process may already hold a real default group (conftest's gloo_world1), and there is one
+    default group per process."""
+    import subprocess
+    import sys
+    from pathlib import Path
 
-    from jointfx import titan
-
-    if dist.is_initialized():
-        pytest.skip("torch.distributed is already initialized in this process")
-    titan.init_fake_world(2, 0)
-    yield
-    dist.destroy_process_group()
+    here = Path(__file__).resolve().parent
+    repo = here.parents[1]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(here), str(repo / "python"), str(repo / "build" / "python"),
+         os.environ.get("PYTHONPATH", "")])}
+    code = ("import test_compile as t; from jointfx import titan; "
+            f"titan.init_fake_world(2, 0); t.{check}()")
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                       timeout=900)
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-6000:]
 
 
 def _model() -> torch.nn.Module:
@@ -84,7 +91,15 @@ def _saved_gathered(fw: fx.GraphModule) -> list[str]:
     return [o.name for o in out if isinstance(o, fx.Node) and o in gathered]
 
 
-def test_min_cut_partitioner_realizes_jointfx_tags(fake_world) -> None:
+def test_min_cut_partitioner_realizes_jointfx_tags() -> None:
+    _in_child("check_min_cut_partitioner")
+
+
+def test_inductor_joint_custom_pre_pass() -> None:
+    _in_child("check_inductor_joint_custom_pre_pass")
+
+
+def check_min_cut_partitioner() -> None:
     from torch._functorch.partitioners import min_cut_rematerialization_partition
 
     from jointfx.compile import partition_fn
@@ -99,7 +114,7 @@ def test_min_cut_partitioner_realizes_jointfx_tags(fake_world) -> None:
     assert _all_gathers(tagged["fw"]) == _all_gathers(plain["fw"])
 
 
-def test_inductor_joint_custom_pre_pass(fake_world) -> None:
+def check_inductor_joint_custom_pre_pass() -> None:
     import torch._inductor.config as ic
     from torch._inductor.custom_graph_pass import CustomGraphPass
 
