@@ -225,6 +225,9 @@ def apply_edits(gm: fx.GraphModule, doc: Mapping[str, Any], script: Sequence[Any
     vals = _Vals(graph)
     old_meta: dict[str, Any] | None = None
     counts = {"kept": 0, "changed": 0, "new": 0, "erased": len(erased), "moved": 0}
+    # Erased nodes stay in place until the end (their users are rewired first); a node right
+    # after them has not moved.
+    dead = {by_name[name] for name in erased}
     cursor = graph._root
     for entry in script:
         if type(entry) is str:
@@ -258,7 +261,10 @@ def apply_edits(gm: fx.GraphModule, doc: Mapping[str, Any], script: Sequence[Any
             node.meta.update(_import_meta(nd.get("meta", {}), vals))
             env[nd["name"]] = node
             counts["new"] += 1
-        if node.prev is not cursor:
+        prev = node.prev
+        while prev in dead:
+            prev = prev.prev
+        if prev is not cursor:
             cursor.append(node)
             counts["moved"] += 1
         cursor = node
