@@ -9,6 +9,7 @@ scikit-build-core and pybind11 of python/requirements.txt, so nothing is downloa
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -47,7 +48,8 @@ def test_pip_install_gives_command_version_and_stubs(tmp_path: Path) -> None:
                               "print(jointfx.__version__, jointfx.__file__, "
                               "'tag-fsdp' in _jointfx_C.pass_names())"], **run)
     assert version.returncode == 0, version.stderr
-    want = (REPO / "python" / "jointfx" / "_version.py").read_text().split('"')[1]
+    want = re.search(r'__version__ = "([^"]+)"',
+                     (REPO / "python" / "jointfx" / "_version.py").read_text()).group(1)
     ver, path, ok = version.stdout.split()
     assert ver == want and ok == "True"
     assert Path(path).is_relative_to(venv), path
