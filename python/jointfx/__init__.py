@@ -11,6 +11,7 @@ jointfx.models). Tracing imports torch.distributed lazily, so `import jointfx` s
 import importlib
 from typing import Any
 
+from jointfx._version import __version__
 from jointfx.export import (
     ExportError,
     InputSpec,
@@ -25,9 +26,12 @@ from jointfx.export import (
     specs_from_traced,
     write_graph,
 )
+from jointfx.groups import register_process_groups
 from jointfx.passes import PipelineError, graph_pass, pass_names, run_pipeline, run_pipeline_doc
+from jointfx.report import JointfxWarning, StrictCheckError
 
 __all__ = [
+    "__version__",
     "ExportError",
     "InputSpec",
     "Opaque",
@@ -46,6 +50,9 @@ __all__ = [
     "run_pipeline",
     "run_pipeline_doc",
     "trace",
+    "register_process_groups",
+    "JointfxWarning",
+    "StrictCheckError",
 ]
 
 

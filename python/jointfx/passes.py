@@ -29,6 +29,7 @@ from jointfx.export import (
     import_graph,
     resolve_target,
 )
+from jointfx.report import finish_report
 
 
 class PipelineError(ValueError):
@@ -61,7 +62,8 @@ def run_pipeline(gm: fx.GraphModule, pipeline: str, *, verify: bool = True,
                  outputs: Sequence[Any] | None = None,
                  graph_meta: Mapping[str, Any] | None = None,
                  in_place: bool = True,
-                 timing: bool = False) -> fx.GraphModule:
+                 timing: bool = True,
+                 strict: bool = False) -> fx.GraphModule:
     """Runs `pipeline` on `gm` and returns the transformed GraphModule.
 
     in_place=True (the default) edits `gm`'s own graph and returns `gm`: untouched nodes keep
@@ -72,12 +74,18 @@ def run_pipeline(gm: fx.GraphModule, pipeline: str, *, verify: bool = True,
     Header arguments (process groups, input kinds/FQNs, output specs) default to what
     import_graph or an earlier run stored in gm.meta["jointfx"], so graphs loaded from fixtures
     need none of them.
+
+    The report (per-pass statistics and seconds, remarks, findings) is in
+    `meta["jointfx_report"]` of the result, logged to the "jointfx" logger and traced for
+    tlparse; findings warn (JointfxWarning), or raise StrictCheckError with `strict`
+    (jointfx.report).
     """
     doc = export_graph(gm, process_groups=process_groups, inputs=inputs, outputs=outputs,
                        graph_meta=graph_meta)
     ext = _extension()
     if not in_place:
         new_doc, report = run_pipeline_doc(doc, pipeline, verify=verify, timing=timing)
+        finish_report(report, doc, pipeline, strict=strict)
         new_gm = import_graph(new_doc)
         _copy_attrs(gm, new_gm)
         new_gm.meta["jointfx_report"] = report
@@ -87,6 +95,7 @@ def run_pipeline(gm: fx.GraphModule, pipeline: str, *, verify: bool = True,
                                                                 verify, timing)
     except ext.JointfxError as e:
         raise PipelineError(str(e)) from None
+    finish_report(report, doc, pipeline, strict=strict)
     report["edits"] = apply_edits(gm, doc, script, erased, header)
     gm.meta["jointfx_report"] = report
     return gm

@@ -1,0 +1,111 @@
+"""Process groups a pipeline added, registered so the transformed graph runs in Python.
+
+Collectives in a traced graph name their process group by a string (`group_name`); c10d looks
+that name up in its registry when the op runs. A pipeline can name groups nobody created:
+`split-comm-groups` moves the FSDP reduce-scatters of group "0" to a new header group "0_rs"
+(one more communicator, so they overlap with the all-gathers). The C++ executor creates every
+header group; in Python, calling the GraphModule fails with
+`Could not resolve the process group registered under the name 0_rs` until someone registers it.
+
+`register_process_groups(gm)` does: for each group in the graph header (what `run_pipeline` /
+`import_graph` keep in `gm.meta["jointfx"]`) that is not registered yet, it creates a process
+group over the same ranks (`dist.new_group`, one communicator of its own, as the executor does)
+and registers it under the header's name. Groups already registered (the default group "0",
+the groups the model was traced with) are left alone. Every rank must call it, in the same order
+relative to other group creation, like `dist.new_group` itself.
+
+The header lists rank 0's members of each group; for a group that is one slice of a device mesh
+(the graph header's `meta.mesh`, e.g. the TP rows of a 2 x 2 mesh), every slice is created and
+this rank's slice is registered, as the executor works it out.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import torch.fx as fx
+
+
+def header_of(source: fx.GraphModule | Mapping[str, Any]) -> Mapping[str, Any]:
+    """The graph header (process_groups, inputs, outputs, meta) of a GraphModule that
+    run_pipeline or import_graph returned, or of a JSON document."""
+    if isinstance(source, fx.GraphModule):
+        from jointfx.export import GM_META_KEY
+
+        header = source.meta.get(GM_META_KEY)
+        if header is None:
+            raise ValueError("the GraphModule carries no jointfx header (gm.meta['jointfx']): "
+                             "pass the one run_pipeline or import_graph returned")
+        return header
+    return source
+
+
+def mesh_slices(ranks: list[int], shape: list[int]) -> list[list[int]] | None:
+    """If `ranks` (rank 0's members of a group) is a sub-mesh of a row-major mesh of `shape`
+    (all ranks that differ only along some dims), every slice of that sub-mesh, one per
+    coordinate of the other dims; else None."""
+    dims = len(shape)
+    strides = [1] * dims
+    for d in range(dims - 2, -1, -1):
+        strides[d] = strides[d + 1] * shape[d + 1]
+    world = strides[0] * shape[0] if dims else 1
+    for mask in range(1, 1 << dims):
+        along = [d for d in range(dims) if mask >> d & 1]
+
+        def members(base: int, along: list[int] = along) -> list[int]:
+            return sorted(base + sum(k * strides[d] for d, k in zip(along, ks))
+                          for ks in itertools.product(*(range(shape[d]) for d in along)))
+
+        if members(0) != sorted(ranks):
+            continue
+        bases = [r for r in range(world) if all((r // strides[d]) % shape[d] == 0 for d in along)]
+        return [members(b) for b in bases]
+    return None
+
+
+def register_process_groups(source: fx.GraphModule | Mapping[str, Any], *,
+                            replace: bool = False) -> dict[str, Any]:
+    """Creates and registers every header group of `source` that c10d does not know by name
+    (all of them with `replace=True`, except the default group's own name). Returns
+    {name: ProcessGroup} of the groups registered by this call. Needs an initialized default
+    group whose world matches the graph's mesh."""
+    import torch.distributed as dist
+    from torch._C._distributed_c10d import (
+        _is_process_group_registered,
+        _register_process_group,
+        _unregister_process_group,
+    )
+
+    if not dist.is_initialized():
+        raise RuntimeError("register_process_groups: torch.distributed is not initialized "
+                           "(call dist.init_process_group first, on every rank)")
+    header = header_of(source)
+    world, rank = dist.get_world_size(), dist.get_rank()
+    shape = list(header.get("meta", {}).get("mesh", {}).get("shape", [world]))
+    if math.prod(shape) != world:
+        raise RuntimeError(f"graph mesh {shape} does not fit a world of {world} ranks")
+    default_name = dist.group.WORLD.group_name
+    made: dict[str, Any] = {}
+    for pg in header.get("process_groups", []):
+        name = pg["name"]
+        if name == default_name or (_is_process_group_registered(name) and not replace):
+            continue
+        ranks = [int(r) for r in (pg.get("ranks") or range(pg["size"]))]
+        if any(r < 0 or r >= world for r in ranks):
+            raise RuntimeError(f"process group {name!r}: ranks {ranks} outside a world of "
+                               f"{world}")
+        mine = None
+        for members in mesh_slices(ranks, shape) or [sorted(ranks)]:
+            group = dist.new_group(members)  # collective over the world: every rank, same order
+            if rank in members:
+                mine = group
+        if mine is None:
+            continue
+        if _is_process_group_registered(name):
+            _unregister_process_group(name)
+        _register_process_group(name, mine)
+        made[name] = mine
+    return made

@@ -1,0 +1,128 @@
+"""What a pipeline did, said out loud: checks on the pass statistics, Python logging, and
+torch's structured trace.
+
+`run_pipeline` hands the C++ pass manager's report (per pass: name, options, changed, seconds,
+statistics; the remarks log; total seconds) to `finish_report`, which
+
+- checks it against the graph's header: a graph with parameters on which `tag-fsdp` finds no
+  FSDP unshard chain, or `bucket` forms no FSDP bucket, or whose input specs mark no parameter,
+  is almost always a graph jointfx did not understand (missing or wrong header specs, an FSDP
+  flavour the analysis does not recognize), and the pipeline then changes nothing: each finding
+  becomes a `JointfxWarning` naming what was found and what was expected, or with
+  `strict=True` (for CI) a `StrictCheckError`;
+- logs a one-line summary per pass to the logger "jointfx" (INFO; remarks at DEBUG; findings at
+  WARNING), shown by `logging.basicConfig(level=logging.INFO)` or any handler on "jointfx"
+  (TORCH_LOGS accepts only torch's own log names, so it does not select this one);
+- emits the whole report as a `jointfx_pipeline` artifact through
+  `torch._logging.trace_structured`, so `TORCH_TRACE=<dir>` runs carry it for tlparse next to
+  Inductor's own pass artifacts.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import warnings
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+log = logging.getLogger("jointfx")
+
+
+class JointfxWarning(UserWarning):
+    """jointfx ran, but what it found in the graph is not what the pipeline expects."""
+
+
+class StrictCheckError(ValueError):
+    """A strict-mode check failed (run_pipeline(..., strict=True))."""
+
+
+def _stats(report: Mapping[str, Any], name: str) -> list[Mapping[str, int]]:
+    return [p.get("stats", {}) for p in report.get("passes", []) if p.get("name") == name]
+
+
+def check_report(report: Mapping[str, Any], header: Mapping[str, Any]) -> list[str]:
+    """Findings about a pipeline run on a graph whose header is `header` (the exported
+    document's process_groups/inputs/outputs): one message per finding, empty when the
+    statistics look like an FSDP graph the passes understood."""
+    inputs: Sequence[Mapping[str, Any]] = header.get("inputs", [])
+    params = [i for i in inputs if i.get("kind") == "parameter"]
+    findings: list[str] = []
+    ran = {p.get("name") for p in report.get("passes", [])}
+    fsdp_passes = ran & {"tag-fsdp", "bucket", "remat", "dedup-fsdp-unshard"}
+    if fsdp_passes and not params:
+        findings.append(
+            f"{len(inputs)} graph inputs, none marked as a parameter: {sorted(fsdp_passes)} "
+            "expect the parameter inputs in the header (InputSpec('parameter', fqn), or the "
+            "specs jointfx derives from the tracer); without them no FSDP chain is recognized "
+            "and the graph is left as it was")
+    for stats in _stats(report, "tag-fsdp"):
+        chains = stats.get("chains-kept", 0) + stats.get("chains-resharded", 0)
+        other = stats.get("non-fsdp-collectives", 0)
+        if params and chains == 0:
+            findings.append(
+                f"tag-fsdp found no FSDP unshard chain (expected one all-gather chain per "
+                f"sharded parameter, {len(params)} parameters in the header); "
+                f"{other} collectives did not look like FSDP")
+        elif params and other and chains < len(params) // 2:
+            findings.append(
+                f"tag-fsdp found {chains} FSDP unshard chains for {len(params)} parameters and "
+                f"{other} collectives that did not look like FSDP")
+    for stats in _stats(report, "bucket"):
+        buckets = sum(v for k, v in stats.items() if k.startswith("buckets."))
+        if params and buckets == 0 and stats.get("collectives-before", 0) > 0:
+            findings.append(
+                f"bucket formed no bucket out of {stats.get('collectives-before', 0)} "
+                f"collectives on a graph with {len(params)} parameters (expected FSDP "
+                "all-gathers / reduce-scatters grouped per block)")
+    return findings
+
+
+def _summary_line(p: Mapping[str, Any]) -> str:
+    stats = ", ".join(f"{k}={v}" for k, v in sorted(p.get("stats", {}).items()))
+    opts = p.get("options") or ""
+    if opts and not opts.startswith("{"):
+        opts = "{" + opts + "}"
+    name = f"{p.get('name')}{opts}"
+    changed = "changed" if p.get("changed") else "unchanged"
+    return f"{name}: {changed}, {1000 * p.get('seconds', 0.0):.2f} ms" + (
+        f" ({stats})" if stats else "")
+
+
+def finish_report(report: dict[str, Any], header: Mapping[str, Any], pipeline: str, *,
+                  strict: bool = False, stacklevel: int = 3) -> dict[str, Any]:
+    """Adds `pipeline` and `findings` to `report`, logs and traces it, and warns (or raises
+    StrictCheckError with `strict`) on findings. Returns the report."""
+    findings = check_report(report, header)
+    report["pipeline"] = pipeline
+    report["findings"] = findings
+    if log.isEnabledFor(logging.INFO):
+        log.info("jointfx pipeline %r: %d passes, %.2f ms", pipeline,
+                 len(report.get("passes", [])), 1000 * report.get("total_seconds", 0.0))
+        for p in report.get("passes", []):
+            log.info("  %s", _summary_line(p))
+    if report.get("log"):
+        log.debug("jointfx remarks:\n%s", report["log"].rstrip())
+    _trace_structured(report)
+    for f in findings:
+        log.warning("jointfx: %s", f)
+    if findings:
+        text = "; ".join(findings)
+        if strict:
+            raise StrictCheckError(f"jointfx pipeline {pipeline!r}: {text}")
+        warnings.warn(f"jointfx pipeline {pipeline!r}: {text}", JointfxWarning,
+                      stacklevel=stacklevel)
+    return report
+
+
+def _trace_structured(report: Mapping[str, Any]) -> None:
+    try:
+        from torch._logging import trace_structured
+    except ImportError:  # an older torch: logging alone
+        return
+    trace_structured(
+        "artifact",
+        metadata_fn=lambda: {"name": "jointfx_pipeline", "encoding": "json"},
+        payload_fn=lambda: json.dumps(report, sort_keys=True),
+        expect_trace_id=False,  # also outside torch.compile (GraphTrainer, plain calls)
+    )

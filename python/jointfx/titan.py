@@ -1,0 +1,191 @@
+"""torchtitan GraphTrainer graphs on CPU: the tracer GraphTrainer itself uses, on a small Llama.
+
+`trace_llama3(world=2, rank=0)` builds torchtitan 0.3.0's llama3 `debugmodel` shrunk to a few
+layers (SDPA attention, so it traces on CPU), wraps it with SimpleFSDP
+(`simple_fsdp.data_parallel(mode="fully_shard")` over a 1-D mesh named `fsdp`), annotates module
+FQNs as GraphTrainer does, and traces `trainer.make_fwd_bwd_step(model, CrossEntropyLoss)` with
+`make_fx_tracer.minimal_fx_tracer`: the joint forward+loss+backward graph GraphTrainer hands to
+its pass list. It needs an initialized default process group of `world` ranks: the fake one
+(`init_fake_world`) for tracing alone, or gloo for running.
+
+    python -m jointfx.titan [--world 2] [--rank 0] [--layers 2] [--out graph.json] [--code]
+
+prints a summary of the traced graph (placeholders, collectives, nodes), `--code` its Python
+code, and `--out` writes it in the jointfx JSON format through `jointfx.export_graph`.
+
+torchtitan is installed by scripts/setup from python/requirements-nodeps.txt (torchtitan 0.3.0
+without its dependency list, plus what graph_trainer imports).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+BATCH = 2
+SEQ_LEN = 32
+SEED = 0
+
+
+@dataclass
+class TitanTrace:
+    """A traced GraphTrainer step and what is needed to run it again on live state."""
+
+    traced: Any  # make_fx_tracer.TracedResult
+    model: torch.nn.Module  # the SimpleFSDP-wrapped model (DTensor parameters)
+    mesh: Any  # the 1-D DeviceMesh named "fsdp"
+    n_layers: int
+    args: tuple[Any, ...]  # the step's user inputs: (tokens, labels, global_valid_tokens, {})
+    full_params: dict[str, torch.Tensor] = field(default_factory=dict)  # unsharded, by FQN
+
+    @property
+    def gm(self) -> torch.fx.GraphModule:
+        return self.traced.gm
+
+    def bucket_plans(self) -> list[list[str] | str]:
+        """GraphTrainer's default per-block buckets for this model."""
+        from torchtitan.experiments.graph_trainer.common_utils import (
+            get_default_transformer_block_buckets,
+        )
+
+        return get_default_transformer_block_buckets(self.n_layers)
+
+
+def init_fake_world(world: int = 2, rank: int = 0) -> None:
+    """Initializes torch.distributed with the fake process group (no communication): what
+    tracing needs, on one process, for any world size."""
+    import torch.distributed as dist
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=world)
+
+
+def build_llama3(n_layers: int = 2, seed: int = SEED) -> torch.nn.Module:
+    """torchtitan's llama3 debugmodel (dim 256, vocab 2048) with `n_layers` layers, SDPA
+    attention, initialized from `seed` on CPU."""
+    from torchtitan.experiments.graph_trainer.llama3 import model_registry
+
+    spec = model_registry("debugmodel", attn_backend="sdpa")
+    cfg = spec.model
+    cfg.layers = list(cfg.layers[:n_layers])
+    torch.manual_seed(seed)
+    model = cfg.build()
+    model.init_states()
+    return model
+
+
+def trace_llama3(n_layers: int = 2, *, seed: int = SEED, batch: int = BATCH,
+                 seq_len: int = SEQ_LEN) -> TitanTrace:
+    """Traces GraphTrainer's fwd+loss+bwd step of the shrunk llama3 under SimpleFSDP over the
+    initialized default group (every rank of it forms the `fsdp` mesh)."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torchtitan.components.loss import CrossEntropyLoss
+    from torchtitan.experiments.graph_trainer.common_utils import annotate_module_fqns
+    from torchtitan.experiments.graph_trainer.make_fx_tracer import minimal_fx_tracer
+    from torchtitan.experiments.graph_trainer.simple_fsdp import data_parallel
+    from torchtitan.experiments.graph_trainer.trainer import make_fwd_bwd_step
+
+    world = dist.get_world_size()
+    model = build_llama3(n_layers, seed)
+    full = {k: v.detach().clone() for k, v in model.named_parameters()}
+    mesh = init_device_mesh("cpu", (world,), mesh_dim_names=("fsdp",))
+    model = data_parallel(model, mesh, mode="fully_shard")
+    set_local_shards(model, full, dist.get_rank(), world)
+    annotate_module_fqns(model)
+    loss_fn = CrossEntropyLoss(CrossEntropyLoss.Config())
+    gen = torch.Generator().manual_seed(seed + 1)
+    vocab = full["tok_embeddings.weight"].shape[0]
+    tokens = torch.randint(0, vocab, (batch, seq_len), generator=gen)
+    labels = torch.randint(0, vocab, (batch, seq_len), generator=gen)
+    # The loss is a sum over tokens divided by the global count (GraphTrainer's convention).
+    valid = torch.tensor(float(batch * seq_len * world))
+    args = (tokens, labels, valid, {})
+    step = make_fwd_bwd_step(model, loss_fn)
+    traced = minimal_fx_tracer(step, module=model)(*args)
+    return TitanTrace(traced, model, mesh, n_layers, args, full)
+
+
+def set_local_shards(model: torch.nn.Module, full: dict[str, torch.Tensor], rank: int,
+                     world: int) -> None:
+    """Sets every DTensor parameter's local shard to rows `rank` of `world` of its full value
+    (Shard(0), torch.chunk's split), with no communication: under the fake group
+    `distribute_tensor`'s scatter leaves the shards undefined."""
+    with torch.no_grad():
+        for fqn, p in model.named_parameters():
+            local = p.to_local() if hasattr(p, "to_local") else p
+            piece = full[fqn].chunk(world, dim=0)[rank]
+            if tuple(piece.shape) != tuple(local.shape):
+                raise RuntimeError(f"{fqn}: shard {tuple(local.shape)} vs rows "
+                                   f"{tuple(piece.shape)} of {tuple(full[fqn].shape)}")
+            local.copy_(piece)
+
+
+def run_step(trace: TitanTrace, gm: torch.fx.GraphModule) -> list[torch.Tensor]:
+    """Runs `gm` (the traced step, or a transform of it with the same signature) once on the
+    model's live local shards and the trace's inputs; returns [loss, local gradients...] as
+    plain tensors, in the order of the model's parameters."""
+    from dataclasses import replace
+
+    from torchtitan.experiments.graph_trainer.make_fx_tracer import run_traced
+
+    outs = run_traced(replace(trace.traced, gm=gm), module=trace.model)(*trace.args)
+    return [o.to_local() if hasattr(o, "to_local") else o for o in outs]
+
+
+def sgd_update(model: torch.nn.Module, grads: list[torch.Tensor], lr: float = 0.5) -> None:
+    """In place: local shard -= lr * local gradient, so the next step sees new parameters."""
+    params = [p for _, p in model.named_parameters(remove_duplicate=False) if p.requires_grad]
+    if len(params) != len(grads):
+        raise RuntimeError(f"{len(grads)} gradients for {len(params)} parameters")
+    with torch.no_grad():
+        for p, g in zip(params, grads):
+            (p.to_local() if hasattr(p, "to_local") else p).sub_(lr * g)
+
+
+def summary(gm: torch.fx.GraphModule) -> dict[str, int]:
+    """Counts of what a GraphTrainer graph holds."""
+    nodes = list(gm.graph.nodes)
+    placeholders = [n for n in nodes if n.op == "placeholder"]
+    meshes = sum(1 for n in placeholders if not isinstance(n.meta.get("val"), torch.Tensor))
+
+    def count(op: str) -> int:
+        return sum(1 for n in nodes if n.op == "call_function" and op in str(n.target))
+
+    return {"nodes": len(nodes), "placeholders": len(placeholders),
+            "non_tensor_placeholders": meshes,
+            "all_gather_into_tensor": count("all_gather_into_tensor"),
+            "reduce_scatter_tensor": count("reduce_scatter_tensor"),
+            "wait_tensor": count("wait_tensor")}
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--world", type=int, default=2)
+    p.add_argument("--rank", type=int, default=0)
+    p.add_argument("--layers", type=int, default=2)
+    p.add_argument("--out", help="write the graph as jointfx JSON")
+    p.add_argument("--code", action="store_true", help="print the graph's Python code")
+    a = p.parse_args()
+    torch.set_num_threads(1)
+    init_fake_world(a.world, a.rank)
+    tr = trace_llama3(a.layers)
+    print(summary(tr.gm))
+    if a.code:
+        print(tr.gm.code)
+    if a.out:
+        from jointfx import export_graph, write_graph
+
+        write_graph(export_graph(tr.gm), a.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
