@@ -83,8 +83,15 @@ struct HandRow {
 
 #define OP(t, cat, fl) {HandKind::Op, t, OpCategory::cat, FlopFormula::fl},
 #define ALIAS(t, al) {HandKind::Alias, t, OpCategory::Unknown, FlopFormula::Zero, AliasKind::al},
-#define MUTATES(t, args)                                                                   \
-  {HandKind::Mutates, t, OpCategory::Unknown, FlopFormula::Zero, AliasKind::None, false, 0, -1, \
+#define MUTATES(t, args) \
+  {HandKind::Mutates,    \
+   t,                    \
+   OpCategory::Unknown,  \
+   FlopFormula::Zero,    \
+   AliasKind::None,      \
+   false,                \
+   0,                    \
+   -1,                   \
    args},
 #define EXTERN(t, cat, al, eff, mn, mx) \
   {HandKind::Extern, t, OpCategory::cat, FlopFormula::Zero, AliasKind::al, eff, mn, mx},

@@ -14,8 +14,8 @@
 #include "passes/analysis/blocks.h"
 #include "passes/analysis/cost_model.h"
 #include "passes/analysis/fsdp.h"
-#include "passes/analysis/mutation.h"
 #include "passes/analysis/memory.h"
+#include "passes/analysis/mutation.h"
 #include "passes/analysis/phase.h"
 #include "passes/bucket/schedule.h"
 
@@ -186,7 +186,7 @@ class Bucketer {
   PassContext& ctx_;
   PhaseInfo phases_;
   FsdpAnalysis fsdp_;
-  WrittenStorage written_;    // values written in place: their readers stay where they are
+  WrittenStorage written_;  // values written in place: their readers stay where they are
   BlockAnalysis blocks_;
   std::vector<int64_t> pos_;  // program index by node id, at scan time
   std::vector<KeyTuple> keys_;

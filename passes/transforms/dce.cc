@@ -2,7 +2,6 @@
 
 #include <vector>
 
-
 namespace jfx {
 
 void Dce::configure(PassOptions& options) {
