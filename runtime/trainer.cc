@@ -776,13 +776,22 @@ int runRankImpl(const ExecOptions& o, const DistEnv& env, std::unique_ptr<Proces
 
   // ---- logs
   const bool leader = env.rank == 0;
-  std::unique_ptr<std::ofstream> log;
+  // The log is a stream (one line per step, flushed): "-" is this process's stdout, written
+  // through, never truncated; a path is opened as given, so a symlink's target, a FIFO or a
+  // character device is written in place and never replaced.
+  std::unique_ptr<std::ofstream> log_file;
+  std::ostream* log = nullptr;
   if (!o.log.empty() && (leader || o.log.find("{rank}") != std::string::npos)) {
     std::string path = replaceRank(o.log, env.rank);
-    if (auto parent = std::filesystem::path(path).parent_path(); !parent.empty())
-      makeDirs(parent.string());
-    log = std::make_unique<std::ofstream>(path, std::ios::trunc);
-    if (!*log) inputError("cannot write log '" + path + "'");
+    if (path == "-") {
+      log = &std::cout;
+    } else {
+      if (auto parent = std::filesystem::path(path).parent_path(); !parent.empty())
+        makeDirs(parent.string());
+      log_file = std::make_unique<std::ofstream>(path, std::ios::trunc);
+      if (!*log_file) inputError("cannot write log '" + path + "'");
+      log = log_file.get();
+    }
   }
   if (!o.save_grads.empty()) makeDirs(o.save_grads);
   if (!o.save.empty()) makeDirs(o.save);
