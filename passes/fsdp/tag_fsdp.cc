@@ -5,9 +5,13 @@
 #include <set>
 
 #include "ir/error.h"
+#include "ir/json_format.h"
 #include "passes/analysis/blocks.h"
 #include "passes/analysis/fsdp.h"
+#include "passes/analysis/memory.h"
 #include "passes/analysis/phase.h"
+#include "passes/bucket/schedule.h"
+#include "passes/fsdp/remat.h"
 
 namespace jfx {
 namespace {
@@ -30,8 +34,11 @@ std::string topLevelModule(const std::string& fqn) {
 }
 
 // reshard=default: which chains keep their unsharded value (true) instead of resharding.
+// `units` (when given) is set to the number of units keep-last counts: the gathered blocks plus
+// the head (parameters before the first block), or the top-level modules when there are no
+// blocks; keep-last=units keeps everything.
 std::vector<bool> keepDecisions(const Graph& g, const std::vector<const FsdpUnshardChain*>& chains,
-                                int64_t k, PassContext& ctx) {
+                                int64_t k, PassContext& ctx, int64_t* units = nullptr) {
   std::vector<bool> keep(chains.size(), false);
   const BlockAnalysis blocks = analyzeBlocks(g);
   std::vector<int32_t> block(chains.size(), -1);
@@ -71,6 +78,7 @@ std::vector<bool> keepDecisions(const Graph& g, const std::vector<const FsdpUnsh
              blocks.blocks[static_cast<size_t>(*kept.rbegin())].name + ")";
     ctx.remark(msg + " and " + std::to_string(tail) + " parameter gathers after the last block");
     ctx.stat("blocks", static_cast<int64_t>(gathered.size()));
+    if (units) *units = static_cast<int64_t>(gathered.size()) + 1;
     return keep;
   }
   // No blocks: top-level modules in order of their first gather. Said loudly: this is rarely
@@ -81,6 +89,7 @@ std::vector<bool> keepDecisions(const Graph& g, const std::vector<const FsdpUnsh
     std::string key = topLevelModule(chainFqn(*c));
     if (rank.emplace(key, order.size()).second) order.push_back(key);
   }
+  if (units) *units = static_cast<int64_t>(order.size());
   const size_t first_kept = order.size() - std::min<size_t>(order.size(), static_cast<size_t>(k));
   for (size_t i = 0; i < chains.size(); ++i)
     keep[i] = rank.at(topLevelModule(chainFqn(*chains[i]))) >= first_kept;
@@ -91,15 +100,10 @@ std::vector<bool> keepDecisions(const Graph& g, const std::vector<const FsdpUnsh
   return keep;
 }
 
-}  // namespace
-
-void TagFsdpPass::configure(PassOptions& options) {
-  std::string r = options.getEnum("reshard", {"always", "never", "default"}, "default");
-  reshard_ = r == "always" ? Reshard::Always : r == "never" ? Reshard::Never : Reshard::Default;
-  keep_last_ = options.getInt("keep-last", 1, 0, 1000000);
-}
-
-bool TagFsdpPass::run(Graph& g, PassContext& ctx) {
+// Tags every forward unshard chain of `g`: keep (MUST_SAVE on its save points) or reshard
+// (MUST_RECOMPUTE on the chain). `keep_last` < 0: reshard=never; otherwise reshard=default with
+// that K (0 is reshard=always). Returns whether a tag changed; `units` as in keepDecisions.
+bool tagChains(Graph& g, int64_t keep_last, PassContext& ctx, int64_t* units = nullptr) {
   PhaseInfo phases = computePhases(g);
   FsdpAnalysis fsdp = analyzeFsdp(g, phases);
   ctx.stat("non-fsdp-collectives", static_cast<int64_t>(fsdp.other_collectives.size()));
@@ -108,8 +112,8 @@ bool TagFsdpPass::run(Graph& g, PassContext& ctx) {
   for (const auto& c : fsdp.unshard)
     if (phases.isForwardOrLoss(c.all_gather)) chains.push_back(&c);
 
-  std::vector<bool> keep(chains.size(), reshard_ == Reshard::Never);
-  if (reshard_ == Reshard::Default) keep = keepDecisions(g, chains, keep_last_, ctx);
+  std::vector<bool> keep(chains.size(), keep_last < 0);
+  if (keep_last >= 0) keep = keepDecisions(g, chains, keep_last, ctx, units);
 
   bool changed = false;
   auto tag = [&](Node* n, Recompute r) {
@@ -137,6 +141,99 @@ bool TagFsdpPass::run(Graph& g, PassContext& ctx) {
     }
   }
   return changed;
+}
+
+// The estimated peak (passes/analysis/memory.h) of `g` tagged with keep-last=K and realized by
+// remat, on a copy: what the rest of a pipeline starts from (bucket and schedule never raise it
+// by default).
+int64_t peakWithKeepLast(const Graph& g, int64_t k, int64_t* units = nullptr) {
+  auto copy = readJsonGraph(writeJsonGraph(g), "<tag-fsdp reshard=budget>");
+  PassContext quiet;
+  tagChains(*copy, k, quiet, units);
+  RematPass().run(*copy, quiet);
+  return analyzeMemory(*copy, computePhases(*copy)).peak_bytes;
+}
+
+}  // namespace
+
+void TagFsdpPass::configure(PassOptions& options) {
+  std::string r = options.getEnum("reshard", {"always", "never", "default", "budget"}, "default");
+  reshard_ = r == "always"   ? Reshard::Always
+             : r == "never"  ? Reshard::Never
+             : r == "budget" ? Reshard::Budget
+                             : Reshard::Default;
+  keep_last_ = options.getInt("keep-last", 1, 0, 1000000);
+  std::string limit = options.getString("memory-limit", "");
+  if (reshard_ == Reshard::Budget) {
+    if (limit.empty())
+      throw JfxError({}, "pass 'tag-fsdp': reshard=budget needs memory-limit=BYTES (e.g. 40GiB)");
+    try {
+      memory_limit_ = parseByteSize(limit);
+    } catch (const JfxError& e) {
+      throw JfxError({}, "pass 'tag-fsdp': option 'memory-limit': " + e.message());
+    }
+  } else if (!limit.empty()) {
+    throw JfxError({}, "pass 'tag-fsdp': option 'memory-limit' is read by reshard=budget only");
+  }
+}
+
+bool TagFsdpPass::run(Graph& g, PassContext& ctx) {
+  switch (reshard_) {
+    case Reshard::Always:
+      return tagChains(g, 0, ctx);
+    case Reshard::Never:
+      return tagChains(g, -1, ctx);
+    case Reshard::Default:
+      return tagChains(g, keep_last_, ctx);
+    case Reshard::Budget:
+      break;
+  }
+  // Keeping a unit unsharded saves its backward re-gather and costs its gathered bytes from
+  // forward to backward. The candidates are keep-last=K for K = 0 (always) .. units (never):
+  // blocks are kept from the last one backwards, because backward needs them first and their
+  // re-gathers are the hardest to hide. More kept units never add communication, so the fastest
+  // feasible candidate is the largest K whose peak fits; the peak grows with K, so a binary
+  // search over K finds it with O(log units) estimates, each a copy + remat + memory analysis.
+  int64_t units = 0;
+  const int64_t limit = memory_limit_;
+  const int64_t floor_peak = peakWithKeepLast(g, 0, &units);
+  if (floor_peak > limit)
+    throw JfxError({}, "pass 'tag-fsdp': reshard=budget: memory-limit " + formatBytes(limit) +
+                           " is below the estimated peak with every block resharded (" +
+                           formatBytes(floor_peak) + ", " + std::to_string(floor_peak) +
+                           " bytes); the smallest feasible limit is " + std::to_string(floor_peak) +
+                           " bytes");
+  int64_t lo = 0, hi = units;  // p(lo) <= limit
+  int64_t lo_peak = floor_peak;
+  int64_t evaluated = 1;
+  if (units > 0) {
+    const int64_t top = peakWithKeepLast(g, units);
+    ++evaluated;
+    if (top <= limit) {
+      lo = units, lo_peak = top;
+    } else {
+      while (hi - lo > 1) {  // invariant: p(lo) <= limit < p(hi)
+        const int64_t mid = lo + (hi - lo) / 2;
+        const int64_t p = peakWithKeepLast(g, mid);
+        ++evaluated;
+        if (p <= limit)
+          lo = mid, lo_peak = p;
+        else
+          hi = mid;
+      }
+    }
+  }
+  ctx.stat("budget-keep-last", lo);
+  ctx.stat("budget-units", units);
+  ctx.stat("budget-peak-estimate", lo_peak);
+  ctx.stat("budget-peak-always", floor_peak);
+  ctx.stat("budget-estimates", evaluated);
+  ctx.stat("memory-limit", limit);
+  ctx.remark("tag-fsdp: reshard=budget: keeping the last " + std::to_string(lo) + " of " +
+             std::to_string(units) + " units unsharded (keep-last=" + std::to_string(lo) +
+             "), estimated peak " + formatBytes(lo_peak) + " under memory-limit " +
+             formatBytes(limit) + " (every block resharded: " + formatBytes(floor_peak) + ")");
+  return tagChains(g, lo, ctx);
 }
 
 }  // namespace jfx

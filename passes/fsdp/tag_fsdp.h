@@ -9,6 +9,13 @@
 // Options:
 //   reshard=always|never|default   (default: default)
 //   keep-last=K                    (default: 1; read by reshard=default only)
+//   memory-limit=BYTES             (reshard=budget only, required; suffixes as in schedule)
+// reshard=budget keeps as many blocks unsharded as fit: the largest K whose estimated peak after
+// tagging with keep-last=K and remat (passes/analysis/memory.h, measured on a copy) is at most
+// memory-limit, found by binary search; K = units is reshard=never. More kept blocks never add
+// communication, so within this family that is the fastest plan that fits. An error names the
+// smallest feasible limit when even reshard=always does not fit. Statistics: budget-keep-last,
+// budget-units, budget-peak-estimate, budget-peak-always, budget-estimates, memory-limit.
 // reshard=default reshards every block except the last K (blocks: passes/analysis/blocks.h,
 // the repeated indexed submodules such as layers.N, transformer.h.N, stages.M.blocks.N, ordered
 // by first use in forward). Parameters outside blocks: those gathered after the last block's
@@ -33,7 +40,7 @@ namespace jfx {
 
 class TagFsdpPass : public Pass {
  public:
-  enum class Reshard { Always, Never, Default };
+  enum class Reshard { Always, Never, Default, Budget };
 
   TagFsdpPass() = default;
   TagFsdpPass(Reshard reshard, int64_t keep_last) : reshard_(reshard), keep_last_(keep_last) {}
@@ -45,6 +52,7 @@ class TagFsdpPass : public Pass {
  private:
   Reshard reshard_ = Reshard::Default;
   int64_t keep_last_ = 1;
+  int64_t memory_limit_ = 0;  // reshard=budget
 };
 
 }  // namespace jfx

@@ -3,7 +3,11 @@
 #include <map>
 
 #include "ir/error.h"
+#include "ir/hash.h"
+#include "ir/io.h"
+#include "ir/json_format.h"
 #include "ir/verifier.h"
+#include "passes/analysis/memory.h"
 #include "passes/analysis/phase.h"
 #include "passes/fsdp/dedup_fsdp_unshard.h"
 #include "passes/fsdp/remat.h"
@@ -416,4 +420,79 @@ TEST_CASE("dedup-fsdp-unshard: a duplicate backward chain merges into the earlie
   CHECK(use->input(0) == at(g, "W2_recomputed"));
   CHECK(g.findNode("ag2_again") == nullptr);
   CHECK(verifyOneGather(g).empty());
+}
+
+namespace {
+
+// The estimated peak of a traced graph after tag-fsdp with `opts` and remat.
+int64_t peakAfter(const Graph& src, const std::map<std::string, std::string>& opts,
+                  Statistics* stats = nullptr) {
+  auto g = readJsonGraph(writeJsonGraph(src), "copy");
+  TagFsdpPass pass;
+  PassOptions po("tag-fsdp", opts);
+  pass.configure(po);
+  PassContext ctx;
+  pass.run(*g, ctx);
+  if (stats) *stats = ctx.stats;
+  runRemat(*g);
+  return analyzeMemory(*g, computePhases(*g)).peak_bytes;
+}
+
+}  // namespace
+
+TEST_CASE("tag-fsdp: reshard=budget keeps as many blocks as the memory limit allows",
+          "[fsdp][budget]") {
+  for (const char* fixture : {"fsdp_w2", "gpt2_w2", "convbn_w2", "moe_w2", "encoder_w2"}) {
+    INFO(fixture);
+    auto g = loadGraph(std::string(JFX_SOURCE_DIR) + "/tests/data/traced/" + fixture + ".json");
+    const int64_t always = peakAfter(*g, {{"reshard", "always"}});
+    const int64_t never = peakAfter(*g, {{"reshard", "never"}});
+    REQUIRE(always < never);  // every fixture has something to save by resharding
+
+    // Limits spread between the two peaks: the choice never goes over the limit, and keeping one
+    // more unit would (or everything is kept already).
+    for (int i = 0; i <= 8; ++i) {
+      const int64_t limit = always + (never - always) * i / 8;
+      INFO("limit " << limit);
+      Statistics st;
+      const int64_t peak =
+          peakAfter(*g, {{"reshard", "budget"}, {"memory-limit", std::to_string(limit)}}, &st);
+      CHECK(peak <= limit);
+      CHECK(peak == st.at("budget-peak-estimate"));
+      const int64_t k = st.at("budget-keep-last");
+      const int64_t units = st.at("budget-units");
+      if (k < units) {
+        CHECK(peakAfter(*g, {{"reshard", "default"}, {"keep-last", std::to_string(k + 1)}}) >
+              limit);
+      }
+      if (i == 0) CHECK(peak == always);
+      if (i == 8) {
+        CHECK(k == units);  // like reshard=never
+        CHECK(peak == never);
+      }
+    }
+  }
+}
+
+TEST_CASE("tag-fsdp: reshard=budget below the reshard=always peak names the smallest limit",
+          "[fsdp][budget]") {
+  auto g = loadGraph(std::string(JFX_SOURCE_DIR) + "/tests/data/traced/fsdp_w2.json");
+  const int64_t always = peakAfter(*g, {{"reshard", "always"}});
+  const uint64_t before = structuralHash(*g);
+  try {
+    peakAfter(*g, {{"reshard", "budget"}, {"memory-limit", std::to_string(always - 1)}});
+    FAIL("expected an error");
+  } catch (const JfxError& e) {
+    CHECK_THAT(e.what(),
+               Catch::Contains("smallest feasible limit is " + std::to_string(always) + " bytes"));
+  }
+  CHECK(structuralHash(*g) == before);
+  // And the option is required, and only for budget.
+  TagFsdpPass pass;
+  std::map<std::string, std::string> no_limit{{"reshard", "budget"}};
+  PassOptions po("tag-fsdp", no_limit);
+  CHECK_THROWS_WITH(pass.configure(po), Catch::Contains("needs memory-limit"));
+  std::map<std::string, std::string> stray{{"reshard", "always"}, {"memory-limit", "1G"}};
+  PassOptions po2("tag-fsdp", stray);
+  CHECK_THROWS_WITH(pass.configure(po2), Catch::Contains("read by reshard=budget only"));
 }
