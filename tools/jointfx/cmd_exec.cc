@@ -24,8 +24,9 @@ void addExecCommand(CLI::App& app, int& exit_code) {
   cmd->add_option("--save-grads", o->save_grads,
                   "Directory for grads.step<S>.rank<R>.safetensors (gradients + __loss__)");
   cmd->add_option("--save", o->save, "Directory for state.rank<R>.safetensors after the run");
-  cmd->add_option("--log", o->log,
-                  "JSONL loss log, - for stdout ({rank} in the path: one file per rank; else rank 0 only)");
+  cmd->add_option(
+      "--log", o->log,
+      "JSONL loss log, - for stdout ({rank} in the path: one file per rank; else rank 0 only)");
   cmd->add_option("--progress", o->progress, "Progress bar on stderr: auto (a TTY), always, never")
       ->check(CLI::IsMember({"auto", "always", "never"}));
   cmd->add_flag("-q,--quiet", o->quiet, "No loss lines on stdout");
