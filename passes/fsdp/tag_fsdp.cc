@@ -4,8 +4,8 @@
 #include <map>
 #include <set>
 
+#include "ir/clone.h"
 #include "ir/error.h"
-#include "ir/json_format.h"
 #include "passes/analysis/blocks.h"
 #include "passes/analysis/fsdp.h"
 #include "passes/analysis/memory.h"
@@ -147,7 +147,7 @@ bool tagChains(Graph& g, int64_t keep_last, PassContext& ctx, int64_t* units = n
 // remat, on a copy: what the rest of a pipeline starts from (bucket and schedule never raise it
 // by default).
 int64_t peakWithKeepLast(const Graph& g, int64_t k, int64_t* units = nullptr) {
-  auto copy = readJsonGraph(writeJsonGraph(g), "<tag-fsdp reshard=budget>");
+  auto copy = cloneGraph(g);
   PassContext quiet;
   tagChains(*copy, k, quiet, units);
   RematPass().run(*copy, quiet);

@@ -1,6 +1,10 @@
 #include <catch2/catch.hpp>
+#include <filesystem>
 
+#include "ir/clone.h"
 #include "ir/graph.h"
+#include "ir/io.h"
+#include "ir/json_format.h"
 
 using namespace jfx;
 
@@ -99,4 +103,28 @@ TEST_CASE("graph: cloneBefore remaps operands and copies meta", "[ir]") {
   CHECK(c->input(0) == y);
   CHECK(c->meta().recompute == Recompute::MustRecompute);
   CHECK(a->input(0) == x);
+}
+
+TEST_CASE("cloneGraph: a deep copy that writes byte-identically and is independent",
+          "[graph][clone]") {
+  namespace fs = std::filesystem;
+  size_t fixtures = 0;
+  for (const char* dir : {"/tests/data/traced", "/tests/data/buffers"}) {
+    for (const auto& e : fs::directory_iterator(std::string(JFX_SOURCE_DIR) + dir)) {
+      if (e.path().extension() != ".json") continue;
+      INFO(e.path().string());
+      auto g = loadGraph(e.path().string());
+      auto c = cloneGraph(*g);
+      CHECK(writeJsonGraph(*c) == writeJsonGraph(*g));
+      CHECK(c->size() == g->size());
+      // Editing the copy leaves the original alone.
+      const std::string before = writeJsonGraph(*g);
+      Node* last = c->outputNode()->prev();
+      c->rename(last, last->name() + "_copy");
+      CHECK(writeJsonGraph(*g) == before);
+      CHECK(g->findNode(last->name()) == nullptr);
+      ++fixtures;
+    }
+  }
+  CHECK(fixtures >= 20);
 }
