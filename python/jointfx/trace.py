@@ -489,7 +489,10 @@ class _ModuleHooks:
     """Per-module forward hooks: annotate module_fqn and swap in all-gathered parameters.
 
     A module's own parameters are all-gathered when the module is called (the root's too, with
-    no annotation), so a parameter must be read inside its owner's forward.
+    no annotation). A parameter read while its owner is not running (nn.MultiheadAttention reads
+    `self.out_proj.weight` without calling `out_proj`) is all-gathered at the read: each module
+    with parameters gets a subclass whose parameter names are properties (SimpleFSDP reads every
+    parameter through such an accessor), so no read ever sees the full, unsharded Parameter.
     """
 
     def __init__(self, model: nn.Module, unshard: Callable[[str], torch.Tensor]) -> None:
@@ -498,14 +501,35 @@ class _ModuleHooks:
         canonical = {id(p): fqn for fqn, p in model.named_parameters()}
         self._owned: dict[nn.Module, list[tuple[str, str]]] = {}
         self._handles = []
+        self._classes: list[tuple[nn.Module, type]] = []
         for name, module in model.named_modules():
             own = [(pname, canonical[id(p)]) for pname, p in module._parameters.items()
                    if p is not None]
             self._owned[module] = own
+            if own:
+                self._gather_on_read(module, own)
             if not name and not own:
                 continue  # a root without parameters of its own needs no hooks
             self._handles.append(module.register_forward_pre_hook(partial(self._pre, name)))
             self._handles.append(module.register_forward_hook(self._post, always_call=True))
+
+    def _gather_on_read(self, module: nn.Module, own: list[tuple[str, str]]) -> None:
+        unshard = self._unshard
+
+        def accessor(pname: str, param_fqn: str) -> property:
+            def read(m: nn.Module) -> Any:
+                value = m._parameters[pname]
+                # Inside the owner's forward `_pre` has put the gathered tensor there.
+                return unshard(param_fqn) if isinstance(value, nn.Parameter) else value
+            return property(read)
+
+        cls = type(module)
+        # Same name and module, so traced meta (nn_module_stack) reads as the original class.
+        namespace: dict[str, Any] = {"__module__": cls.__module__,
+                                     "__qualname__": cls.__qualname__}
+        namespace.update({pname: accessor(pname, fqn) for pname, fqn in own})
+        module.__class__ = type(cls.__name__, (cls,), namespace)
+        self._classes.append((module, cls))
 
     def _pre(self, fqn: str, module: nn.Module, args: Any) -> None:
         # Nodes outside every submodule (the root) carry no module_fqn.
@@ -531,6 +555,9 @@ class _ModuleHooks:
     def remove(self) -> None:
         for handle in self._handles:
             handle.remove()
+        for module, cls in reversed(self._classes):
+            module.__class__ = cls
+        self._classes.clear()
         # A failed forward leaves gathered tensors in place: put the parameters back.
         while self._saved:
             owner, pname, saved = self._saved.pop()

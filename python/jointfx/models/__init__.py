@@ -10,6 +10,7 @@ pass to jointfx.trace; `trace_case` traces one at a world size. scripts/gen_fixt
 | encoder | BERT-style encoder (encoder.layer.N), classification | two int inputs, class labels |
 | convbn | conv + BatchNorm, nested stages (stages.M.blocks.N) | float images, BN buffers |
 | moe | MoE decoder (model.layers.N.moe), top-2 routing | aten.topk, an auxiliary loss |
+| vit | ViT from nn.TransformerEncoder (encoder.layers.N) | nn.MultiheadAttention reading out_proj.weight itself, [1, ...] root parameters |
 | uneven | MLP with dims 7 and 3 | padded FSDP shards at world 4 |
 | uneven_bf16 | the same, bf16 gathers, fp32 reduction | padding with mixed precision |
 """
@@ -28,6 +29,7 @@ from jointfx.models.encoder import BertForSequenceClassification, EncoderConfig,
 from jointfx.models.gpt2 import GPT2Config, GPT2LMHeadModel, init_gpt2, lm_loss
 from jointfx.models.moe import MoEConfig, MoEForCausalLM, init_moe, moe_loss
 from jointfx.models.uneven import UnevenConfig, UnevenMLP, init_uneven
+from jointfx.models.vit import ViT, ViTConfig, init_vit
 
 Batch = tuple[list[torch.Tensor], list[torch.Tensor]]  # (model inputs, loss targets)
 
@@ -122,6 +124,26 @@ def _moe_case() -> ModelCase:
                      cfg.to_json())
 
 
+def _vit_case() -> ModelCase:
+    cfg = ViTConfig()
+    batch = 4
+
+    def build(seed: int) -> nn.Module:
+        model = ViT(cfg)
+        init_vit(model, seed)
+        return model.train()
+
+    def make_batch(seed: int) -> Batch:
+        gen = torch.Generator().manual_seed(seed)
+        images = torch.randn(batch, cfg.in_channels, cfg.image_size, cfg.image_size,
+                             generator=gen)
+        labels = torch.randint(0, cfg.num_classes, (batch,), generator=gen)
+        return [images], [labels]
+
+    return ModelCase("vit", build, make_batch, classification_loss, ("images",), ("labels",),
+                     cfg.to_json())
+
+
 def _uneven_case(name: str = "uneven", **trace_kwargs: Any) -> ModelCase:
     cfg = UnevenConfig()
     batch = 5
@@ -142,13 +164,14 @@ def _uneven_case(name: str = "uneven", **trace_kwargs: Any) -> ModelCase:
 
 
 CASES: dict[str, ModelCase] = {c.name: c for c in (
-    _gpt2_case(), _encoder_case(), _convbn_case(), _moe_case(), _uneven_case(),
+    _gpt2_case(), _encoder_case(), _convbn_case(), _moe_case(), _vit_case(), _uneven_case(),
     _uneven_case("uneven_bf16", param_dtype=torch.bfloat16, reduce_dtype=torch.float32),
 )}
 
 # (case, world size) pairs written to tests/data/traced/<case>_w<world>.json.
 MODEL_FIXTURES: tuple[tuple[str, int], ...] = (
-    ("gpt2", 2), ("encoder", 2), ("convbn", 2), ("moe", 2), ("uneven", 4), ("uneven_bf16", 4),
+    ("gpt2", 2), ("encoder", 2), ("convbn", 2), ("moe", 2), ("vit", 2), ("uneven", 4),
+    ("uneven_bf16", 4),
 )
 
 # The seeds of the weights and of the batch a case is traced and checked with.
