@@ -183,13 +183,23 @@ void printTiming(std::ostream& out, const PipelineResult& r) {
   out << "===== pass timing (total " << fixed(r.total_seconds, 6) << " s) =====\n";
   out << pad("#", 3, false) << "  " << pad("pass", width, true) << "  " << pad("seconds", 10, false)
       << "  " << pad("%", 6, false) << "  changed\n";
+  auto pct = [&](double seconds) {
+    return fixed(r.total_seconds > 0 ? 100.0 * seconds / r.total_seconds : 0.0, 1);
+  };
   for (size_t i = 0; i < r.passes.size(); ++i) {
     const PassRecord& p = r.passes[i];
-    double pct = r.total_seconds > 0 ? 100.0 * p.seconds / r.total_seconds : 0.0;
     out << pad(std::to_string(i + 1), 3, false) << "  " << pad(p.name + p.options, width, true)
-        << "  " << pad(fixed(p.seconds, 6), 10, false) << "  " << pad(fixed(pct, 1), 6, false)
+        << "  " << pad(fixed(p.seconds, 6), 10, false) << "  " << pad(pct(p.seconds), 6, false)
         << "  " << (p.changed ? "yes" : "no") << "\n";
   }
+  // What the pass manager itself spends between passes, so the rows add up to the total.
+  auto row = [&](const std::string& what, double seconds, size_t runs) {
+    out << pad("", 3, false) << "  " << pad(what, width, true) << "  "
+        << pad(fixed(seconds, 6), 10, false) << "  " << pad(pct(seconds), 6, false) << "  " << runs
+        << (runs == 1 ? " run" : " runs") << "\n";
+  };
+  if (r.verify_runs) row("(verify)", r.verify_seconds, r.verify_runs);
+  if (r.hash_runs) row("(hash)", r.hash_seconds, r.hash_runs);
 }
 
 }  // namespace
@@ -307,26 +317,43 @@ PipelineResult runPasses(Graph& g, std::vector<ConfiguredPass>& passes,
     if (!found) throw JfxError({}, "print-ir-after: no pass '" + name + "' in the pipeline");
   }
 
-  if (opts.verify_each) {
+  PipelineResult result;
+  auto pipeline_start = Clock::now();
+  auto seconds_since = [](Clock::time_point t) {
+    return std::chrono::duration<double>(Clock::now() - t).count();
+  };
+  auto verify = [&]() {
+    auto t = Clock::now();
     auto issues = verifyGraph(g, opts.verify);
+    result.verify_seconds += seconds_since(t);
+    ++result.verify_runs;
+    return issues;
+  };
+  auto hashGraph = [&]() {
+    auto t = Clock::now();
+    uint64_t h = structuralHash(g);
+    result.hash_seconds += seconds_since(t);
+    ++result.hash_runs;
+    return h;
+  };
+  if (opts.verify_each) {
+    auto issues = verify();
     if (!issues.empty())
       throw PipelineVerifyError(
           "", issues, "input graph fails verification:" + issuesText(issues, kIssuesShown));
   }
 
-  PipelineResult result;
   uint64_t hash = 0;  // the current graph's hash, when hash_known
   bool hash_known = false;
   size_t count = passes.size();
   if (opts.stop_after >= 0 && static_cast<size_t>(opts.stop_after) < count)
     count = static_cast<size_t>(opts.stop_after);
-  auto pipeline_start = Clock::now();
   for (size_t i = 0; i < count; ++i) {
     Pass& pass = *passes[i].pass;
     std::string name(pass.name());
     std::string label = "pass '" + name + "' (#" + std::to_string(i + 1) + ")";
     if (opts.check_unchanged_hash && !hash_known) {
-      hash = structuralHash(g);
+      hash = hashGraph();
       hash_known = true;
     }
 
@@ -350,12 +377,12 @@ PipelineResult runPasses(Graph& g, std::vector<ConfiguredPass>& passes,
     if (opts.check_unchanged_hash) {
       if (rec.changed) {
         hash_known = false;
-      } else if (structuralHash(g) != hash) {
+      } else if (hashGraph() != hash) {
         throw JfxError({}, label + " reported no change, but the graph changed");
       }
     }
     if (rec.changed && opts.verify_each) {
-      auto issues = verifyGraph(g, opts.verify);
+      auto issues = verify();
       if (!issues.empty())
         throw PipelineVerifyError(
             name, issues,

@@ -53,7 +53,11 @@ struct PassRecord {
 
 struct PipelineResult {
   std::vector<PassRecord> passes;
-  double total_seconds = 0;
+  double total_seconds = 0;   // passes, verification and hashing
+  double verify_seconds = 0;  // the input's verification and each one after a changing pass
+  size_t verify_runs = 0;
+  double hash_seconds = 0;  // structural hashes behind check_unchanged_hash
+  size_t hash_runs = 0;
 };
 
 // Thrown when the graph fails verification (before the first pass, or after a changing pass), so

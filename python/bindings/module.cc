@@ -169,6 +169,8 @@ py::tuple runPipelineEdits(const std::string& doc, const std::string& pipeline, 
   py::dict report;
   report["passes"] = passRecords(result);
   report["total_seconds"] = result.total_seconds;
+  report["verify_seconds"] = result.verify_seconds;
+  report["hash_seconds"] = result.hash_seconds;
   report["log"] = log;
   return py::make_tuple(script, erased, header, report);
 }
@@ -194,6 +196,8 @@ py::tuple runPipelineJson(const std::string& doc, const std::string& pipeline, b
   py::dict report;
   report["passes"] = passRecords(result);
   report["total_seconds"] = result.total_seconds;
+  report["verify_seconds"] = result.verify_seconds;
+  report["hash_seconds"] = result.hash_seconds;
   report["log"] = log;
   return py::make_tuple(out, report);
 }

@@ -233,6 +233,16 @@ TEST_CASE("pass manager: dce through the registry, stats, timing, stop-after", "
   std::string text = out.str();
   CHECK(text.find("===== statistics =====\ndce.nodes-removed = 2\n") != std::string::npos);
   CHECK(text.find("===== pass timing") != std::string::npos);
+  // Verification (the input, then after the one changing pass) and the unchanged-graph hashes
+  // (before each pass whose input hash is unknown, and after the unchanged one) have rows too.
+  CHECK(r.verify_runs == 2);
+  CHECK(r.hash_runs == 3);
+  CHECK(text.find("(verify)") != std::string::npos);
+  CHECK(text.find("2 runs\n") != std::string::npos);
+  double sum = r.verify_seconds + r.hash_seconds;
+  for (const auto& p : r.passes)
+    sum += p.seconds;
+  CHECK(sum <= r.total_seconds);
 
   Small s2;
   std::ostringstream out2;
