@@ -311,11 +311,26 @@ class _ValFactory:
         if isinstance(meta, dict) and set(meta) == {"float"}:
             return _FLOAT_WORDS[meta["float"]]
         if isinstance(meta, dict):
-            with self.mode:
-                return torch.empty_strided(meta["shape"], meta["stride"],
-                                           dtype=_parse_dtype(meta["dtype"]),
-                                           device=torch.device(meta["device"]))
+            return fake_tensor(self.mode, meta["shape"], meta["stride"],
+                               _parse_dtype(meta["dtype"]), torch.device(meta["device"]))
         return meta
+
+
+def fake_tensor(mode: Any, shape: Sequence[int], stride: Sequence[int], dtype: torch.dtype,
+                device: torch.device) -> Any:
+    """A FakeTensor of `mode` with this shape, stride, dtype and device.
+
+    The fast path wraps a meta tensor the way FakeTensorMode wraps the outputs of its own meta
+    kernels (FakeTensorConverter.from_meta_and_device): about 30 us a tensor against 140 us for
+    torch.empty_strided dispatched through the mode, which was most of the time an in-process
+    pipeline spent creating values for new nodes. It needs no dispatch mode active (the meta
+    tensor must be a plain one), else the mode's own path is taken."""
+    converter = getattr(mode, "fake_tensor_converter", None)
+    if converter is not None and torch._C._len_torch_dispatch_stack() == 0:
+        plain = torch.empty_strided(shape, stride, dtype=dtype, device="meta")
+        return converter.from_meta_and_device(mode, plain, device)
+    with mode:
+        return torch.empty_strided(shape, stride, dtype=dtype, device=device)
 
 
 # ----------------------------------------------------------------------------- node meta

@@ -102,6 +102,30 @@ def test_in_place_matches_cpp_and_keeps_meta(path, pipeline) -> None:
         assert edits["new"] > 0 and edits["erased"] > 0
 
 
+def test_python_code_is_regenerated_on_demand() -> None:
+    """The edited GraphModule regenerates its code lazily (torch.fx's _LazyGraphModule), in
+    place: `.code`, a deepcopy and a pickle all see the edited graph."""
+    import copy
+    import pickle
+
+    from torch.fx._lazy_graph_module import _LazyGraphModule
+
+    gm = import_graph(load_graph(FIXTURES[0]))
+    before = {n.name for n in gm.graph.nodes}
+    out = run_pipeline(gm, DEFAULT, verify=False)
+    assert out is gm and isinstance(gm, _LazyGraphModule)
+    new = sorted(n.name for n in gm.graph.nodes if n.name not in before)
+    assert new
+    for g in (gm, copy.deepcopy(gm)):
+        code = g.code
+        assert all(name in code for name in new)
+        assert [n.name for n in g.graph.nodes] == [n.name for n in gm.graph.nodes]
+    # Unpickling retraces the code, so names may differ; the ops do not.
+    unpickled = pickle.loads(pickle.dumps(gm))
+    assert [n.target for n in unpickled.graph.nodes if n.op == "call_function"] == \
+        [n.target for n in gm.graph.nodes if n.op == "call_function"]
+
+
 def test_graph_pass_accepts_graph_trainer_kwargs() -> None:
     gm = import_graph(load_graph(FIXTURES[0]))
     p = graph_pass("dce")
