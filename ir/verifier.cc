@@ -120,8 +120,9 @@ class Verifier {
 
   // Each operand is a live node of this graph, defined earlier, and inputs() matches the Arg tree.
   void checkOperands() {
+    std::vector<const Node*> refs;  // reused: one allocation for the graph, not one per node
     g_.forEach([&](const Node* n) {
-      std::vector<const Node*> refs;
+      refs.clear();
       auto collect = [&](const Node* r) { refs.push_back(r); };
       for (const Arg& a : n->args())
         a.forEachNode(collect);
@@ -134,6 +135,9 @@ class Verifier {
       if (!same) add(n, "use-list", "operand list does not match the node references in args");
       for (size_t k = 0; k < inputs.size(); ++k) {
         const Node* in = inputs[k];
+        // Fast path: the message is built only for a broken operand.
+        if (in != nullptr && in != n && in->graph() == &g_ && !in->isDead() && in->isBefore(n))
+          continue;
         std::string which = "operand " + std::to_string(k);
         if (in == nullptr) {
           add(n, "use-list", which + " is null");
