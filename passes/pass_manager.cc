@@ -7,6 +7,7 @@
 #include <iostream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 
 #include "ir/clone.h"
@@ -301,14 +302,25 @@ std::vector<ConfiguredPass> buildPipeline(const std::vector<PipelineEntry>& pipe
     if (!pass)
       throw JfxError({}, "unknown pass '" + e.name + "' (known passes: " + knownPasses() + ")");
     PassOptions options = e.options;
-    pass->configure(options);
-    std::vector<std::string> unread = options.unreadKeys();
-    if (!unread.empty()) {
+    options.declare(pass->options());
+    // Keys the pass does not declare fail before configure() reads anything; a declared key
+    // that configure() did not read fails the same way after it (the declarations are wrong).
+    std::set<std::string> declared;
+    for (const OptionDecl& d : pass->options())
+      declared.insert(std::string(d.name));
+    std::vector<std::string> unknown;
+    for (const auto& kv : options.values())
+      if (!declared.count(kv.first)) unknown.push_back(kv.first);
+    if (unknown.empty()) {
+      pass->configure(options);
+      unknown = options.unreadKeys();
+    }
+    if (!unknown.empty()) {
       std::string keys;
-      for (const auto& k : unread)
+      for (const auto& k : unknown)
         keys += (keys.empty() ? "'" : ", '") + k + "'";
       std::string known;
-      for (const auto& k : options.readKeys())
+      for (const auto& k : declared)
         known += (known.empty() ? "" : ", ") + k;
       throw JfxError({}, "pass '" + e.name + "' has no option " + keys +
                              (known.empty() ? " (it takes none)" : " (it takes: " + known + ")"));
@@ -419,6 +431,17 @@ PipelineResult runPasses(Graph& g, std::vector<ConfiguredPass>& passes,
     }
     rec.seconds = std::chrono::duration<double>(Clock::now() - start).count();
     rec.stats = std::move(ctx.stats);
+    // A pass that declares statistics declares all of them (`jointfx passes NAME` lists them).
+    if (std::span<const StatisticDecl> decls = pass.statistics(); !decls.empty()) {
+      for (const auto& [stat, value] : rec.stats) {
+        bool ok = false;
+        for (const StatisticDecl& d : decls)
+          ok = ok || statisticMatches(d.name, stat);
+        if (!ok)
+          throw JfxError({}, label + " failed: internal error: it reports statistic '" + stat +
+                                 "', which its statistics() does not declare");
+      }
+    }
 
     if (opts.check_unchanged_hash) {
       if (rec.changed) {
