@@ -439,7 +439,7 @@ PipelineResult runPasses(Graph& g, std::vector<ConfiguredPass>& passes,
           ok = ok || statisticMatches(d.name, stat);
         if (!ok)
           throw JfxError({}, label + " failed: internal error: it reports statistic '" + stat +
-                                 "', which its statistics() does not declare");
+                                 "', which its statistics() does not declare" + repro());
       }
     }
 
