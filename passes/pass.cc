@@ -24,7 +24,7 @@ int64_t PassOptions::getInt(const std::string& key, int64_t dflt) {
 }
 
 int64_t PassOptions::getInt(const std::string& key, int64_t dflt, int64_t lo, int64_t hi) {
-  read_.insert(key);
+  use(key, {"int"});
   auto it = values_.find(key);
   if (it == values_.end()) return dflt;
   const std::string& v = it->second;
@@ -55,7 +55,7 @@ double PassOptions::getFloat(const std::string& key, double dflt) {
 }
 
 double PassOptions::getFloat(const std::string& key, double dflt, double lo, double hi) {
-  read_.insert(key);
+  use(key, {"float"});
   auto it = values_.find(key);
   if (it == values_.end()) return dflt;
   const std::string& v = it->second;
@@ -73,7 +73,7 @@ double PassOptions::getFloat(const std::string& key, double dflt, double lo, dou
 }
 
 bool PassOptions::getBool(const std::string& key, bool dflt) {
-  read_.insert(key);
+  use(key, {"bool"});
   auto it = values_.find(key);
   if (it == values_.end()) return dflt;
   const std::string& v = it->second;
@@ -83,14 +83,16 @@ bool PassOptions::getBool(const std::string& key, bool dflt) {
 }
 
 std::string PassOptions::getString(const std::string& key, const std::string& dflt) {
-  read_.insert(key);
+  use(key, {"string", "bytes"});
   auto it = values_.find(key);
   return it == values_.end() ? dflt : it->second;
 }
 
 std::string PassOptions::getEnum(const std::string& key, const std::vector<std::string>& choices,
                                  const std::string& dflt) {
-  std::string v = getString(key, dflt);
+  use(key, {}, &choices);
+  auto it = values_.find(key);
+  std::string v = it == values_.end() ? dflt : it->second;
   for (const auto& c : choices)
     if (c == v) return v;
   std::string expected = "one of";
@@ -101,7 +103,7 @@ std::string PassOptions::getEnum(const std::string& key, const std::vector<std::
 
 std::vector<std::string> PassOptions::getList(const std::string& key,
                                               const std::vector<std::string>& dflt) {
-  read_.insert(key);
+  use(key, {"list"});
   auto it = values_.find(key);
   if (it == values_.end()) return dflt;
   std::vector<std::string> out;
@@ -110,6 +112,45 @@ std::vector<std::string> PassOptions::getList(const std::string& key,
   while (std::getline(ss, item, ','))
     if (!item.empty()) out.push_back(item);
   return out;
+}
+
+void PassOptions::use(const std::string& key, std::initializer_list<std::string_view> types,
+                      const std::vector<std::string>* choices) {
+  read_.insert(key);
+  if (!declared_) return;
+  const OptionDecl* decl = nullptr;
+  for (const OptionDecl& d : decls_)
+    if (d.name == key) decl = &d;
+  auto internal = [&](const std::string& what) {
+    throw JfxError({}, "internal error: pass '" + pass_ + "' reads option '" + key + "' " + what);
+  };
+  if (!decl) internal("that its options() does not declare");
+  bool ok = false;
+  for (std::string_view t : types)
+    ok = ok || decl->type == t;
+  if (choices) {
+    std::string joined;
+    for (size_t i = 0; i < choices->size(); ++i)
+      joined += (i ? "|" : "") + (*choices)[i];
+    ok = decl->type == joined;
+  }
+  if (!ok) internal("as another type than its declared '" + std::string(decl->type) + "'");
+}
+
+bool statisticMatches(std::string_view pattern, std::string_view stat) {
+  size_t open = pattern.find('<');
+  if (open == std::string_view::npos) return pattern == stat;
+  size_t close = pattern.find('>', open);
+  if (close == std::string_view::npos) return pattern == stat;
+  std::string_view prefix = pattern.substr(0, open), rest = pattern.substr(close + 1);
+  if (stat.size() <= prefix.size() || stat.substr(0, prefix.size()) != prefix) return false;
+  stat.remove_prefix(prefix.size());
+  // The varying part: one or more characters, no dot, then the rest of the pattern.
+  for (size_t n = 1; n <= stat.size(); ++n) {
+    if (stat[n - 1] == '.') return false;
+    if (statisticMatches(rest, stat.substr(n))) return true;
+  }
+  return false;
 }
 
 std::vector<std::string> PassOptions::unreadKeys() const {

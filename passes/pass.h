@@ -7,6 +7,7 @@
 #include <memory>
 #include <ostream>
 #include <set>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -14,6 +15,29 @@
 #include "ir/graph.h"
 
 namespace jfx {
+
+// One option a pass accepts, declared once in the pass (a static table its options() returns):
+// `jointfx passes NAME` lists the table, the pass manager rejects keys it lacks, and the typed
+// getters below refuse a key the table lacks or declares with another type, so the listing cannot
+// drift from what configure() reads.
+struct OptionDecl {
+  std::string_view name;
+  // "bool", "int", "float", "string", "bytes" (a size such as 64MiB, read as a string), "list"
+  // (comma-separated), or an enum's choices as "a|b|c" in getEnum's order.
+  std::string_view type;
+  std::string_view dflt;  // as written in a pipeline; setting it changes nothing ("" = unset)
+  std::string_view help;
+};
+
+// One statistic a pass reports. A part in angle brackets stands for a varying segment without dots
+// ("buckets.<kind>" covers buckets.all_gather); the pass manager refuses an undeclared one.
+struct StatisticDecl {
+  std::string_view name;
+  std::string_view help;
+};
+
+// Whether `stat` is an instance of the declared `pattern` (see StatisticDecl).
+bool statisticMatches(std::string_view pattern, std::string_view stat);
 
 // Options from a pipeline spec: `bucket{plan=blocks, cap-mb=64, kinds=ag,rs}`. Typed getters
 // mark a key as read; the pass manager rejects keys no getter read (a typo is an error, not a
@@ -39,6 +63,16 @@ class PassOptions {
   // Comma-separated list (`kinds=ag,rs`).
   std::vector<std::string> getList(const std::string& key, const std::vector<std::string>& dflt);
 
+  // The options the pass declares (Pass::options()); from then on every getter checks its key
+  // against them (an internal error naming the pass when it is undeclared or of another type).
+  // Without declare() the getters read anything (unit tests of single passes).
+  void declare(std::span<const OptionDecl> decls) {
+    decls_ = decls;
+    declared_ = true;
+  }
+  bool declared() const { return declared_; }
+  std::span<const OptionDecl> declarations() const { return decls_; }
+
   const std::map<std::string, std::string>& values() const { return values_; }
   std::vector<std::string> unreadKeys() const;
   // Keys the pass asked for (present or not): the options it knows, for error messages.
@@ -50,6 +84,13 @@ class PassOptions {
   std::string pass_;
   std::map<std::string, std::string> values_;
   std::set<std::string> read_;
+  std::span<const OptionDecl> decls_;
+  bool declared_ = false;
+
+  // Marks `key` read after checking it against the declarations: `types` are the declared types
+  // this getter may read ("" matches an enum with exactly `choices`).
+  void use(const std::string& key, std::initializer_list<std::string_view> types,
+           const std::vector<std::string>* choices = nullptr);
 };
 
 // Named counters, kept sorted so printing is deterministic.
@@ -79,6 +120,10 @@ class Pass {
   virtual std::string_view name() const = 0;
   // Reads typed options; called once before run(). Default: no options.
   virtual void configure(PassOptions& options) {}
+  // Every option configure() reads and every statistic run() reports, for `jointfx passes NAME`
+  // and the checks above. Default: none.
+  virtual std::span<const OptionDecl> options() const { return {}; }
+  virtual std::span<const StatisticDecl> statistics() const { return {}; }
   virtual bool run(Graph& g, PassContext& ctx) = 0;
 };
 

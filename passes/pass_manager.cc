@@ -7,8 +7,10 @@
 #include <iostream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 
+#include "ir/clone.h"
 #include "ir/hash.h"
 #include "ir/io.h"
 #include "ir/text_format.h"
@@ -202,6 +204,25 @@ void printTiming(std::ostream& out, const PipelineResult& r) {
   if (r.hash_runs) row("(hash)", r.hash_seconds, r.hash_runs);
 }
 
+// Writes a failing pass's input as a reproducer; returns the line for the error message.
+std::string writeReproducer(const Graph& input, const PassManagerOptions& opts,
+                            const std::string& pass, const std::string& options) {
+  namespace fs = std::filesystem;
+  std::string stem = opts.reproducer_stem.empty() ? "graph" : opts.reproducer_stem;
+  std::string path = (fs::path(opts.reproducer_dir) / (stem + "." + pass + ".repro.jfx")).string();
+  try {
+    std::error_code ec;
+    fs::create_directories(opts.reproducer_dir, ec);  // writeFileAtomic reports what went wrong
+    writeFileAtomic(path, printTextGraph(input));
+  } catch (const std::exception& e) {
+    return "reproducer: not written: " + std::string(e.what());
+  }
+  std::string cmd = "jointfx opt " + path + " -o - -p '" + pass + options + "'";
+  if (!opts.verify_each) cmd += " --no-verify";
+  if (opts.verify.one_gather_per_param_per_phase) cmd += " --verify-one-gather";
+  return "reproducer: " + path + " (" + cmd + " reproduces)";
+}
+
 }  // namespace
 
 std::vector<PipelineEntry> parsePipeline(std::string_view spec) {
@@ -281,14 +302,25 @@ std::vector<ConfiguredPass> buildPipeline(const std::vector<PipelineEntry>& pipe
     if (!pass)
       throw JfxError({}, "unknown pass '" + e.name + "' (known passes: " + knownPasses() + ")");
     PassOptions options = e.options;
-    pass->configure(options);
-    std::vector<std::string> unread = options.unreadKeys();
-    if (!unread.empty()) {
+    options.declare(pass->options());
+    // Keys the pass does not declare fail before configure() reads anything; a declared key
+    // that configure() did not read fails the same way after it (the declarations are wrong).
+    std::set<std::string> declared;
+    for (const OptionDecl& d : pass->options())
+      declared.insert(std::string(d.name));
+    std::vector<std::string> unknown;
+    for (const auto& kv : options.values())
+      if (!declared.count(kv.first)) unknown.push_back(kv.first);
+    if (unknown.empty()) {
+      pass->configure(options);
+      unknown = options.unreadKeys();
+    }
+    if (!unknown.empty()) {
       std::string keys;
-      for (const auto& k : unread)
+      for (const auto& k : unknown)
         keys += (keys.empty() ? "'" : ", '") + k + "'";
       std::string known;
-      for (const auto& k : options.readKeys())
+      for (const auto& k : declared)
         known += (known.empty() ? "" : ", ") + k;
       throw JfxError({}, "pass '" + e.name + "' has no option " + keys +
                              (known.empty() ? " (it takes none)" : " (it takes: " + known + ")"));
@@ -343,6 +375,23 @@ PipelineResult runPasses(Graph& g, std::vector<ConfiguredPass>& passes,
           "", issues, "input graph fails verification:" + issuesText(issues, kIssuesShown));
   }
 
+  // print-ir-after is an after-pass hook ahead of the caller's.
+  std::vector<AfterPassHook> after_hooks;
+  if (opts.print_ir_after_all || !opts.print_ir_after.empty()) {
+    after_hooks.push_back(
+        [&out, &opts](std::string_view name, size_t index, const Graph& graph, bool changed) {
+          bool print = opts.print_ir_after_all;
+          for (const auto& n : opts.print_ir_after)
+            print = print || n == name;
+          if (!print) return;
+          out << "# ---- IR after pass '" << name << "' (#" << index + 1 << ")"
+              << (changed ? "" : " (unchanged)") << " ----\n"
+              << printTextGraph(graph);
+        });
+  }
+  after_hooks.insert(after_hooks.end(), opts.after_pass.begin(), opts.after_pass.end());
+
+  const bool reproducers = !opts.reproducer_dir.empty();
   uint64_t hash = 0;  // the current graph's hash, when hash_known
   bool hash_known = false;
   size_t count = passes.size();
@@ -356,6 +405,15 @@ PipelineResult runPasses(Graph& g, std::vector<ConfiguredPass>& passes,
       hash = hashGraph();
       hash_known = true;
     }
+    for (const auto& hook : opts.before_pass)
+      hook(name, i, g);
+    std::unique_ptr<Graph> input;  // this pass's input, for a reproducer
+    if (reproducers) input = cloneGraph(g);
+    // Appended to a failure's message: where the reproducer went (or why it did not).
+    auto repro = [&]() -> std::string {
+      if (!input) return "";
+      return "\n" + writeReproducer(*input, opts, name, passes[i].options);
+    };
 
     PassContext ctx;
     ctx.log = opts.remarks ? &out : nullptr;
@@ -367,34 +425,40 @@ PipelineResult runPasses(Graph& g, std::vector<ConfiguredPass>& passes,
     try {
       rec.changed = pass.run(g, ctx);
     } catch (const JfxError& e) {
-      throw JfxError(e.location(), label + " failed: " + e.message());
+      throw JfxError(e.location(), label + " failed: " + e.message() + repro());
     } catch (const std::exception& e) {
-      throw JfxError({}, label + " failed: internal error: " + e.what());
+      throw JfxError({}, label + " failed: internal error: " + e.what() + repro());
     }
     rec.seconds = std::chrono::duration<double>(Clock::now() - start).count();
     rec.stats = std::move(ctx.stats);
+    // A pass that declares statistics declares all of them (`jointfx passes NAME` lists them).
+    if (std::span<const StatisticDecl> decls = pass.statistics(); !decls.empty()) {
+      for (const auto& [stat, value] : rec.stats) {
+        bool ok = false;
+        for (const StatisticDecl& d : decls)
+          ok = ok || statisticMatches(d.name, stat);
+        if (!ok)
+          throw JfxError({}, label + " failed: internal error: it reports statistic '" + stat +
+                                 "', which its statistics() does not declare" + repro());
+      }
+    }
 
     if (opts.check_unchanged_hash) {
       if (rec.changed) {
         hash_known = false;
       } else if (hashGraph() != hash) {
-        throw JfxError({}, label + " reported no change, but the graph changed");
+        throw JfxError({}, label + " reported no change, but the graph changed" + repro());
       }
     }
     if (rec.changed && opts.verify_each) {
       auto issues = verify();
       if (!issues.empty())
-        throw PipelineVerifyError(
-            name, issues,
-            "verification failed after " + label + ":" + issuesText(issues, kIssuesShown));
+        throw PipelineVerifyError(name, issues,
+                                  "verification failed after " + label + ":" +
+                                      issuesText(issues, kIssuesShown) + repro());
     }
-    bool print = opts.print_ir_after_all;
-    for (const auto& n : opts.print_ir_after)
-      print = print || n == name;
-    if (print) {
-      out << "# ---- IR after " << label << (rec.changed ? "" : " (unchanged)") << " ----\n"
-          << printTextGraph(g);
-    }
+    for (const auto& hook : after_hooks)
+      hook(name, i, g, rec.changed);
     result.passes.push_back(std::move(rec));
   }
   result.total_seconds = std::chrono::duration<double>(Clock::now() - pipeline_start).count();

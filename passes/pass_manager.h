@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <ostream>
 #include <string>
@@ -30,6 +31,14 @@ std::vector<PipelineEntry> loadPipelineFile(const std::string& path);
 // A spec naming an existing .json file loads it; otherwise it is parsed as text.
 std::vector<PipelineEntry> resolvePipeline(const std::string& spec_or_path);
 
+// Instrumentation: called around each pass with its name, its 0-based index in the pipeline and
+// the graph; the after-hook also gets whether the pass reported a change. The after-hooks run once
+// the pass's checks (hash, verification) have passed, so they never see a graph the manager is
+// about to reject. Hooks must not change the graph.
+using BeforePassHook = std::function<void(std::string_view pass, size_t index, const Graph& g)>;
+using AfterPassHook =
+    std::function<void(std::string_view pass, size_t index, const Graph& g, bool changed)>;
+
 struct PassManagerOptions {
   bool verify_each = true;
   VerifyOptions verify;
@@ -41,6 +50,15 @@ struct PassManagerOptions {
   bool check_unchanged_hash = true;
   bool remarks = false;         // route PassContext::remark() to `out`
   std::ostream* out = nullptr;  // where IR dumps, timing and stats go (stderr when null)
+  std::vector<BeforePassHook> before_pass;  // in order, before each pass runs
+  std::vector<AfterPassHook> after_pass;    // in order, after each pass (print-ir-after is one)
+  // Reproducers: when set, the graph is copied before each pass (only then: this costs nothing
+  // when empty), and when a pass fails (it throws, reports "unchanged" but changed the graph, or
+  // the graph fails verification after it) its input is written as text IR to
+  // `<reproducer_dir>/<reproducer_stem>.<pass>.repro.jfx` (atomically; the directory is created)
+  // and the error message says where and which `jointfx opt` command reproduces the failure.
+  std::string reproducer_dir;
+  std::string reproducer_stem = "graph";  // usually the input file's stem
 };
 
 struct PassRecord {

@@ -770,6 +770,49 @@ bool hasFsdpBucketMeta(const Node& n) {
   return j.is_object() && j.contains("fsdp_bucket");
 }
 
+namespace {
+
+constexpr OptionDecl kBucketOptions[] = {
+    {"plan", "blocks|size", "blocks",
+     "one bucket per block (blocks), or greedy in program order up to cap-mb (size)"},
+    {"cap-mb", "int", "0",
+     "bucket size cap in MiB, 0 = none; plan=size uses 64 when unset; in [0, 1073741824]"},
+    {"kinds", "list", "ag,rs,ar", "collective kinds to bucket: ag, rs, ar"},
+    {"fsdp-only", "bool", "true",
+     "only FSDP collectives (unshard gathers, gradient reduce-scatters and all-reduces)"},
+    {"head", "list", "norm,output,lm_head,final_norm",
+     "top-level modules outside blocks that share one bucket"},
+    {"exact-rs-order", "bool", "true",
+     "keep each gradient's summation order: pad reduce-scatter buckets to gloo ring chunks, leave "
+     "the others alone"},
+    {"memory-limit", "bytes", "input",
+     "estimated peak bound: input (the input's own peak), none, or BYTES"},
+};
+constexpr StatisticDecl kBucketStatistics[] = {
+    {"collectives-before", "collectives in the input"},
+    {"collectives-after", "collectives in the output"},
+    {"buckets.<kind>", "buckets made, per collective kind"},
+    {"members.<kind>", "collectives merged into buckets, per kind"},
+    {"split.<reason>", "buckets closed early: cap, dependency, placement, interleaved"},
+    {"hoisted", "producers hoisted ahead of a bucket's first member"},
+    {"moved-down", "consumers moved below a bucket's wait"},
+    {"rs-pad-elements", "elements of zero padding added for exact-rs-order"},
+    {"unbucketed.rs-order", "reduce-scatters left alone to keep their summation order"},
+    {"unbucketed.memory", "collectives left alone to stay under memory-limit"},
+    {"memory-peak-before", "estimated peak bytes of the input"},
+    {"memory-limit", "the bound in bytes"},
+    {"memory-rounds", "rounds that dropped buckets to fit the bound"},
+};
+
+}  // namespace
+
+std::span<const OptionDecl> BucketPass::options() const {
+  return kBucketOptions;
+}
+std::span<const StatisticDecl> BucketPass::statistics() const {
+  return kBucketStatistics;
+}
+
 void BucketPass::configure(PassOptions& options) {
   std::string plan = options.getEnum("plan", {"blocks", "size"}, "blocks");
   opts_.plan = plan == "size" ? BucketOptions::Plan::Size : BucketOptions::Plan::Blocks;

@@ -98,6 +98,8 @@ void placeBefore(Graph& g, const std::vector<Node*>& nodes, Node* anchor);
 class BucketPass : public Pass {
  public:
   std::string_view name() const override { return "bucket"; }
+  std::span<const OptionDecl> options() const override;
+  std::span<const StatisticDecl> statistics() const override;
   void configure(PassOptions& options) override;
   bool run(Graph& g, PassContext& ctx) override { return bucketCollectives(g, opts_, ctx); }
 

@@ -406,6 +406,36 @@ int64_t parseByteSize(const std::string& text) {
   return static_cast<int64_t>(v * mult);
 }
 
+namespace {
+
+constexpr OptionDecl kScheduleOptions[] = {
+    {"prefetch", "int", "1", "all-gathers issued this many buckets ahead, in [0, 1000000]"},
+    {"defer-rs", "bool", "true",
+     "defer each reduce-scatter's wait past the next reduce-scatter's launch"},
+    {"memory-limit", "bytes", "input",
+     "estimated peak bound: input (the input's own peak), none, or BYTES"},
+};
+constexpr StatisticDecl kScheduleStatistics[] = {
+    {"blocks", "blocks found by the block analysis"},
+    {"prefetched", "all-gathers moved earlier"},
+    {"prefetch-lowered", "all-gathers prefetched less than asked, to stay under memory-limit"},
+    {"waits-deferred", "reduce-scatter waits moved later"},
+    {"defer-skipped-memory", "reduce-scatter waits not deferred, to stay under memory-limit"},
+    {"moved-nodes", "nodes moved in all"},
+    {"memory-peak-before", "estimated peak bytes of the input"},
+    {"memory-limit", "the bound in bytes"},
+    {"memory-peak-estimate", "estimated peak bytes of the output"},
+};
+
+}  // namespace
+
+std::span<const OptionDecl> SchedulePass::options() const {
+  return kScheduleOptions;
+}
+std::span<const StatisticDecl> SchedulePass::statistics() const {
+  return kScheduleStatistics;
+}
+
 void SchedulePass::configure(PassOptions& options) {
   opts_.prefetch = options.getInt("prefetch", 1, 0, 1000000);
   opts_.defer_reduce_scatter = options.getBool("defer-rs", true);

@@ -46,6 +46,8 @@ int64_t parseByteSize(const std::string& text);
 class SchedulePass : public Pass {
  public:
   std::string_view name() const override { return "schedule"; }
+  std::span<const OptionDecl> options() const override;
+  std::span<const StatisticDecl> statistics() const override;
   void configure(PassOptions& options) override;
   bool run(Graph& g, PassContext& ctx) override { return scheduleCollectives(g, opts_, ctx); }
 

@@ -11,6 +11,27 @@
 
 namespace jfx {
 
+namespace {
+
+constexpr OptionDecl kSplitOptions[] = {
+    {"suffix", "string", "_rs", "appended to a group's name to name its new group (never empty)"},
+    {"kinds", "list", "rs",
+     "what moves: rs (FSDP reduce-scatters), ar (FSDP gradient all-reduces)"},
+};
+constexpr StatisticDecl kSplitStatistics[] = {
+    {"groups-added", "process groups created"},
+    {"collectives-moved", "collectives moved to a new group"},
+};
+
+}  // namespace
+
+std::span<const OptionDecl> SplitCommGroupsPass::options() const {
+  return kSplitOptions;
+}
+std::span<const StatisticDecl> SplitCommGroupsPass::statistics() const {
+  return kSplitStatistics;
+}
+
 void SplitCommGroupsPass::configure(PassOptions& options) {
   suffix_ = options.getString("suffix", "_rs");
   if (suffix_.empty())

@@ -21,6 +21,8 @@ namespace jfx {
 class SplitCommGroupsPass : public Pass {
  public:
   std::string_view name() const override { return "split-comm-groups"; }
+  std::span<const OptionDecl> options() const override;
+  std::span<const StatisticDecl> statistics() const override;
   void configure(PassOptions& options) override;
   bool run(Graph& g, PassContext& ctx) override;
 

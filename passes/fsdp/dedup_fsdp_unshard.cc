@@ -67,6 +67,24 @@ bool isMergeable(const Node* n) {
 
 }  // namespace
 
+namespace {
+
+constexpr StatisticDecl kDedupStatistics[] = {
+    {"chains-merged", "duplicate unshard chains pointed at the kept one"},
+    {"nodes-erased", "gathers, waits, casts and views erased by the merges"},
+    {"mismatched", "duplicate chains left alone: they gather the parameter differently"},
+    {"written-in-place", "chains left alone: an op writes the gathered value in place"},
+};
+
+}  // namespace
+
+std::span<const OptionDecl> DedupFsdpUnshardPass::options() const {
+  return {};
+}
+std::span<const StatisticDecl> DedupFsdpUnshardPass::statistics() const {
+  return kDedupStatistics;
+}
+
 bool DedupFsdpUnshardPass::run(Graph& g, PassContext& ctx) {
   PhaseInfo phases = computePhases(g);
   FsdpAnalysis fsdp = analyzeFsdp(g, phases);

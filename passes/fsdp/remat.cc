@@ -54,6 +54,27 @@ void postOrder(Node* start, const std::vector<uint8_t>& recomputable, std::vecto
 
 }  // namespace
 
+namespace {
+
+constexpr StatisticDecl kRematStatistics[] = {
+    {"nodes-cloned", "forward nodes cloned into backward"},
+    {"uses-rewired", "backward uses pointed at a clone"},
+    {"originals-erased", "forward originals erased once nothing read them"},
+    {"sac-boundary-saved",
+     "tagged nodes kept saved: a later activation-checkpoint region reads them"},
+    {"in-place-saved", "tagged nodes kept saved: they write an operand in place"},
+    {"buffer-read-saved", "tagged nodes kept saved: they read a buffer the graph writes"},
+};
+
+}  // namespace
+
+std::span<const OptionDecl> RematPass::options() const {
+  return {};
+}
+std::span<const StatisticDecl> RematPass::statistics() const {
+  return kRematStatistics;
+}
+
 bool RematPass::run(Graph& g, PassContext& ctx) {
   PhaseInfo phases = computePhases(g);
   const size_t n_ids = g.maxId();

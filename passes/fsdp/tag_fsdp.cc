@@ -156,6 +156,42 @@ int64_t peakWithKeepLast(const Graph& g, int64_t k, int64_t* units = nullptr) {
 
 }  // namespace
 
+namespace {
+
+constexpr OptionDecl kTagFsdpOptions[] = {
+    {"reshard", "always|never|default|budget", "default",
+     "reshard after forward: always, never, all but the last keep-last blocks, or the most kept "
+     "blocks under memory-limit"},
+    {"keep-last", "int", "1",
+     "reshard=default: blocks kept unsharded from the last one backwards, in [0, 1000000]"},
+    {"memory-limit", "bytes", "",
+     "reshard=budget only (and required there): peak bound, e.g. 40GiB"},
+};
+constexpr StatisticDecl kTagFsdpStatistics[] = {
+    {"blocks", "gathered blocks seen"},
+    {"non-fsdp-collectives", "collectives that are not FSDP (left alone)"},
+    {"nodes-tagged", "nodes given a recompute tag"},
+    {"user-tags-kept", "MUST_* tags already on the graph, kept"},
+    {"prefer-tags-overridden", "PREFER_* tags replaced by the policy"},
+    {"chains-kept", "unshard chains tagged MUST_SAVE (kept unsharded into backward)"},
+    {"chains-resharded", "unshard chains tagged MUST_RECOMPUTE (re-gathered in backward)"},
+    {"budget-keep-last", "reshard=budget: the keep-last chosen"},
+    {"budget-units", "reshard=budget: units (blocks and the head) it could keep"},
+    {"budget-peak-estimate", "reshard=budget: estimated peak bytes with the chosen keep-last"},
+    {"budget-peak-always", "reshard=budget: estimated peak bytes with every block resharded"},
+    {"budget-estimates", "reshard=budget: peak estimates made (binary search)"},
+    {"memory-limit", "reshard=budget: the bound in bytes"},
+};
+
+}  // namespace
+
+std::span<const OptionDecl> TagFsdpPass::options() const {
+  return kTagFsdpOptions;
+}
+std::span<const StatisticDecl> TagFsdpPass::statistics() const {
+  return kTagFsdpStatistics;
+}
+
 void TagFsdpPass::configure(PassOptions& options) {
   std::string r = options.getEnum("reshard", {"always", "never", "default", "budget"}, "default");
   reshard_ = r == "always"   ? Reshard::Always

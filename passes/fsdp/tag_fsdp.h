@@ -46,6 +46,8 @@ class TagFsdpPass : public Pass {
   TagFsdpPass(Reshard reshard, int64_t keep_last) : reshard_(reshard), keep_last_(keep_last) {}
 
   std::string_view name() const override { return "tag-fsdp"; }
+  std::span<const OptionDecl> options() const override;
+  std::span<const StatisticDecl> statistics() const override;
   void configure(PassOptions& options) override;
   bool run(Graph& g, PassContext& ctx) override;
 

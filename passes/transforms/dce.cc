@@ -4,6 +4,25 @@
 
 namespace jfx {
 
+namespace {
+
+constexpr OptionDecl kDceOptions[] = {
+    {"remove-random", "bool", "false",
+     "also remove unused random ops (dropping one changes later draws)"},
+};
+constexpr StatisticDecl kDceStatistics[] = {
+    {"nodes-removed", "unused nodes erased"},
+};
+
+}  // namespace
+
+std::span<const OptionDecl> Dce::options() const {
+  return kDceOptions;
+}
+std::span<const StatisticDecl> Dce::statistics() const {
+  return kDceStatistics;
+}
+
 void Dce::configure(PassOptions& options) {
   remove_random_ = options.getBool("remove-random", false);
 }

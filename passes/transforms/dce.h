@@ -22,6 +22,8 @@ namespace jfx {
 class Dce : public Pass {
  public:
   std::string_view name() const override { return "dce"; }
+  std::span<const OptionDecl> options() const override;
+  std::span<const StatisticDecl> statistics() const override;
   void configure(PassOptions& options) override;
   bool run(Graph& g, PassContext& ctx) override;
 

@@ -6,6 +6,8 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "ir/hash.h"
+#include "ir/io.h"
 #include "passes/pass_manager.h"
 #include "passes/registry.h"
 
@@ -307,4 +309,129 @@ TEST_CASE("registry: every pass is creatable under its own name", "[pass-manager
     CHECK(!r.summary.empty());
   }
   CHECK(createPass("no-such-pass") == nullptr);
+}
+
+TEST_CASE("pass manager: before and after hooks see each pass", "[pass-manager]") {
+  std::vector<std::string> events;
+  std::vector<ConfiguredPass> passes;
+  passes.push_back(
+      {std::make_unique<LambdaPass>("keep", [](Graph&, PassContext&) { return false; }), ""});
+  passes.push_back({std::make_unique<LambdaPass>("drop",
+                                                 [](Graph& g, PassContext&) {
+                                                   g.erase(g.findNode("abs"));
+                                                   return true;
+                                                 }),
+                    ""});
+  Small s;
+  PassManagerOptions opts;
+  opts.before_pass.push_back([&](std::string_view name, size_t index, const Graph& g) {
+    events.push_back("before " + std::string(name) + " " + std::to_string(index) + " " +
+                     std::to_string(g.size()));
+  });
+  opts.after_pass.push_back([&](std::string_view name, size_t index, const Graph& g, bool changed) {
+    events.push_back("after " + std::string(name) + " " + std::to_string(index) + " " +
+                     std::to_string(g.size()) + (changed ? " changed" : " unchanged"));
+  });
+  // print-ir-after is a hook too, and runs before the caller's.
+  std::ostringstream out;
+  opts.out = &out;
+  opts.print_ir_after = {"drop"};
+  opts.after_pass.push_back([&](std::string_view, size_t, const Graph&, bool) {
+    events.push_back(out.str().empty() ? "not printed" : "printed");
+  });
+  runPasses(s.g, passes, opts);
+  CHECK(events == std::vector<std::string>{"before keep 0 5", "after keep 0 5 unchanged",
+                                           "not printed", "before drop 1 5",
+                                           "after drop 1 4 changed", "printed"});
+}
+
+TEST_CASE("pass manager: hooks do not run after a pass the manager rejects", "[pass-manager]") {
+  Small s;
+  int after = 0;
+  auto passes = one("breaker", [](Graph& g, PassContext&) {
+    g.createCall("aten.neg.default", {}, {}, g.findNode("output"), "no_args");
+    return true;
+  });
+  PassManagerOptions opts;
+  opts.after_pass.push_back([&](std::string_view, size_t, const Graph&, bool) { ++after; });
+  CHECK_THROWS_AS(runPasses(s.g, passes, opts), PipelineVerifyError);
+  CHECK(after == 0);
+}
+
+namespace {
+
+std::string reproDir(const std::string& name) {
+  auto dir = std::filesystem::temp_directory_path() /
+             ("jfx_pm_repro_" + std::to_string(::getpid()) + "_" + name);
+  std::filesystem::remove_all(dir);
+  return dir.string();
+}
+
+}  // namespace
+
+TEST_CASE("pass manager: a failing pass's input is written as a reproducer", "[pass-manager]") {
+  const uint64_t input_hash = structuralHash(Small().g);
+  auto breaker = [](Graph& g, PassContext&) {
+    g.erase(g.findNode("abs"));  // the reproducer is the input, not this half-changed graph
+    g.createCall("aten.neg.default", {}, {}, g.findNode("output"), "no_args");
+    return true;
+  };
+  auto thrower = [](Graph& g, PassContext&) -> bool {
+    g.erase(g.findNode("abs"));
+    throw JfxError({}, "gave up");
+  };
+  auto liar = [](Graph& g, PassContext&) {
+    g.rename(g.findNode("neg"), "renamed");
+    return false;
+  };
+  struct Case {
+    std::string pass;
+    std::function<bool(Graph&, PassContext&)> body;
+    std::string error;
+  };
+  for (const Case& c : {Case{"breaker", breaker, "verification failed after pass 'breaker'"},
+                        Case{"thrower", thrower, "pass 'thrower' (#2) failed: gave up"},
+                        Case{"liar", liar, "reported no change, but the graph changed"}}) {
+    SECTION(c.pass) {
+      std::string dir = reproDir(c.pass);
+      std::vector<ConfiguredPass> passes;
+      passes.push_back(
+          {std::make_unique<LambdaPass>("noop", [](Graph&, PassContext&) { return false; }), ""});
+      passes.push_back({std::make_unique<LambdaPass>(c.pass, c.body), "{k=v}"});
+      Small s;
+      PassManagerOptions opts;
+      opts.reproducer_dir = dir;
+      opts.reproducer_stem = "small";
+      std::string err = errorOf([&] { runPasses(s.g, passes, opts); });
+      std::string path = (std::filesystem::path(dir) / ("small." + c.pass + ".repro.jfx")).string();
+      CHECK(err.find(c.error) != std::string::npos);
+      CHECK(err.find("\nreproducer: " + path + " (jointfx opt " + path + " -o - -p '" + c.pass +
+                     "{k=v}' reproduces)") != std::string::npos);
+      REQUIRE(std::filesystem::exists(path));
+      CHECK(structuralHash(*loadGraph(path)) == input_hash);
+      std::filesystem::remove_all(dir);
+    }
+  }
+}
+
+TEST_CASE("pass manager: no reproducer without a directory, or when nothing fails",
+          "[pass-manager]") {
+  Small s;
+  auto passes = one("thrower", [](Graph&, PassContext&) -> bool { throw JfxError({}, "no"); });
+  CHECK(errorOf([&] { runPasses(s.g, passes, {}); }) == "error: pass 'thrower' (#1) failed: no");
+
+  std::string dir = reproDir("ok");
+  PassManagerOptions opts;
+  opts.reproducer_dir = dir;
+  Small s2;
+  runPipeline(s2.g, parsePipeline("dce"), opts);
+  CHECK(!std::filesystem::exists(dir));
+
+  // A directory that cannot be made: the failure is still reported, with why no reproducer.
+  std::string file = tempFile("not_a_dir", "x");
+  opts.reproducer_dir = file;
+  Small s3;
+  std::string err = errorOf([&] { runPasses(s3.g, passes, opts); });
+  CHECK(err.rfind("error: pass 'thrower' (#1) failed: no\nreproducer: not written: ", 0) == 0);
+  std::filesystem::remove(file);
 }

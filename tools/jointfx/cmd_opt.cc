@@ -1,4 +1,5 @@
 // jointfx opt IN -o OUT --pipeline SPEC: load, run a pass pipeline, save.
+#include <filesystem>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -25,6 +26,7 @@ struct OptArgs {
   bool stats = false;
   bool remarks = false;
   int stop_after = -1;
+  std::string reproducer_dir;
 };
 
 int runOpt(const OptArgs& a) {
@@ -52,6 +54,8 @@ int runOpt(const OptArgs& a) {
   opts.stats = a.stats;
   opts.remarks = a.remarks;
   opts.stop_after = a.stop_after;
+  opts.reproducer_dir = a.reproducer_dir;
+  if (a.input != "-") opts.reproducer_stem = std::filesystem::path(a.input).stem().string();
   try {
     runPasses(*g, passes, opts);
   } catch (const PipelineVerifyError& e) {
@@ -93,6 +97,9 @@ void addOptCommand(CLI::App& app, int& exit_code) {
   cmd->add_flag("--remarks", args->remarks, "Print pass remarks to stderr");
   cmd->add_option("--stop-after", args->stop_after, "Run only the first N passes (for bisecting)")
       ->check(IntRange(0, 1000000));
+  cmd->add_option("--reproducer-dir", args->reproducer_dir,
+                  "When a pass fails, write its input graph here as INPUT-STEM.PASS.repro.jfx "
+                  "(off by default; costs a graph copy per pass)");
   cmd->callback([args, &exit_code] { exit_code = runOpt(*args); });
 }
 

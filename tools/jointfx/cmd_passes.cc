@@ -1,15 +1,89 @@
-// jointfx passes: the registry, one pass per line.
+// jointfx passes [NAME]: the registry, one pass per line; with a name, that pass's options (name,
+// type, default, meaning) and statistics, from the tables the pass itself declares
+// (Pass::options(), Pass::statistics()), which configure() and the pass manager check against.
 #include <algorithm>
 #include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
 
 #include "passes/registry.h"
+#include "tools/jointfx/cli_util.h"
 #include "tools/jointfx/commands.h"
 
 namespace jfx::cli {
 
+namespace {
+
+// Rows of cells, columns padded to their widest cell; the last column is not padded.
+void printTable(const std::vector<std::vector<std::string>>& rows) {
+  std::vector<size_t> width;
+  for (const auto& row : rows)
+    for (size_t c = 0; c < row.size(); ++c) {
+      if (width.size() <= c) width.push_back(0);
+      width[c] = std::max(width[c], row[c].size());
+    }
+  for (const auto& row : rows) {
+    std::string line = " ";
+    for (size_t c = 0; c < row.size(); ++c) {
+      line += " " + row[c];
+      if (c + 1 < row.size()) line += std::string(width[c] - row[c].size() + 1, ' ');
+    }
+    while (!line.empty() && line.back() == ' ')
+      line.pop_back();
+    std::cout << line << "\n";
+  }
+}
+
+int describePass(const std::string& name) {
+  const PassRegistration* reg = nullptr;
+  for (const auto& r : passRegistry())
+    if (r.name == name) reg = &r;
+  if (!reg) {
+    std::string known;
+    for (const auto& r : passRegistry())
+      known += (known.empty() ? "" : ", ") + std::string(r.name);
+    printError("passes", "error: unknown pass '" + name + "' (known passes: " + known + ")");
+    return kInputError;
+  }
+  std::unique_ptr<Pass> pass = reg->create();
+  std::cout << reg->name << ": " << reg->summary << "\n\n";
+  if (pass->options().empty()) {
+    std::cout << "options: none\n";
+  } else {
+    std::cout << "options:\n";
+    std::vector<std::vector<std::string>> rows = {{"name", "type", "default", "meaning"}};
+    for (const OptionDecl& d : pass->options())
+      rows.push_back({std::string(d.name), std::string(d.type),
+                      d.dflt.empty() ? "(unset)" : std::string(d.dflt), std::string(d.help)});
+    printTable(rows);
+  }
+  std::cout << "\n";
+  if (pass->statistics().empty()) {
+    std::cout << "statistics: none\n";
+  } else {
+    std::cout << "statistics (--stats prints them as " << reg->name << ".NAME):\n";
+    std::vector<std::vector<std::string>> rows;
+    for (const StatisticDecl& d : pass->statistics())
+      rows.push_back({std::string(d.name), std::string(d.help)});
+    printTable(rows);
+  }
+  return kOk;
+}
+
+}  // namespace
+
 void addPassesCommand(CLI::App& app, int& exit_code) {
-  CLI::App* cmd = app.add_subcommand("passes", "List the passes a pipeline can name");
-  cmd->callback([&exit_code] {
+  auto name = std::make_shared<std::string>();
+  CLI::App* cmd = app.add_subcommand(
+      "passes", "List the passes a pipeline can name; with a NAME, its options and statistics");
+  cmd->add_option("name", *name,
+                  "A pass: list its options (type, default, meaning) and statistics");
+  cmd->callback([name, &exit_code] {
+    if (!name->empty()) {
+      exit_code = describePass(*name);
+      return;
+    }
     size_t width = 0;
     for (const auto& r : passRegistry())
       width = std::max(width, r.name.size());
