@@ -327,6 +327,7 @@ Node* Graph::cloneBefore(const Node* src, Node* before, const std::function<Node
 }
 
 void Graph::rebuildInputs(Node* n) {
+  touch(n);
   n->inputs_.clear();
   auto collect = [&](Node* ref) { n->inputs_.push_back(ref); };
   for (const auto& a : n->args_)
@@ -342,11 +343,13 @@ void Graph::addUses(Node* n) {
       throw JfxError(SourceLocation::atNode(n->name_),
                      "operand " + std::to_string(k) + " is not a node of this graph");
     p->uses_.push_back({n, k});
+    touch(p);
   }
 }
 
 void Graph::dropUses(Node* n) {
   for (uint32_t k = 0; k < n->inputs_.size(); ++k) {
+    touch(n->inputs_[k]);
     auto& uses = n->inputs_[k]->uses_;
     auto it = std::find(uses.begin(), uses.end(), Use{n, k});
     if (it != uses.end()) uses.erase(it);
@@ -370,6 +373,9 @@ void Graph::replaceInput(Node* user, uint32_t operand, Node* value) {
   setOperand(user->args_, user->kwargs_, operand, value);
   user->inputs_[operand] = value;
   value->uses_.push_back({user, operand});
+  touch(user);
+  touch(old);
+  touch(value);
 }
 
 void Graph::replaceAllUsesWith(Node* from, Node* to) {
@@ -389,12 +395,18 @@ void Graph::replaceUsesWith(Node* from, Node* to, const std::function<bool(const
     setOperand(u.user->args_, u.user->kwargs_, u.index, to);
     u.user->inputs_[u.index] = to;
     to->uses_.push_back(u);
+    touch(u.user);
   }
   from->uses_ = std::move(keep);
+  touch(from);
+  touch(to);
 }
 
 void Graph::link(Node* n, Node* before) {
   Node* prev = before ? before->prev_ : tail_;
+  touch(n);
+  touch(prev);
+  touch(before);
   uint64_t lo = prev ? prev->pos_ : 0;
   if (before == nullptr) {
     if (lo > std::numeric_limits<uint64_t>::max() - kMaxGap) {
@@ -422,6 +434,8 @@ void Graph::link(Node* n, Node* before) {
 }
 
 void Graph::unlink(Node* n) {
+  touch(n->prev_);
+  touch(n->next_);
   if (n->prev_)
     n->prev_->next_ = n->next_;
   else
@@ -523,6 +537,7 @@ void Graph::eraseAll(const std::vector<Node*>& dead) {
     for (Node* p : n->inputs_) {
       if (doomed[p->id_] || filtered[p->id_]) continue;
       filtered[p->id_] = true;
+      touch(p);
       auto& uses = p->uses_;
       uses.erase(std::remove_if(uses.begin(), uses.end(),
                                 [&](const Use& u) { return doomed[u.user->id_]; }),
@@ -550,6 +565,20 @@ void Graph::rename(Node* n, std::string_view name) {
   by_name_.erase(std::string_view(n->name_));
   n->name_ = std::string(name);
   by_name_.emplace(std::string_view(n->name_), n);
+  touch(n);
+}
+
+std::vector<const Node*> Graph::takeTouched() {
+  std::vector<const Node*> live;
+  live.reserve(touched_.size());
+  for (uint32_t id : touched_) {
+    touched_mark_[id] = false;
+    if (!nodes_[id].dead_) live.push_back(&nodes_[id]);
+  }
+  touched_.clear();
+  std::sort(live.begin(), live.end(),
+            [](const Node* a, const Node* b) { return a->pos_ < b->pos_; });
+  return live;
 }
 
 Node* Graph::findNode(std::string_view name) const {

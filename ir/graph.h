@@ -246,6 +246,17 @@ class Graph {
   void eraseAll(const std::vector<Node*>& dead);
   void rename(Node* n, std::string_view name);  // throws if taken
 
+  // ---- change journal, for verifying only what a pass touched (the pass manager turns it on).
+  // While on, every node whose list links, operands, uses or name change is recorded: created,
+  // moved, renamed and rewired nodes, their list neighbours, and the producers whose use lists
+  // change. Not recorded: val, meta and header edits (whole-graph checks cover those).
+  void trackChanges(bool on) {
+    tracking_ = on;
+    if (!on) takeTouched();
+  }
+  // The live recorded nodes in program order; clears the journal.
+  std::vector<const Node*> takeTouched();
+
   // A hint that about `n` nodes are coming (readers call it): sizes the name index once instead
   // of rehashing it as it grows.
   void reserve(size_t n) { by_name_.reserve(n); }
@@ -278,7 +289,17 @@ class Graph {
   void rebuildInputs(Node* n);
   void dropUses(Node* n);
   void addUses(Node* n);
+  void touch(Node* n) {
+    if (!tracking_ || n == nullptr) return;
+    if (touched_mark_.size() <= n->id_) touched_mark_.resize(nodes_.size(), false);
+    if (touched_mark_[n->id_]) return;
+    touched_mark_[n->id_] = true;
+    touched_.push_back(n->id_);
+  }
 
+  bool tracking_ = false;
+  std::vector<uint32_t> touched_;  // ids, in first-touch order
+  std::vector<bool> touched_mark_;
   mutable std::deque<Node> nodes_;  // indexed by id; std::deque keeps addresses stable
   std::unordered_map<std::string_view, Node*> by_name_;
   mutable std::unordered_map<std::string, uint64_t> next_suffix_;

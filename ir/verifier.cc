@@ -1,12 +1,13 @@
 #include "ir/verifier.h"
 
-#include "ir/mutation.h"
-
+#include <algorithm>
 #include <map>
 #include <string_view>
 #include <unordered_map>
 #include <unordered_set>
 #include <utility>
+
+#include "ir/mutation.h"
 
 namespace jfx {
 
@@ -49,6 +50,39 @@ const Node* collectiveBehind(const Node* in) {
 class Verifier {
  public:
   Verifier(const Graph& g, const VerifyOptions& opts) : g_(g), opts_(opts) {}
+
+  // The per-node rules on `nodes` only (the nodes a pass touched: Graph::takeTouched), each
+  // with its edges both ways. Graph-level rules (process groups, input/output info, one gather
+  // per parameter) are left to run().
+  std::vector<VerifyIssue> runNodes(const std::vector<const Node*>& nodes) {
+    for (const Node* n : nodes)
+      checkLinks(n);
+    // With broken links the rules below could walk deleted nodes.
+    if (!issues_.empty()) return std::move(issues_);
+    touched_.insert(nodes.begin(), nodes.end());
+    std::vector<const Node*> refs;
+    for (const Node* n : nodes) {
+      if (n->name().empty())
+        add(n, "unique-name", "node has an empty name");
+      else if (g_.findNode(n->name()) != n)
+        add(n, "unique-name", "name is used twice");
+      checkOperandsOf(n, refs);
+      checkUsesOf(n);
+    }
+    if (!issues_.empty()) return std::move(issues_);
+    for (const Node* n : nodes) {
+      if (full()) break;
+      if (n->op() == OpKind::Output) {
+        if (n != g_.last()) add(n, "output-last", "output node is not the last node");
+        if (n->hasUses()) add(n, "output-last", "output node has users");
+      }
+      if (std::string p = n->val().sizeProblem(); !p.empty()) add(n, "tensor-size", p);
+      checkArity(n);
+      if (n->isCollective()) checkCollective(n);
+      if (n->isWait()) checkWait(n);
+    }
+    return std::move(issues_);
+  }
 
   std::vector<VerifyIssue> run() {
     // The order matters only for which issues come first when max_issues truncates: structure
@@ -107,6 +141,65 @@ class Verifier {
     return issues_.empty();
   }
 
+  // `n` is a live node of this graph, linked both ways to neighbours in position order.
+  void checkLinks(const Node* n) {
+    if (n->graph() != &g_ || n->isDead()) {
+      add(n, "node-list", "a deleted or foreign node is still linked");
+      return;
+    }
+    const Node* p = n->prev();
+    const Node* x = n->next();
+    if (p ? p->next() != n : g_.first() != n)
+      add(n, "node-list", "prev link does not point at the previous node");
+    else if (p && !p->isBefore(n))
+      add(n, "node-list", "position is not after the previous node's " + quoted(p));
+    if (x ? x->prev() != n : g_.last() != n)
+      add(n, "node-list", "next link does not point at the next node");
+  }
+
+  // Every use of `n` names a live user that reads `n` in that slot, after `n`, once; and every
+  // operand slot of `n` is in its producer's use list.
+  void checkUsesOf(const Node* n) {
+    std::vector<std::pair<uint32_t, uint32_t>> seen;
+    seen.reserve(n->uses().size());
+    for (const Use& u : n->uses()) {
+      const Node* user = u.user;
+      if (user == nullptr || user->graph() != &g_ || user->isDead()) {
+        add(n, "use-list", "use list names a deleted or foreign user");
+        continue;
+      }
+      if (u.index >= user->inputs().size() || user->inputs()[u.index] != n) {
+        add(n, "use-list",
+            "use list says " + quoted(user) + " reads it as operand " + std::to_string(u.index) +
+                ", but it does not");
+        continue;
+      }
+      // A touched user reports its own operands (checkOperandsOf): once is enough.
+      if (!n->isBefore(user) && !touched_.count(user))
+        add(user, "topological-order",
+            "operand " + std::to_string(u.index) + " " + quoted(n) + " is defined after its use");
+      seen.emplace_back(user->id(), u.index);
+    }
+    std::sort(seen.begin(), seen.end());
+    for (size_t k = 1; k < seen.size(); ++k)
+      if (seen[k] == seen[k - 1])
+        add(n, "use-list",
+            "use by " + quoted(g_.nodeById(seen[k].first)) + " operand " +
+                std::to_string(seen[k].second) + " is listed twice");
+    const auto& inputs = n->inputs();
+    for (uint32_t k = 0; k < inputs.size(); ++k) {
+      const Node* in = inputs[k];
+      if (in == nullptr || in->graph() != &g_ || in->isDead()) continue;  // reported above
+      bool listed = false;
+      for (const Use& u : in->uses())
+        listed = listed || (u.user == n && u.index == k);
+      if (!listed)
+        add(in, "use-list",
+            "use list lacks " + quoted(n) + " operand " + std::to_string(k) +
+                ", which refers to the node");
+    }
+  }
+
   void checkNames() {
     std::unordered_set<std::string_view> seen;
     seen.reserve(g_.size());
@@ -121,37 +214,39 @@ class Verifier {
   // Each operand is a live node of this graph, defined earlier, and inputs() matches the Arg tree.
   void checkOperands() {
     std::vector<const Node*> refs;  // reused: one allocation for the graph, not one per node
-    g_.forEach([&](const Node* n) {
-      refs.clear();
-      auto collect = [&](const Node* r) { refs.push_back(r); };
-      for (const Arg& a : n->args())
-        a.forEachNode(collect);
-      for (const auto& kv : n->kwargs())
-        kv.second.forEachNode(collect);
-      const auto& inputs = n->inputs();
-      bool same = refs.size() == inputs.size();
-      for (size_t k = 0; same && k < refs.size(); ++k)
-        same = refs[k] == inputs[k];
-      if (!same) add(n, "use-list", "operand list does not match the node references in args");
-      for (size_t k = 0; k < inputs.size(); ++k) {
-        const Node* in = inputs[k];
-        // Fast path: the message is built only for a broken operand.
-        if (in != nullptr && in != n && in->graph() == &g_ && !in->isDead() && in->isBefore(n))
-          continue;
-        std::string which = "operand " + std::to_string(k);
-        if (in == nullptr) {
-          add(n, "use-list", which + " is null");
-        } else if (in->graph() != &g_) {
-          add(n, "use-list", which + " belongs to another graph");
-        } else if (in->isDead()) {
-          add(n, "use-list", which + " " + quoted(in) + " was deleted");
-        } else if (in == n) {
-          add(n, "topological-order", "node uses itself");
-        } else if (!in->isBefore(n)) {
-          add(n, "topological-order", which + " " + quoted(in) + " is defined after its use");
-        }
+    g_.forEach([&](const Node* n) { checkOperandsOf(n, refs); });
+  }
+
+  void checkOperandsOf(const Node* n, std::vector<const Node*>& refs) {
+    refs.clear();
+    auto collect = [&](const Node* r) { refs.push_back(r); };
+    for (const Arg& a : n->args())
+      a.forEachNode(collect);
+    for (const auto& kv : n->kwargs())
+      kv.second.forEachNode(collect);
+    const auto& inputs = n->inputs();
+    bool same = refs.size() == inputs.size();
+    for (size_t k = 0; same && k < refs.size(); ++k)
+      same = refs[k] == inputs[k];
+    if (!same) add(n, "use-list", "operand list does not match the node references in args");
+    for (size_t k = 0; k < inputs.size(); ++k) {
+      const Node* in = inputs[k];
+      // Fast path: the message is built only for a broken operand.
+      if (in != nullptr && in != n && in->graph() == &g_ && !in->isDead() && in->isBefore(n))
+        continue;
+      std::string which = "operand " + std::to_string(k);
+      if (in == nullptr) {
+        add(n, "use-list", which + " is null");
+      } else if (in->graph() != &g_) {
+        add(n, "use-list", which + " belongs to another graph");
+      } else if (in->isDead()) {
+        add(n, "use-list", which + " " + quoted(in) + " was deleted");
+      } else if (in == n) {
+        add(n, "topological-order", "node uses itself");
+      } else {
+        add(n, "topological-order", which + " " + quoted(in) + " is defined after its use");
       }
-    });
+    }
   }
 
   // Uses and operands describe the same edges: every use names a real operand slot that refers
@@ -592,6 +687,7 @@ class Verifier {
   const Graph& g_;
   const VerifyOptions& opts_;
   std::vector<VerifyIssue> issues_;
+  std::unordered_set<const Node*> touched_;  // runNodes' nodes
 };
 
 }  // namespace
@@ -599,6 +695,12 @@ class Verifier {
 std::vector<VerifyIssue> verifyGraph(const Graph& g, const VerifyOptions& opts) {
   if (opts.max_issues == 0) return {};
   return Verifier(g, opts).run();
+}
+
+std::vector<VerifyIssue> verifyNodes(const Graph& g, const std::vector<const Node*>& nodes,
+                                     const VerifyOptions& opts) {
+  if (opts.max_issues == 0) return {};
+  return Verifier(g, opts).runNodes(nodes);
 }
 
 }  // namespace jfx

@@ -32,4 +32,14 @@ struct VerifyOptions {
 // stride; element count, strides and bytes fit int64: TensorMeta::sizeProblem).
 std::vector<VerifyIssue> verifyGraph(const Graph& g, const VerifyOptions& opts = {});
 
+// The per-node rules on `nodes` only, each with its edges both ways: node-list links,
+// unique-name, operands (use-list, topological-order) and their use-list entries, the node's own
+// uses, output-last, tensor-size, arity, collective-wait-pairing, collective-shape, group-size.
+// With `nodes` = what a pass touched (Graph::takeTouched) this finds what verifyGraph would find
+// in those rules, at a cost proportional to the change; the graph-level rules (single-output,
+// process groups, input-info, output-info, buffer-mutation, one-gather-per-param) need
+// verifyGraph.
+std::vector<VerifyIssue> verifyNodes(const Graph& g, const std::vector<const Node*>& nodes,
+                                     const VerifyOptions& opts = {});
+
 }  // namespace jfx

@@ -40,7 +40,13 @@ using AfterPassHook =
     std::function<void(std::string_view pass, size_t index, const Graph& g, bool changed)>;
 
 struct PassManagerOptions {
+  // Verification: the full check (verifyGraph) on the input and on the pipeline's output, and
+  // between passes the per-node rules on the nodes each changing pass touched (verifyNodes over
+  // Graph's change journal), which costs in proportion to the change. verify_full_each (or a
+  // whole-graph rule such as verify.one_gather_per_param_per_phase) runs the full check after
+  // every changing pass instead.
   bool verify_each = true;
+  bool verify_full_each = false;
   VerifyOptions verify;
   bool print_ir_after_all = false;
   std::vector<std::string> print_ir_after;  // pass names
@@ -71,10 +77,11 @@ struct PassRecord {
 
 struct PipelineResult {
   std::vector<PassRecord> passes;
-  double total_seconds = 0;   // passes, verification and hashing
-  double verify_seconds = 0;  // the input's verification and each one after a changing pass
-  size_t verify_runs = 0;
-  double hash_seconds = 0;  // structural hashes behind check_unchanged_hash
+  double total_seconds = 0;     // passes, verification and hashing
+  double verify_seconds = 0;    // full checks (input, output) and the touched-node checks between
+  size_t verify_runs = 0;       // full checks
+  size_t verify_node_runs = 0;  // touched-node checks
+  double hash_seconds = 0;      // structural hashes behind check_unchanged_hash
   size_t hash_runs = 0;
 };
 

@@ -174,6 +174,64 @@ TEST_CASE("pass manager: verify after a changing pass names the pass", "[pass-ma
   CHECK_NOTHROW(runPasses(s2.g, passes2, opts));
 }
 
+TEST_CASE("pass manager: graph-level rules are checked on the output, or after each pass",
+          "[pass-manager]") {
+  // An extra output spec breaks output-info, a rule of the whole graph: between passes only
+  // touched nodes are checked, so the output's full check finds it; --verify-full finds it right
+  // after the pass that did it.
+  auto drop_spec = [](Graph& g, PassContext&) {
+    g.outputSpecs().push_back({OutputKind::Other, ""});
+    g.rename(g.findNode("neg"), "neg2");
+    return true;
+  };
+  auto passes = [&] {
+    std::vector<ConfiguredPass> v = one("breaker", drop_spec);
+    v.push_back(
+        {std::make_unique<LambdaPass>("noop", [](Graph&, PassContext&) { return false; }), ""});
+    return v;
+  };
+  Small s;
+  s.g.outputSpecs() = {{OutputKind::Loss, ""}};
+  PassManagerOptions opts;
+  std::ostringstream out;
+  opts.out = &out;
+  auto p1 = passes();
+  std::string msg = errorOf([&] { runPasses(s.g, p1, opts); });
+  CHECK(msg.find("verification failed on the pipeline's output") != std::string::npos);
+  CHECK(msg.find("[output-info]") != std::string::npos);
+
+  Small s2;
+  s2.g.outputSpecs() = {{OutputKind::Loss, ""}};
+  opts.verify_full_each = true;
+  auto p2 = passes();
+  msg = errorOf([&] { runPasses(s2.g, p2, opts); });
+  CHECK(msg.find("verification failed after pass 'breaker' (#1)") != std::string::npos);
+  CHECK(msg.find("[output-info]") != std::string::npos);
+}
+
+TEST_CASE("pass manager: the default pipeline gives the same graph with either verification",
+          "[pass-manager]") {
+  for (const char* name : {"fsdp_w2.json", "gpt2_w2.json", "convbn_w2.json", "moe_w2.json"}) {
+    INFO(name);
+    std::string path = std::string(JFX_SOURCE_DIR) + "/tests/data/traced/" + name;
+    auto a = loadGraph(path);
+    auto b = loadGraph(path);
+    auto pipeline =
+        resolvePipeline(std::string(JFX_SOURCE_DIR) + "/configs/pipelines/default.json");
+    std::ostringstream sink;
+    PassManagerOptions opts;
+    opts.out = &sink;
+    auto ra = runPipeline(*a, pipeline, opts);
+    opts.verify_full_each = true;
+    auto rb = runPipeline(*b, pipeline, opts);
+    CHECK(structuralHash(*a) == structuralHash(*b));
+    CHECK(ra.verify_runs == 2);
+    CHECK(ra.verify_node_runs > 0);
+    CHECK(rb.verify_node_runs == 0);
+    CHECK(rb.verify_runs == 1 + ra.verify_node_runs);
+  }
+}
+
 TEST_CASE("pass manager: a broken input is reported before any pass runs", "[pass-manager]") {
   Small s;
   s.g.createCall("aten.neg.default", {}, {}, s.out, "no_args");
@@ -235,12 +293,15 @@ TEST_CASE("pass manager: dce through the registry, stats, timing, stop-after", "
   std::string text = out.str();
   CHECK(text.find("===== statistics =====\ndce.nodes-removed = 2\n") != std::string::npos);
   CHECK(text.find("===== pass timing") != std::string::npos);
-  // Verification (the input, then after the one changing pass) and the unchanged-graph hashes
-  // (before each pass whose input hash is unknown, and after the unchanged one) have rows too.
+  // Verification (the whole input, the nodes the one changing pass touched, the whole output)
+  // and the unchanged-graph hashes (before each pass whose input hash is unknown, and after the
+  // unchanged one) have rows too.
   CHECK(r.verify_runs == 2);
+  CHECK(r.verify_node_runs == 1);
   CHECK(r.hash_runs == 3);
   CHECK(text.find("(verify)") != std::string::npos);
-  CHECK(text.find("2 runs\n") != std::string::npos);
+  CHECK(text.find("2 full + 1 touched-node\n") != std::string::npos);
+  CHECK(text.find("3 runs\n") != std::string::npos);
   double sum = r.verify_seconds + r.hash_seconds;
   for (const auto& p : r.passes)
     sum += p.seconds;

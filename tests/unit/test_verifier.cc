@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <catch2/catch.hpp>
 
 #include "ir/verifier.h"
@@ -107,6 +108,53 @@ TEST_CASE("verifier: topological-order", "[verifier]") {
   auto issues = verifyGraph(f.g);
   INFO(dump(issues));
   CHECK(has(issues, "t", "topological-order", "'wait_tensor' is defined after its use"));
+}
+
+TEST_CASE("verifier: verifyNodes checks what the change journal recorded", "[verifier]") {
+  Fsdp f;
+  f.g.trackChanges(true);
+  CHECK(f.g.takeTouched().empty());
+  SECTION("a legal move: no issues, and the journal is cleared") {
+    f.g.moveBefore(f.cast, f.ag);  // already there: only links are rewritten
+    f.g.moveAfter(f.x, f.cast);
+    auto touched = f.g.takeTouched();
+    CHECK(!touched.empty());
+    auto issues = verifyNodes(f.g, touched);
+    INFO(dump(issues));
+    CHECK(issues.empty());
+    CHECK(f.g.takeTouched().empty());
+  }
+  SECTION("a move that breaks the order, seen from the moved node and from its producer") {
+    f.g.moveBefore(f.t, f.wait);
+    auto touched = f.g.takeTouched();
+    auto issues = verifyNodes(f.g, touched);
+    INFO(dump(issues));
+    CHECK(has(issues, "t", "topological-order", "'wait_tensor' is defined after its use"));
+    CHECK(issues.size() == verifyGraph(f.g).size());
+  }
+  SECTION("a new wait on a non-collective, and a rewired use") {
+    f.g.createCall(kWait, {N(f.x)}, {}, f.out, "bad_wait");
+    f.g.replaceInput(f.mm, 1, f.wait);  // legal: mm reads the gathered weight untransposed
+    auto issues = verifyNodes(f.g, f.g.takeTouched());
+    INFO(dump(issues));
+    CHECK(rules(issues) == std::vector<std::string>{"collective-wait-pairing"});
+    CHECK(has(issues, "bad_wait", "collective-wait-pairing"));
+  }
+  SECTION("erased nodes leave the journal; their producers stay in it") {
+    Node* dead = f.g.createCall("aten.neg.default", {N(f.mm)}, {}, f.out, "dead");
+    f.g.takeTouched();
+    f.g.erase(dead);
+    auto touched = f.g.takeTouched();
+    CHECK(std::find(touched.begin(), touched.end(), f.mm) != touched.end());
+    for (const Node* n : touched)
+      CHECK(!n->isDead());
+    CHECK(verifyNodes(f.g, touched).empty());
+  }
+  SECTION("off: nothing is recorded") {
+    f.g.trackChanges(false);
+    f.g.moveAfter(f.x, f.cast);
+    CHECK(f.g.takeTouched().empty());
+  }
 }
 
 TEST_CASE("verifier: single-output and output-last", "[verifier]") {

@@ -20,6 +20,7 @@ struct OptArgs {
   std::string format;
   bool no_verify = false;
   bool verify_one_gather = false;
+  bool verify_full = false;
   bool print_ir_after_all = false;
   std::vector<std::string> print_ir_after;
   bool timing = false;
@@ -48,6 +49,7 @@ int runOpt(const OptArgs& a) {
   PassManagerOptions opts;
   opts.verify_each = !a.no_verify;
   opts.verify.one_gather_per_param_per_phase = a.verify_one_gather;
+  opts.verify_full_each = a.verify_full;
   opts.print_ir_after_all = a.print_ir_after_all;
   opts.print_ir_after = a.print_ir_after;
   opts.timing = a.timing;
@@ -83,7 +85,10 @@ void addOptCommand(CLI::App& app, int& exit_code) {
   cmd->add_option("--format", args->format, "Output format, overriding the extension")
       ->check(CLI::IsMember({"json", "text"}));
   cmd->add_flag("--no-verify", args->no_verify,
-                "Do not verify the input and the graph after each changing pass");
+                "Do not verify the input, the output and the graph after each changing pass");
+  cmd->add_flag("--verify-full", args->verify_full,
+                "Verify the whole graph after each changing pass (default: the whole input and "
+                "output, and between passes the nodes each pass touched)");
   cmd->add_flag("--verify-one-gather", args->verify_one_gather,
                 "Verification also requires one all-gather per parameter per phase");
   cmd->add_flag("--print-ir-after-all", args->print_ir_after_all,
