@@ -30,6 +30,12 @@ std::vector<PipelineEntry> loadPipelineFile(const std::string& path);
 // A spec naming an existing .json file loads it; otherwise it is parsed as text.
 std::vector<PipelineEntry> resolvePipeline(const std::string& spec_or_path);
 
+// Per-run option overrides (`jointfx opt --set`): "KEY=VALUE" replaces KEY in every entry that
+// gives it (memory-limit, hardware: the settings configs/pipelines/auto.json leaves to the run);
+// "PASS.KEY=VALUE" sets KEY on every entry named PASS. Throws JfxError when one matches nothing.
+void applyOptionOverrides(std::vector<PipelineEntry>& pipeline,
+                          const std::vector<std::string>& overrides);
+
 struct PassManagerOptions {
   bool verify_each = true;
   VerifyOptions verify;
