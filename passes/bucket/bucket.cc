@@ -919,8 +919,6 @@ bool bucketAuto(Graph& g, const BucketOptions& opts, PassContext& ctx) {
   ctx.stat("auto-plan", static_cast<int64_t>(best));
   ctx.stat("auto-probe-prefetch", best_prefetch);
   ctx.stat("simulated-step-us", static_cast<int64_t>(std::llround(best_step * 1e6)));
-  ctx.stat("memory-peak-before", peak_before);
-  ctx.stat("memory-limit", bound);
   ctx.stat("memory-peak-estimate", best_peak);
   ctx.remark("bucket: plan=auto chose '" + cands[best].name + "' (simulated step with " +
              "split-comm-groups and schedule{prefetch=1} under the bound " +

@@ -413,7 +413,14 @@ int64_t parseByteSize(const std::string& text) {
 
 void SchedulePass::configure(PassOptions& options) {
   opts_.auto_prefetch = options.getString("prefetch", "1") == "auto";
-  if (!opts_.auto_prefetch) opts_.prefetch = options.getInt("prefetch", 1, 0, 1000000);
+  if (!opts_.auto_prefetch) {
+    try {
+      opts_.prefetch = options.getInt("prefetch", 1, 0, 1000000);
+    } catch (const JfxError&) {
+      throw JfxError({}, "pass 'schedule': option 'prefetch=" + options.getString("prefetch", "") +
+                             "': expected an integer in [0, 1000000] or auto");
+    }
+  }
   opts_.max_prefetch = options.getInt("max-prefetch", 3, 0, 64);
   if (!opts_.auto_prefetch && options.has("max-prefetch"))
     throw JfxError({}, "pass 'schedule': option 'max-prefetch' is read by prefetch=auto only");
