@@ -866,8 +866,6 @@ std::unique_ptr<Graph> boundedCopy(const Graph& g, const BucketOptions& opts, in
 // plan=auto (bucket.h): every candidate on a copy, bucketed under the same bound, then
 // split-comm-groups and schedule{prefetch=1..3} under that bound, simulated; the shortest step
 // wins, ties to the earlier candidate.
-constexpr int64_t kProbePrefetch = 1;
-
 bool bucketAuto(Graph& g, const BucketOptions& opts, PassContext& ctx) {
   if (!opts.cost) throw JfxError({}, "pass 'bucket': plan=auto needs a hardware profile");
   const int64_t peak_before = analyzeMemory(g, computePhases(g)).peak_bytes;
@@ -878,18 +876,17 @@ bool bucketAuto(Graph& g, const BucketOptions& opts, PassContext& ctx) {
   size_t best = 0;
   double best_step = std::numeric_limits<double>::infinity();
   int64_t best_peak = 0;
-  int64_t best_prefetch = 0;
+  std::set<std::string> best_excluded;
   std::string report;
   for (size_t i = 0; i < cands.size(); ++i) {
     PassContext quiet;
     std::unique_ptr<Graph> copy;
     int64_t peak = peak_before;
+    std::set<std::string> excluded;
     if (bound > 0) {
-      std::set<std::string> excluded;
       copy = boundedCopy(g, cands[i].opts, bound, excluded, quiet, &peak);
     } else {
       copy = cloneGraph(g);
-      std::set<std::string> excluded;
       Bucketer(*copy, cands[i].opts, quiet, excluded).run();
       peak = analyzeMemory(*copy, computePhases(*copy)).peak_bytes;
     }
@@ -898,33 +895,41 @@ bool bucketAuto(Graph& g, const BucketOptions& opts, PassContext& ctx) {
       report += "; " + cands[i].name + ": over the bound";
       continue;
     }
+    // The copy is scored as the default pipeline goes on: split-comm-groups, then
+    // schedule{prefetch=1} under the same bound (schedule{prefetch=auto} tunes the distance later).
     SplitCommGroupsPass().run(*copy, quiet);
-    double step = std::numeric_limits<double>::infinity();
-    int64_t prefetch = 0;
-    for (int64_t k = 1; k <= kProbePrefetch; ++k) {
-      std::unique_ptr<Graph> probe = cloneGraph(*copy);
-      ScheduleOptions sched;
-      sched.prefetch = k;
-      sched.memory_limit = bound;
-      scheduleCollectives(*probe, sched, quiet);
-      const double t = simulate(*probe, *opts.cost, so).step;
-      if (t < step) step = t, prefetch = k;
-    }
+    ScheduleOptions sched;
+    sched.prefetch = 1;
+    sched.memory_limit = bound;
+    scheduleCollectives(*copy, sched, quiet);
+    const double step = simulate(*copy, *opts.cost, so).step;
     char buf[64];
     std::snprintf(buf, sizeof buf, "%.1f", step * 1e6);
     report += (report.empty() ? "" : ", ") + cands[i].name + " " + buf + " us";
-    if (step < best_step) best = i, best_step = step, best_peak = peak, best_prefetch = prefetch;
+    if (step < best_step) {
+      best = i, best_step = step, best_peak = peak;
+      best_excluded = std::move(excluded);
+    }
   }
   ctx.stat("auto-candidates", static_cast<int64_t>(cands.size()));
   ctx.stat("auto-plan", static_cast<int64_t>(best));
-  ctx.stat("auto-probe-prefetch", best_prefetch);
   ctx.stat("simulated-step-us", static_cast<int64_t>(std::llround(best_step * 1e6)));
   ctx.stat("memory-peak-estimate", best_peak);
   ctx.remark("bucket: plan=auto chose '" + cands[best].name + "' (simulated step with " +
              "split-comm-groups and schedule{prefetch=1} under the bound " +
              (bound > 0 ? formatBytes(bound) : std::string("none")) + ", " +
              opts.cost->hardware().name + "): " + report);
-  return bucketFixed(g, cands[best].opts, ctx);
+  // The winner again, on the graph itself, leaving out what its bounded copy left out (the same
+  // rewrite: Bucketer is deterministic given the exclusions).
+  if (bound > 0) {
+    ctx.stat("memory-peak-before", peak_before);
+    ctx.stat("memory-limit", bound);
+    if (!best_excluded.empty())
+      ctx.remark("bucket: " + std::to_string(best_excluded.size()) +
+                 " collectives left unbucketed to stay within the estimated peak " +
+                 formatBytes(bound));
+  }
+  return Bucketer(g, cands[best].opts, ctx, best_excluded).run();
 }
 
 }  // namespace
