@@ -864,7 +864,7 @@ std::unique_ptr<Graph> boundedCopy(const Graph& g, const BucketOptions& opts, in
                                    int64_t* peak);
 
 // plan=auto (bucket.h): every candidate on a copy, bucketed under the same bound, then
-// split-comm-groups and schedule{prefetch=1..3} under that bound, simulated; the shortest step
+// split-comm-groups and schedule{prefetch=1} under that bound, simulated; the shortest step
 // wins, ties to the earlier candidate.
 bool bucketAuto(Graph& g, const BucketOptions& opts, PassContext& ctx) {
   if (!opts.cost) throw JfxError({}, "pass 'bucket': plan=auto needs a hardware profile");

@@ -42,7 +42,7 @@
 // plan=auto picks the plan from the cost model (passes/analysis/cost_model.h, the profile named
 // by hardware=FILE): each candidate (blocks, blocks two at a time, blocks four at a time, size
 // caps 16/32/64/128/256 MB) is bucketed on an in-memory copy (ir/clone.h) under the
-// same memory bound, then split-comm-groups and schedule{prefetch=1..3} run on the copy as the
+// same memory bound, then split-comm-groups and schedule{prefetch=1} run on the copy as the
 // default pipeline would, and the simulator (passes/analysis/simulator.h) times it. The
 // candidate with the shortest simulated step wins; ties go to the earlier candidate, so the
 // choice is deterministic. Every candidate is within the bound (the bound above), so the choice
