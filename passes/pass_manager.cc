@@ -300,6 +300,36 @@ std::vector<PipelineEntry> resolvePipeline(const std::string& spec_or_path) {
   return parsePipeline(spec_or_path);
 }
 
+// --set KEY=VALUE replaces KEY in every pass of the pipeline that gives it (memory-limit,
+// hardware: the per-run settings of configs/pipelines/auto.json); --set PASS.KEY=VALUE sets it on
+// every pass named PASS, given or not. A --set that matches no pass is an error (a typo must not
+// pass unnoticed).
+void applyOptionOverrides(std::vector<PipelineEntry>& pipeline,
+                          const std::vector<std::string>& sets) {
+  for (const std::string& s : sets) {
+    const size_t eq = s.find('=');
+    if (eq == std::string::npos || eq == 0)
+      throw JfxError({}, "--set '" + s + "': expected KEY=VALUE or PASS.KEY=VALUE");
+    std::string key = s.substr(0, eq);
+    const std::string value = s.substr(eq + 1);
+    std::string pass;
+    if (const size_t dot = key.find('.'); dot != std::string::npos)
+      pass = key.substr(0, dot), key = key.substr(dot + 1);
+    bool matched = false;
+    for (PipelineEntry& e : pipeline) {
+      if (pass.empty() ? !e.options.has(key) : e.name != pass) continue;
+      std::map<std::string, std::string> values = e.options.values();
+      values[key] = value;
+      e.options = PassOptions(e.name, std::move(values));
+      matched = true;
+    }
+    if (!matched)
+      throw JfxError({}, "--set '" + s + "': " +
+                             (pass.empty() ? "no pass in the pipeline has option '" + key + "'"
+                                           : "no pass '" + pass + "' in the pipeline"));
+  }
+}
+
 std::vector<ConfiguredPass> buildPipeline(const std::vector<PipelineEntry>& pipeline) {
   std::vector<ConfiguredPass> out;
   out.reserve(pipeline.size());

@@ -39,6 +39,12 @@ using BeforePassHook = std::function<void(std::string_view pass, size_t index, c
 using AfterPassHook =
     std::function<void(std::string_view pass, size_t index, const Graph& g, bool changed)>;
 
+// Per-run option overrides (`jointfx opt --set`): "KEY=VALUE" replaces KEY in every entry that
+// gives it (memory-limit, hardware: the settings configs/pipelines/auto.json leaves to the run);
+// "PASS.KEY=VALUE" sets KEY on every entry named PASS. Throws JfxError when one matches nothing.
+void applyOptionOverrides(std::vector<PipelineEntry>& pipeline,
+                          const std::vector<std::string>& overrides);
+
 struct PassManagerOptions {
   // Verification: the full check (verifyGraph) on the input and on the pipeline's output, and
   // between passes the per-node rules on the nodes each changing pass touched (verifyNodes over

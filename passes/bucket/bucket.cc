@@ -1,23 +1,28 @@
 #include "passes/bucket/bucket.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <limits>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
 #include <tuple>
 #include <unordered_map>
 
+#include "ir/clone.h"
 #include "ir/error.h"
-#include "ir/json_format.h"
 #include "passes/analysis/blocks.h"
 #include "passes/analysis/cost_model.h"
 #include "passes/analysis/fsdp.h"
 #include "passes/analysis/memory.h"
 #include "passes/analysis/mutation.h"
 #include "passes/analysis/phase.h"
+#include "passes/analysis/simulator.h"
 #include "passes/bucket/schedule.h"
+#include "passes/bucket/split_comm_groups.h"
 
 namespace jfx {
 namespace {
@@ -283,7 +288,17 @@ std::optional<Candidate> Bucketer::candidate(Node* n) {
     if (p != param_ordinal_by_fqn_.end()) c.m.order = p->second;
   }
   if (fqn.empty()) fqn = std::string(n->meta().module_fqn.str());
-  if (opts_.plan == BucketOptions::Plan::Blocks) c.block = blockOfFqn(fqn, blocks_, opts_.head);
+  if (opts_.plan == BucketOptions::Plan::Blocks) {
+    c.block = blockOfFqn(fqn, blocks_, opts_.head);
+    // group=N: N consecutive blocks (in forward order) share one bucket, named by its range.
+    if (const int32_t bi = blocks_.blockOfFqn(fqn); opts_.group_blocks > 1 && bi >= 0) {
+      const size_t first = static_cast<size_t>(bi / opts_.group_blocks * opts_.group_blocks);
+      const size_t last =
+          std::min(first + static_cast<size_t>(opts_.group_blocks), blocks_.blocks.size()) - 1;
+      c.block = blocks_.blocks[first].name;
+      if (last > first) c.block += ".." + blocks_.blocks[last].name;
+    }
+  }
   return c;
 }
 
@@ -773,8 +788,12 @@ bool hasFsdpBucketMeta(const Node& n) {
 namespace {
 
 constexpr OptionDecl kBucketOptions[] = {
-    {"plan", "blocks|size", "blocks",
-     "one bucket per block (blocks), or greedy in program order up to cap-mb (size)"},
+    {"plan", "blocks|size|auto", "blocks",
+     "one bucket per block (blocks), greedy in program order up to cap-mb (size), or the "
+     "candidate with the shortest simulated step within memory-limit (auto: blocks, blocks x2, "
+     "x4, caps 16-256 MB)"},
+    {"group", "int", "1", "plan=blocks: this many consecutive blocks per bucket, in [1, 1000000]"},
+    {"hardware", "string", "", "plan=auto: the hardware profile (JSON) that times the candidates"},
     {"cap-mb", "int", "0",
      "bucket size cap in MiB, 0 = none; plan=size uses 64 when unset; in [0, 1073741824]"},
     {"kinds", "list", "ag,rs,ar", "collective kinds to bucket: ag, rs, ar"},
@@ -802,6 +821,10 @@ constexpr StatisticDecl kBucketStatistics[] = {
     {"memory-peak-before", "estimated peak bytes of the input"},
     {"memory-limit", "the bound in bytes"},
     {"memory-rounds", "rounds that dropped buckets to fit the bound"},
+    {"memory-peak-estimate", "estimated peak bytes of the output"},
+    {"auto-candidates", "plan=auto: candidate plans timed"},
+    {"auto-plan", "plan=auto: the index of the chosen candidate"},
+    {"simulated-step-us", "plan=auto: the chosen candidate's simulated step, microseconds"},
 };
 
 }  // namespace
@@ -814,12 +837,31 @@ std::span<const StatisticDecl> BucketPass::statistics() const {
 }
 
 void BucketPass::configure(PassOptions& options) {
-  std::string plan = options.getEnum("plan", {"blocks", "size"}, "blocks");
-  opts_.plan = plan == "size" ? BucketOptions::Plan::Size : BucketOptions::Plan::Blocks;
+  std::string plan = options.getEnum("plan", {"blocks", "size", "auto"}, "blocks");
+  opts_.plan = plan == "size"   ? BucketOptions::Plan::Size
+               : plan == "auto" ? BucketOptions::Plan::Auto
+                                : BucketOptions::Plan::Blocks;
+  opts_.group_blocks = options.getInt("group", 1, 1, 1000000);
+  if (opts_.group_blocks > 1 && opts_.plan != BucketOptions::Plan::Blocks)
+    throw JfxError({}, "pass 'bucket': option 'group' is read by plan=blocks only");
+  std::string hardware = options.getString("hardware", "");
+  if (opts_.plan == BucketOptions::Plan::Auto) {
+    if (hardware.empty())
+      throw JfxError({},
+                     "pass 'bucket': plan=auto needs hardware=FILE (a profile such as "
+                     "configs/hardware/h100.json) to time its candidates");
+    opts_.cost = std::make_shared<const CostModel>(loadHardwareProfile(hardware));
+  } else if (!hardware.empty()) {
+    throw JfxError({}, "pass 'bucket': option 'hardware' is read by plan=auto only");
+  }
   // Up to 1 PiB: any real bucket, and far from where cap_mb * 2^20 would overflow.
   int64_t cap_mb = options.getInt("cap-mb", opts_.plan == BucketOptions::Plan::Size ? 64 : 0, 0,
                                   int64_t{1} << 30);
   opts_.cap_bytes = cap_mb * 1024 * 1024;
+  if (opts_.plan == BucketOptions::Plan::Auto && options.has("cap-mb"))
+    throw JfxError({},
+                   "pass 'bucket': option 'cap-mb' is not read by plan=auto (it tries its own "
+                   "caps)");
   std::vector<std::string> kinds = options.getList("kinds", {"ag", "rs", "ar"});
   opts_.all_gather = opts_.reduce_scatter = opts_.all_reduce = false;
   for (const std::string& k : kinds) {
@@ -858,23 +900,127 @@ int64_t glooRingChunkElems(int64_t numel, int64_t elem_size, int64_t group_size)
   return segments / G * seg_elems;
 }
 
-bool bucketCollectives(Graph& g, const BucketOptions& opts, PassContext& ctx) {
-  std::set<std::string> excluded;
-  if (opts.memory_limit == 0) return Bucketer(g, opts, ctx, excluded).run();
+namespace {
 
-  // Memory bound: bucket a copy, and while its estimated peak is above the bound, leave out the
-  // buckets whose new or moved storages are live at an over-bound step. A few rounds settle it
-  // (each drops every offending bucket at once); past kRounds nothing is bucketed.
-  constexpr int kRounds = 8;
+// The memory bound of bucketCollectives for a graph whose estimated peak is `peak_before`.
+int64_t boundFor(const BucketOptions& opts, int64_t peak_before) {
+  return opts.memory_limit == 0  ? 0
+         : opts.memory_limit < 0 ? peak_before
+                                 : std::max(opts.memory_limit, peak_before);
+}
+
+bool bucketFixed(Graph& g, const BucketOptions& opts, PassContext& ctx);
+std::unique_ptr<Graph> boundedCopy(const Graph& g, const BucketOptions& opts, int64_t bound,
+                                   std::set<std::string>& excluded, PassContext& ctx,
+                                   int64_t* peak);
+
+// plan=auto (bucket.h): every candidate on a copy, bucketed under the same bound, then
+// split-comm-groups and schedule{prefetch=1} under that bound, simulated; the shortest step
+// wins, ties to the earlier candidate.
+bool bucketAuto(Graph& g, const BucketOptions& opts, PassContext& ctx) {
+  if (!opts.cost) throw JfxError({}, "pass 'bucket': plan=auto needs a hardware profile");
   const int64_t peak_before = analyzeMemory(g, computePhases(g)).peak_bytes;
-  const int64_t bound =
-      opts.memory_limit < 0 ? peak_before : std::max(opts.memory_limit, peak_before);
-  ctx.stat("memory-peak-before", peak_before);
-  ctx.stat("memory-limit", bound);
-  const std::string text = writeJsonGraph(g);
-  bool settled = false;
-  for (int round = 0; round < kRounds && !settled; ++round) {
-    std::unique_ptr<Graph> trial = readJsonGraph(text, "<bucket trial>");
+  const int64_t bound = boundFor(opts, peak_before);
+  const std::vector<BucketCandidate> cands = bucketAutoCandidates(opts);
+  SimOptions so;
+  so.memory = false;
+  size_t best = 0;
+  double best_step = std::numeric_limits<double>::infinity();
+  int64_t best_peak = 0;
+  std::set<std::string> best_excluded;
+  std::string report;
+  for (size_t i = 0; i < cands.size(); ++i) {
+    PassContext quiet;
+    std::unique_ptr<Graph> copy;
+    int64_t peak = peak_before;
+    std::set<std::string> excluded;
+    if (bound > 0) {
+      copy = boundedCopy(g, cands[i].opts, bound, excluded, quiet, &peak);
+    } else {
+      copy = cloneGraph(g);
+      Bucketer(*copy, cands[i].opts, quiet, excluded).run();
+      peak = analyzeMemory(*copy, computePhases(*copy)).peak_bytes;
+    }
+    if (!copy) copy = cloneGraph(g), peak = peak_before;
+    if (bound > 0 && peak > bound) {  // cannot happen (bucketFixed keeps the bound); be safe
+      report += "; " + cands[i].name + ": over the bound";
+      continue;
+    }
+    // The copy is scored as the default pipeline goes on: split-comm-groups, then
+    // schedule{prefetch=1} under the same bound (schedule{prefetch=auto} tunes the distance later).
+    SplitCommGroupsPass().run(*copy, quiet);
+    ScheduleOptions sched;
+    sched.prefetch = 1;
+    sched.memory_limit = bound;
+    scheduleCollectives(*copy, sched, quiet);
+    const double step = simulate(*copy, *opts.cost, so).step;
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%.1f", step * 1e6);
+    report += (report.empty() ? "" : ", ") + cands[i].name + " " + buf + " us";
+    if (step < best_step) {
+      best = i, best_step = step, best_peak = peak;
+      best_excluded = std::move(excluded);
+    }
+  }
+  ctx.stat("auto-candidates", static_cast<int64_t>(cands.size()));
+  ctx.stat("auto-plan", static_cast<int64_t>(best));
+  ctx.stat("simulated-step-us", static_cast<int64_t>(std::llround(best_step * 1e6)));
+  ctx.stat("memory-peak-estimate", best_peak);
+  ctx.remark("bucket: plan=auto chose '" + cands[best].name + "' (simulated step with " +
+             "split-comm-groups and schedule{prefetch=1} under the bound " +
+             (bound > 0 ? formatBytes(bound) : std::string("none")) + ", " +
+             opts.cost->hardware().name + "): " + report);
+  // The winner again, on the graph itself, leaving out what its bounded copy left out (the same
+  // rewrite: Bucketer is deterministic given the exclusions).
+  if (bound > 0) {
+    ctx.stat("memory-peak-before", peak_before);
+    ctx.stat("memory-limit", bound);
+    if (!best_excluded.empty())
+      ctx.remark("bucket: " + std::to_string(best_excluded.size()) +
+                 " collectives left unbucketed to stay within the estimated peak " +
+                 formatBytes(bound));
+  }
+  return Bucketer(g, cands[best].opts, ctx, best_excluded).run();
+}
+
+}  // namespace
+
+std::vector<BucketCandidate> bucketAutoCandidates(const BucketOptions& base) {
+  std::vector<BucketCandidate> out;
+  auto add = [&](std::string name, BucketOptions::Plan plan, int64_t group, int64_t cap_mb) {
+    BucketCandidate c;
+    c.name = std::move(name);
+    c.opts = base;
+    c.opts.plan = plan;
+    c.opts.group_blocks = group;
+    c.opts.cap_bytes = cap_mb * 1024 * 1024;
+    out.push_back(std::move(c));
+  };
+  add("blocks", BucketOptions::Plan::Blocks, 1, 0);
+  add("blocks x2", BucketOptions::Plan::Blocks, 2, 0);
+  add("blocks x4", BucketOptions::Plan::Blocks, 4, 0);
+  for (int64_t mb : {16, 32, 64, 128, 256})
+    add("size " + std::to_string(mb) + "MB", BucketOptions::Plan::Size, 1, mb);
+  return out;
+}
+
+bool bucketCollectives(Graph& g, const BucketOptions& opts, PassContext& ctx) {
+  if (opts.plan == BucketOptions::Plan::Auto) return bucketAuto(g, opts, ctx);
+  return bucketFixed(g, opts, ctx);
+}
+
+namespace {
+
+// The memory-bound loop of bucketFixed: buckets copies of `g` under `bound` (> 0), leaving out
+// the buckets that own or move a storage live at an over-bound step, until the copy's estimated
+// peak is within it. Fills `excluded` with the collectives left out; returns the settled copy
+// (nullptr when no round settled: then every collective is excluded) and its peak in `*peak`.
+std::unique_ptr<Graph> boundedCopy(const Graph& g, const BucketOptions& opts, int64_t bound,
+                                   std::set<std::string>& excluded, PassContext& ctx,
+                                   int64_t* peak) {
+  constexpr int kRounds = 8;
+  for (int round = 0; round < kRounds; ++round) {
+    std::unique_ptr<Graph> trial = cloneGraph(g);
     PassContext quiet;
     Bucketer b(*trial, opts, quiet, excluded);
     b.run();
@@ -883,8 +1029,8 @@ bool bucketCollectives(Graph& g, const BucketOptions& opts, PassContext& ctx) {
     mo.lifetimes = true;
     MemoryProfile prof = analyzeMemory(*trial, computePhases(*trial), mo);
     if (prof.peak_bytes <= bound) {
-      settled = true;
-      break;
+      *peak = prof.peak_bytes;
+      return trial;
     }
     // over[t]: steps up to t that are above the bound (prefix count).
     std::vector<int64_t> over(prof.curve.size() + 1, 0);
@@ -908,17 +1054,33 @@ bool bucketCollectives(Graph& g, const BucketOptions& opts, PassContext& ctx) {
         excluded.insert(name);
     ctx.stat("memory-rounds");
   }
-  if (!settled) {
-    // Every candidate out: the graph stays as it is.
-    g.forEach([&](const Node* n) {
-      if (n->isCollective()) excluded.insert(n->name());
-    });
-  }
+  // Every candidate out: the graph stays as it is.
+  g.forEach([&](const Node* n) {
+    if (n->isCollective()) excluded.insert(n->name());
+  });
+  return nullptr;
+}
+
+bool bucketFixed(Graph& g, const BucketOptions& opts, PassContext& ctx) {
+  std::set<std::string> excluded;
+  if (opts.memory_limit == 0) return Bucketer(g, opts, ctx, excluded).run();
+
+  // Memory bound: bucket a copy, and while its estimated peak is above the bound, leave out the
+  // buckets whose new or moved storages are live at an over-bound step. A few rounds settle it
+  // (each drops every offending bucket at once); past 8 rounds nothing is bucketed.
+  const int64_t peak_before = analyzeMemory(g, computePhases(g)).peak_bytes;
+  const int64_t bound = boundFor(opts, peak_before);
+  ctx.stat("memory-peak-before", peak_before);
+  ctx.stat("memory-limit", bound);
+  int64_t peak = 0;
+  boundedCopy(g, opts, bound, excluded, ctx, &peak);
   if (!excluded.empty())
     ctx.remark("bucket: " + std::to_string(excluded.size()) +
                " collectives left unbucketed to stay within the estimated peak " +
                formatBytes(bound));
   return Bucketer(g, opts, ctx, excluded).run();
 }
+
+}  // namespace
 
 }  // namespace jfx

@@ -39,24 +39,37 @@
 // chunk r and every member element is summed by the same ranks in the same order. Other
 // gradients stay unbucketed (stat unbucketed.rs-order). exact-rs-order=false drops the rule.
 // NCCL's algorithms are not modelled.
-// Options: plan=blocks|size, cap-mb=N (size plan default 64; blocks: 0 = uncapped),
-// kinds=ag,rs,ar, fsdp-only=true, head=norm,output,lm_head,final_norm, exact-rs-order=true,
-// memory-limit=input|none|BYTES.
+// plan=auto picks the plan from the cost model (passes/analysis/cost_model.h, the profile named
+// by hardware=FILE): each candidate (blocks, blocks two at a time, blocks four at a time, size
+// caps 16/32/64/128/256 MB) is bucketed on an in-memory copy (ir/clone.h) under the
+// same memory bound, then split-comm-groups and schedule{prefetch=1} run on the copy as the
+// default pipeline would, and the simulator (passes/analysis/simulator.h) times it. The
+// candidate with the shortest simulated step wins; ties go to the earlier candidate, so the
+// choice is deterministic. Every candidate is within the bound (the bound above), so the choice
+// is too. O(candidates x N log N). Statistics auto-plan (candidate index), auto-candidates,
+// simulated-step-us.
+// Options: plan=blocks|size|auto, cap-mb=N (size plan default 64; blocks: 0 = uncapped),
+// group=N (blocks per bucket under plan=blocks, default 1), kinds=ag,rs,ar, fsdp-only=true,
+// head=norm,output,lm_head,final_norm, exact-rs-order=true, memory-limit=input|none|BYTES,
+// hardware=FILE (plan=auto only, required there).
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "passes/analysis/blocks.h"
+#include "passes/analysis/cost_model.h"
 #include "passes/pass.h"
 
 namespace jfx {
 
 struct BucketOptions {
-  enum class Plan { Blocks, Size };
+  enum class Plan { Blocks, Size, Auto };
   Plan plan = Plan::Blocks;
-  int64_t cap_bytes = 0;  // 0 = no cap
+  int64_t cap_bytes = 0;     // 0 = no cap
+  int64_t group_blocks = 1;  // plan=blocks: consecutive blocks sharing one bucket
   bool all_gather = true;
   bool reduce_scatter = true;
   bool all_reduce = true;
@@ -68,7 +81,18 @@ struct BucketOptions {
   // (the pass default: bucketing never raises it). A bound below the input's peak acts as the
   // input's peak.
   int64_t memory_limit = 0;
+  // plan=auto: the cost model candidates are timed with (required there).
+  std::shared_ptr<const CostModel> cost;
 };
+
+// One candidate of plan=auto: a fixed plan and how remarks name it ("blocks", "blocks x2",
+// "size 64MB").
+struct BucketCandidate {
+  std::string name;
+  BucketOptions opts;
+};
+// plan=auto's candidates for `base` (its kinds, head, memory bound...), in tie-break order.
+std::vector<BucketCandidate> bucketAutoCandidates(const BucketOptions& base);
 
 // Returns whether the graph changed. Statistics: buckets.<kind>, members.<kind>,
 // collectives-before, collectives-after, hoisted, split.<reason>.

@@ -1,13 +1,19 @@
 #include "passes/bucket/schedule.h"
 
+#include <charconv>
+
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <limits>
 #include <map>
+#include <memory>
 #include <optional>
 #include <vector>
 
+#include "ir/clone.h"
 #include "ir/error.h"
 #include "passes/analysis/blocks.h"
 #include "passes/analysis/cost_model.h"
@@ -15,6 +21,7 @@
 #include "passes/analysis/memory.h"
 #include "passes/analysis/mutation.h"
 #include "passes/analysis/phase.h"
+#include "passes/analysis/simulator.h"
 #include "passes/bucket/bucket.h"
 
 namespace jfx {
@@ -409,7 +416,12 @@ int64_t parseByteSize(const std::string& text) {
 namespace {
 
 constexpr OptionDecl kScheduleOptions[] = {
-    {"prefetch", "int", "1", "all-gathers issued this many buckets ahead, in [0, 1000000]"},
+    {"prefetch", "string", "1",
+     "all-gathers issued this many buckets ahead, in [0, 1000000]; auto: the K in "
+     "0..max-prefetch with the shortest simulated step within memory-limit"},
+    {"max-prefetch", "int", "", "prefetch=auto: the largest K tried, in [0, 64] (unset: 3)"},
+    {"hardware", "string", "",
+     "prefetch=auto: the hardware profile (JSON) that times the candidates"},
     {"defer-rs", "bool", "true",
      "defer each reduce-scatter's wait past the next reduce-scatter's launch"},
     {"memory-limit", "bytes", "input",
@@ -425,6 +437,9 @@ constexpr StatisticDecl kScheduleStatistics[] = {
     {"memory-peak-before", "estimated peak bytes of the input"},
     {"memory-limit", "the bound in bytes"},
     {"memory-peak-estimate", "estimated peak bytes of the output"},
+    {"auto-candidates", "prefetch=auto: prefetch distances timed"},
+    {"auto-prefetch", "prefetch=auto: the distance chosen"},
+    {"simulated-step-us", "prefetch=auto: the chosen distance's simulated step, microseconds"},
 };
 
 }  // namespace
@@ -437,7 +452,30 @@ std::span<const StatisticDecl> SchedulePass::statistics() const {
 }
 
 void SchedulePass::configure(PassOptions& options) {
-  opts_.prefetch = options.getInt("prefetch", 1, 0, 1000000);
+  // An integer or "auto": read as a string (its declared type) and parsed here.
+  std::string prefetch = options.getString("prefetch", "1");
+  opts_.auto_prefetch = prefetch == "auto";
+  if (!opts_.auto_prefetch) {
+    int64_t k = -1;
+    auto [end, ec] = std::from_chars(prefetch.data(), prefetch.data() + prefetch.size(), k);
+    if (ec != std::errc() || end != prefetch.data() + prefetch.size() || k < 0 || k > 1000000)
+      throw JfxError({}, "pass 'schedule': option 'prefetch=" + prefetch +
+                             "': expected an integer in [0, 1000000] or auto");
+    opts_.prefetch = k;
+  }
+  opts_.max_prefetch = options.getInt("max-prefetch", 3, 0, 64);
+  if (!opts_.auto_prefetch && options.has("max-prefetch"))
+    throw JfxError({}, "pass 'schedule': option 'max-prefetch' is read by prefetch=auto only");
+  std::string hardware = options.getString("hardware", "");
+  if (opts_.auto_prefetch) {
+    if (hardware.empty())
+      throw JfxError({},
+                     "pass 'schedule': prefetch=auto needs hardware=FILE (a profile such as "
+                     "configs/hardware/h100.json) to time its candidates");
+    opts_.cost = std::make_shared<const CostModel>(loadHardwareProfile(hardware));
+  } else if (!hardware.empty()) {
+    throw JfxError({}, "pass 'schedule': option 'hardware' is read by prefetch=auto only");
+  }
   opts_.defer_reduce_scatter = options.getBool("defer-rs", true);
   std::string limit = options.getString("memory-limit", "input");
   try {
@@ -448,7 +486,47 @@ void SchedulePass::configure(PassOptions& options) {
 }
 
 bool scheduleCollectives(Graph& g, const ScheduleOptions& opts, PassContext& ctx) {
-  return Scheduler(g, opts, ctx).run();
+  if (!opts.auto_prefetch) return Scheduler(g, opts, ctx).run();
+  if (!opts.cost) throw JfxError({}, "pass 'schedule': prefetch=auto needs a hardware profile");
+  // prefetch=auto: every K on a copy, the shortest simulated step within the limit; ties to the
+  // smaller K. The limit check is the memory analysis of the copy: the same estimate the caller
+  // would measure on the output (when the input already exceeds the limit, the input's peak).
+  const int64_t peak_before = analyzeMemory(g, computePhases(g)).peak_bytes;
+  const int64_t limit = opts.memory_limit == 0  ? 0
+                        : opts.memory_limit < 0 ? peak_before
+                                                : std::max(opts.memory_limit, peak_before);
+  int64_t best = -1;
+  double best_step = std::numeric_limits<double>::infinity();
+  std::string report;
+  for (int64_t k = 0; k <= opts.max_prefetch; ++k) {
+    std::unique_ptr<Graph> copy = cloneGraph(g);
+    ScheduleOptions fixed = opts;
+    fixed.auto_prefetch = false;
+    fixed.prefetch = k;
+    PassContext quiet;
+    scheduleCollectives(*copy, fixed, quiet);
+    const SimResult sim = simulate(*copy, *opts.cost);
+    char buf[96];
+    std::snprintf(buf, sizeof buf, "%sK=%lld %.1f us", report.empty() ? "" : ", ",
+                  static_cast<long long>(k), sim.step * 1e6);
+    report += buf;
+    if (limit > 0 && sim.peak_memory_bytes > limit) {
+      report += " (over the limit)";
+      continue;
+    }
+    if (sim.step < best_step) best = k, best_step = sim.step;
+  }
+  if (best < 0) best = 0;  // K = 0 moves only within the limit; keep it regardless
+  ctx.stat("auto-candidates", opts.max_prefetch + 1);
+  ctx.stat("auto-prefetch", best);
+  ctx.stat("simulated-step-us", static_cast<int64_t>(std::llround(best_step * 1e6)));
+  ctx.remark("schedule: prefetch=auto chose K=" + std::to_string(best) + " (simulated step, " +
+             opts.cost->hardware().name + ", memory-limit " +
+             (limit > 0 ? formatBytes(limit) : std::string("none")) + "): " + report);
+  ScheduleOptions fixed = opts;
+  fixed.auto_prefetch = false;
+  fixed.prefetch = best;
+  return Scheduler(g, fixed, ctx).run();
 }
 
 }  // namespace jfx

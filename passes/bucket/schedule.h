@@ -19,13 +19,22 @@
 // already exceeds the limit, no move raises the peak further.
 // Default limit: the input's own estimated peak (memory-limit=input), so schedule never raises
 // the estimated peak of the graph it is given; memory-limit=none (or 0) lifts it.
-// Options: prefetch=K (default 1; 0 = no all-gather moves), defer-rs=true, memory-limit=BYTES |
-// input | none (suffixes K, M, G, Ki, Mi, Gi with optional B; default input). O(N log N).
+// prefetch=auto picks K from the cost model (passes/analysis/cost_model.h, the profile named by
+// hardware=FILE): K = 0 .. max-prefetch (default 3) each runs on an in-memory copy (ir/clone.h)
+// under the same memory limit and is timed by the simulator (passes/analysis/simulator.h); the
+// shortest simulated step whose estimated peak (memory analysis of the copy) is within the limit
+// wins, ties to the smaller K. O(max-prefetch x N log N). Statistics auto-prefetch,
+// auto-candidates, simulated-step-us.
+// Options: prefetch=K|auto (default 1; 0 = no all-gather moves), max-prefetch=N (auto only),
+// hardware=FILE (auto only, required there), defer-rs=true, memory-limit=BYTES | input | none
+// (suffixes K, M, G, Ki, Mi, Gi with optional B; default input). O(N log N).
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
+#include "passes/analysis/cost_model.h"
 #include "passes/pass.h"
 
 namespace jfx {
@@ -33,7 +42,10 @@ namespace jfx {
 struct ScheduleOptions {
   int64_t prefetch = 1;
   bool defer_reduce_scatter = true;
-  int64_t memory_limit = 0;  // bytes; 0 = none; -1 = the input's estimated peak
+  int64_t memory_limit = 0;    // bytes; 0 = none; -1 = the input's estimated peak
+  bool auto_prefetch = false;  // prefetch=auto: the best K in 0..max_prefetch by simulation
+  int64_t max_prefetch = 3;
+  std::shared_ptr<const CostModel> cost;  // prefetch=auto (required there)
 };
 
 // Statistics: prefetched, prefetch-lowered, waits-deferred, defer-skipped-memory, moved-nodes,

@@ -28,6 +28,7 @@ struct OptArgs {
   bool remarks = false;
   int stop_after = -1;
   std::string reproducer_dir;
+  std::vector<std::string> set;  // KEY=VALUE or PASS.KEY=VALUE
 };
 
 int runOpt(const OptArgs& a) {
@@ -37,7 +38,9 @@ int runOpt(const OptArgs& a) {
   // Parse and configure every pass before loading: a typo in the pipeline costs nothing.
   std::vector<ConfiguredPass> passes;
   try {
-    passes = buildPipeline(resolvePipeline(a.pipeline));
+    std::vector<PipelineEntry> pipeline = resolvePipeline(a.pipeline);
+    applyOptionOverrides(pipeline, a.set);
+    passes = buildPipeline(pipeline);
   } catch (const JfxError& e) {
     printError("opt", e.what());
     return kInputError;
@@ -97,6 +100,11 @@ void addOptCommand(CLI::App& app, int& exit_code) {
                   "Print the text IR to stderr after the named pass (repeatable)")
       ->allow_extra_args(false)  // one name per flag, so the positional input is not eaten
       ->delimiter(',');
+  cmd->add_option("--set", args->set,
+                  "KEY=VALUE: replace option KEY in every pass that gives it (e.g. "
+                  "memory-limit=40GiB for configs/pipelines/auto.json); PASS.KEY=VALUE: set it on "
+                  "every pass named PASS (repeatable)")
+      ->allow_extra_args(false);
   cmd->add_flag("--timing", args->timing, "Print a table of pass times to stderr");
   cmd->add_flag("--stats", args->stats, "Print pass statistics to stderr");
   cmd->add_flag("--remarks", args->remarks, "Print pass remarks to stderr");
