@@ -22,6 +22,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -207,10 +208,17 @@ struct Rank {
     return timePerCall(fn, reps, o.quick ? 3 : 7) / k;
   }
 
-  // Seconds per collective + wait pair on `group` (of `size` ranks), `per_rank` floats per rank:
-  // a graph of `k` independent pairs, each waited for at once, as the traced graphs do.
-  double collective(const std::string& kind, const std::string& group, int size, int64_t per_rank,
-                    int k, int reps, int batches) const {
+  // A graph of `k` independent collective + wait pairs on `group` (of `size` ranks),
+  // `per_rank` floats per rank, each waited for at once as the traced graphs do; batch() times
+  // `reps` runs of it and records seconds per pair.
+  struct CollectiveBench {
+    std::unique_ptr<Executor> ex;
+    at::Tensor x;
+    int k = 1, reps = 1;
+    std::vector<double> per_pair;
+  };
+  std::unique_ptr<CollectiveBench> collective(const std::string& kind, const std::string& group,
+                                              int size, int64_t per_rank, int k, int reps) const {
     Graph g;
     ProcessGroupInfo pg;
     pg.name = group;
@@ -234,10 +242,21 @@ struct Rank {
     output(g, last);
     ExecutorOptions eo;
     eo.device = device;
-    Executor ex(g, eo);
-    at::Tensor xv = at::ones({ag ? per_rank : full}, at::TensorOptions().device(device));
-    auto fn = [&] { (void)ex.run({xv}); };
-    return timePerCall(fn, reps, batches) / k;
+    auto b = std::make_unique<CollectiveBench>();
+    b->ex = std::make_unique<Executor>(g, eo);
+    b->x = at::ones({ag ? per_rank : full}, at::TensorOptions().device(device));
+    b->k = k;
+    b->reps = reps;
+    (void)b->ex->run({b->x});  // warm-up (first use of the group's connections)
+    sync();
+    return b;
+  }
+  void batch(CollectiveBench& b) const {
+    auto t0 = Clock::now();
+    for (int i = 0; i < b.reps; ++i)
+      (void)b.ex->run({b.x});
+    sync();
+    b.per_pair.push_back(std::chrono::duration<double>(Clock::now() - t0).count() / b.reps / b.k);
   }
 };
 
@@ -301,31 +320,51 @@ json measureRank(const CalibrateOptions& o, const DistEnv& env) {
   out["view_node_s"] = view;
   R.log("per node: add " + fmt(add * 1e6) + " us, view " + fmt(view * 1e6) + " us");
 
-  // Collectives: a small message (latency) and a large one (bandwidth), same counts on every rank.
+  // Collectives: a small message (latency) and a large one (bandwidth), on the world group and
+  // on this rank alone. The batches of all eight go round-robin, so that a burst of load from
+  // elsewhere on the host hits every one alike; the same counts on every rank.
   pgs.worldBarrier("collectives");
   int64_t small = 256, large = o.quick ? (1 << 16) : (1 << 20);  // floats per rank
-  json coll = json::object();
   std::string self = "self" + std::to_string(env.rank);
-  for (const char* kind : {"all_gather", "reduce_scatter"}) {
-    json rows = json::array();
+  const char* kinds[] = {"all_gather", "reduce_scatter"};
+  std::vector<std::unique_ptr<Rank::CollectiveBench>> world_b, local_b;
+  for (const char* kind : kinds)
     for (int64_t n : {small, large}) {
       bool big = n == large;
       int kk = big ? 2 : 16;
-      int reps = o.quick ? (big ? 2 : 5) : (big ? 5 : 20);
-      int batches = o.quick ? 3 : 7;
+      int reps = o.quick ? (big ? 2 : 4) : (big ? 3 : 10);
+      if (env.world_size > 1)
+        world_b.push_back(R.collective(kind, kGroup, env.world_size, n, kk, reps));
+      local_b.push_back(R.collective(kind, self, 1, n, kk, reps));
+    }
+  int batches = o.quick ? 3 : 11;
+  for (int b = 0; b < batches; ++b) {
+    for (size_t i = 0; i < world_b.size(); ++i) {
+      // Line the ranks up, so that no batch times a peer still busy with the one before.
+      pgs.worldBarrier("batch" + std::to_string(b) + "." + std::to_string(i));
+      R.batch(*world_b[i]);
+    }
+    for (auto& l : local_b)
+      R.batch(*l);
+  }
+  json coll = json::object();
+  for (size_t ki = 0; ki < 2; ++ki) {
+    json rows = json::array();
+    for (size_t si = 0; si < 2; ++si) {
+      int64_t n = si == 0 ? small : large;
+      size_t i = ki * 2 + si;
       json row = {{"per_rank_floats", n}, {"bytes", 4.0 * static_cast<double>(n) * env.world_size}};
       if (env.world_size > 1) {
-        double s = R.collective(kind, kGroup, env.world_size, n, kk, reps, batches);
+        double s = median(world_b[i]->per_pair);
         row["seconds"] = s;
-        R.log(std::string(kind) + " " + fmt(row["bytes"].get<double>()) + " B at world " +
+        R.log(std::string(kinds[ki]) + " " + fmt(row["bytes"].get<double>()) + " B at world " +
               std::to_string(env.world_size) + ": " + fmt(s * 1e6) + " us");
       }
-      double s1 = R.collective(kind, self, 1, n, kk, reps, batches);
-      row["local_seconds"] = s1;
+      row["local_seconds"] = median(local_b[i]->per_pair);
       row["local_bytes"] = 4.0 * static_cast<double>(n);
       rows.push_back(row);
     }
-    coll[kind] = rows;
+    coll[kinds[ki]] = rows;
   }
   out["collectives"] = coll;
   pgs.worldBarrier("done");
