@@ -191,18 +191,28 @@ struct Rank {
 
   // Seconds per node of a chain of `k` nodes made by `link`, run by the Executor as exec runs
   // graphs (meta checks on).
-  double chainPerNode(const std::function<Node*(Graph&, Node*)>& link, int k) const {
+  // With `model`, also the mean seconds per node that the cost model's roofline charges for the
+  // chain's work (its kernel_overhead left at 0), so the overhead is what remains.
+  double chainPerNode(const std::function<Node*(Graph&, Node*, int)>& link, int k,
+                      std::vector<int64_t> shape, const CostModel* model = nullptr,
+                      double* work = nullptr) const {
     Graph g;
-    Node* x = placeholder(g, "x", meta({16}));
+    Node* x = placeholder(g, "x", meta(shape));
     Node* cur = x;
     for (int i = 0; i < k; ++i)
-      cur = link(g, cur);
+      cur = link(g, cur, i);
     output(g, cur);
+    if (model && work) {
+      double sum = 0;
+      for (const Node* n = g.first(); n; n = n->next())
+        sum += model->computeSeconds(*n);
+      *work = sum / k;
+    }
     ExecutorOptions eo;
     eo.device = device;
     eo.check_groups = false;
     Executor ex(g, eo);
-    at::Tensor xv = at::zeros({16}, at::TensorOptions().device(device));
+    at::Tensor xv = at::zeros(shape, at::TensorOptions().device(device));
     auto fn = [&] { (void)ex.run({xv}); };
     int reps = repsFor(fn, o.quick ? 0.02 : 0.1);
     return timePerCall(fn, reps, o.quick ? 3 : 7) / k;
@@ -305,20 +315,34 @@ json measureRank(const CalibrateOptions& o, const DistEnv& env) {
   out["matmul"] = mm;
   out["memory"] = R.memory();
   int k = 256;
-  double add = R.chainPerNode(
-      [](Graph& g, Node* x) {
-        return Rank::call(g, "aten.add.Tensor", {Arg::ofNode(x), Arg::ofNode(x)}, Rank::meta({16}));
+  // Kernels: a chain cycling through mm, add and mul on float32[32, 32] (the traced graphs are
+  // mostly small matmuls and pointwise ops), less the roofline time of their work at the rates
+  // just measured: what a kernel node costs the executor beyond its work.
+  HardwareProfile measured;
+  measured.name = "measured";
+  measured.default_peak_flops = out["matmul"]["float32"]["tflops"].get<double>() * 1e12;
+  measured.memory_bandwidth = out["memory"]["gbps"].get<double>() * 1e9;
+  CostModel roofline(measured);
+  double work = 0;
+  double mix = R.chainPerNode(
+      [](Graph& g, Node* x, int i) {
+        const char* ops[] = {"aten.mm.default", "aten.add.Tensor", "aten.mul.Tensor"};
+        return Rank::call(g, ops[i % 3], {Arg::ofNode(x), Arg::ofNode(x)}, Rank::meta({32, 32}));
       },
-      k);
+      k, {32, 32}, &roofline, &work);
+  double add = std::max(0.0, mix - work);
   double view = R.chainPerNode(
-      [](Graph& g, Node* x) {
+      [](Graph& g, Node* x, int) {
         return Rank::call(g, "aten.view.default", {Arg::ofNode(x), Arg::ofInts({16})},
                           Rank::meta({16}));
       },
-      k);
+      k, {16});
   out["kernel_node_s"] = add;
+  out["kernel_chain_node_s"] = mix;
+  out["kernel_chain_work_s"] = work;
   out["view_node_s"] = view;
-  R.log("per node: add " + fmt(add * 1e6) + " us, view " + fmt(view * 1e6) + " us");
+  R.log("per node: mm/add/mul " + fmt(mix * 1e6) + " us (roofline work " + fmt(work * 1e6) +
+        " us), view " + fmt(view * 1e6) + " us");
 
   // Collectives: a small message (latency) and a large one (bandwidth), on the world group and
   // on this rank alone. The batches of all eight go round-robin, so that a burst of load from
