@@ -102,12 +102,12 @@ HardwareProfile parseHardwareProfile(std::string_view json_text, const std::stri
     loc.file = filename;
     throw JfxError(loc, "invalid JSON: " + humanLibraryMessage(e.what()));
   }
-  checkKeys(
-      doc,
-      {"name", "description", "gpus_per_node", "peak_tflops", "compute_efficiency",
-       "memory_bandwidth_gbps", "memory_efficiency", "memory_capacity_gib", "kernel_overhead_us",
-       "base_latency_us", "intra_node", "inter_node", "sources", "notes"},
-      filename, "");
+  checkKeys(doc,
+            {"name", "description", "gpus_per_node", "peak_tflops", "compute_efficiency",
+             "memory_bandwidth_gbps", "memory_efficiency", "memory_capacity_gib",
+             "kernel_overhead_us", "base_latency_us", "intra_node", "inter_node",
+             "host_overhead_us", "local_collective_us", "sources", "notes"},
+            filename, "");
   HardwareProfile hw;
   if (!doc.contains("name") || !doc["name"].is_string())
     profileError(filename, "/name", "expected a string");
@@ -149,6 +149,8 @@ HardwareProfile parseHardwareProfile(std::string_view json_text, const std::stri
       number(doc, "memory_capacity_gib", filename, "", false, 0, true) * 1024.0 * 1024 * 1024;
   hw.kernel_overhead = number(doc, "kernel_overhead_us", filename, "", false, 0, true) * 1e-6;
   hw.base_latency = number(doc, "base_latency_us", filename, "", false, 0, true) * 1e-6;
+  hw.host_overhead = number(doc, "host_overhead_us", filename, "", false, 0, true) * 1e-6;
+  hw.local_collective = number(doc, "local_collective_us", filename, "", false, 0, true) * 1e-6;
   for (const char* which : {"intra_node", "inter_node"}) {
     std::string at = std::string("/") + which;
     if (!doc.contains(which))
@@ -298,6 +300,10 @@ double CostModel::computeSeconds(const Node& n) const {
   return std::max(t_flops, t_bytes) + hw_.kernel_overhead;
 }
 
+double CostModel::hostSeconds(const Node& n) const {
+  return n.op() == OpKind::CallFunction && isFree(n) ? hw_.host_overhead : 0;
+}
+
 CollectiveCost CostModel::collectiveCost(CollectiveKind kind, double bytes,
                                          int64_t group_size) const {
   CollectiveCost c;
@@ -306,6 +312,10 @@ CollectiveCost CostModel::collectiveCost(CollectiveKind kind, double bytes,
   if (group_size <= 1) {
     // NCCL copies the buffer locally: read and write once.
     c.seconds = 2 * bytes / (hw_.memory_bandwidth * hw_.memory_efficiency);
+    if (hw_.local_collective > 0) {
+      c.latency = hw_.local_collective;
+      c.seconds += hw_.local_collective;
+    }
     return c;
   }
   int64_t per_node = std::max<int64_t>(1, hw_.gpus_per_node);

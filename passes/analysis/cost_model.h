@@ -21,7 +21,11 @@
 //   busBw is the intra-node one when nNodes == 1; otherwise the inter-node one scaled by the
 //   NIC efficiency (min + (1 - min) * min(1, (nNodes - 1) / (full_nodes - 1))) and, above two
 //   nodes, by multi-rail use of large messages ((max(S, rail_bytes) / rail_bytes) ^ exponent).
-//   G == 1 is a local copy: 2 * S / memory bandwidth, no latency.
+//   G == 1 is a local copy: 2 * S / memory bandwidth + local_collective (0 unless the profile
+//   sets local_collective_us; gloo pays tens of microseconds for it on CPU).
+// Host overhead (host_overhead_us, default 0): on a CPU executor every node costs dispatch time
+//   on the compute stream, also views, getitems, waits and the issue of a collective; the
+//   simulator adds hostSeconds() for those (compute nodes carry it in kernel_overhead).
 // Limits, documented in docs/passes.md: no link contention between concurrent collectives, no SM
 // contention between NCCL kernels and compute, no protocol (LL/LL128/Simple) selection.
 #pragma once
@@ -60,6 +64,11 @@ struct HardwareProfile {
   int64_t nic_full_nodes = 8;     // nodes at which every NIC is in use
   double multi_rail_bytes = 50e6;  // messages above this spread over more rails (> 2 nodes)
   double multi_rail_exponent = 0;  // busBw *= (S / multi_rail_bytes) ^ exponent
+  // Host-bound executors (all optional; 0, the default, switches each off, as on a GPU whose
+  // host runs ahead of the device):
+  double host_overhead = 0;     // compute-stream seconds of every call_function node that
+                                // launches no kernel (view, getitem, wait, collective issue)
+  double local_collective = 0;  // fixed seconds of a collective on a group of one rank
 
   double peakFlops(ScalarType t) const;
 };
@@ -101,6 +110,9 @@ class CostModel {
   static std::string_view groupName(const Node& n);
 
   double computeSeconds(const Node& n) const;
+  // Compute-stream seconds of a call_function node that launches no kernel (view, getitem,
+  // wait, collective issue): the profile's host_overhead; 0 for every other node.
+  double hostSeconds(const Node& n) const;
   CollectiveCost collectiveCost(CollectiveKind kind, double bytes, int64_t group_size) const;
   double collectiveSeconds(const Node& n, const Graph& g) const;
   // computeSeconds for compute nodes, collectiveSeconds for collectives, 0 otherwise.

@@ -58,7 +58,17 @@ SimResult simulate(const Graph& g, const CostModel& cost, const SimOptions& opts
       ready[n->id()] = n->op() == OpKind::Output ? now : 0;
       continue;
     }
+    // Host dispatch of a node that launches no kernel (0 unless the profile sets it).
+    const double host = cost.hostSeconds(*n);
+    auto hostTime = [&] {
+      if (host <= 0) return;
+      if (opts.record_trace) r.events.push_back({n, 0, now, host, false});
+      r.compute += host;
+      r.streams[0].busy += host;
+      now += host;
+    };
     if (n->isCollective()) {
+      hostTime();  // issuing it
       std::string group(CostModel::groupName(*n));
       auto [it, fresh] = stream_of.emplace(group, static_cast<uint32_t>(r.streams.size()));
       if (fresh) {
@@ -83,13 +93,14 @@ SimResult simulate(const Graph& g, const CostModel& cost, const SimOptions& opts
     if (n->isWait()) {
       // The compute stream waits for the collective (and anything else the wait reads).
       stall(n, operandsReady(n));
-      chainEnd(n, 0);
+      hostTime();
+      chainEnd(n, host);
       ready[n->id()] = now;
       continue;
     }
     // A compute node reading an unwaited collective result stalls like a wait would.
     stall(n, operandsReady(n));
-    double dur = cost.computeSeconds(*n);
+    double dur = cost.computeSeconds(*n) + host;
     chainEnd(n, dur);
     if (dur > 0) {
       if (opts.record_trace) r.events.push_back({n, 0, now, dur, false});

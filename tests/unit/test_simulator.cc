@@ -256,3 +256,52 @@ TEST_CASE("simulator: lower bound is the busiest stream or the critical path", "
     CHECK(simulationTable(r, s.cm.hardware()).find("step / bound: 1.000") != std::string::npos);
   }
 }
+
+TEST_CASE("simulator: host overhead and local collectives (host_overhead_us, local_collective_us)",
+          "[sched]") {
+  // The same graph on the unit profile and on one with a CPU executor's terms: every node that
+  // launches no kernel (collective issue, wait, view) costs 10 us on the compute stream, and a
+  // collective on a group of one rank a fixed 25 us on top of its local copy.
+  std::string cpu = kProfile;
+  cpu.replace(cpu.find("\"gpus_per_node\""), 0,
+              "\"host_overhead_us\": 10, \"local_collective_us\": 25, ");
+  CostModel host(parseHardwareProfile(cpu, "cpu.json"));
+  CHECK(host.hardware().host_overhead == Approx(10e-6));
+  CHECK(host.hardware().local_collective == Approx(25e-6));
+
+  Sim s;
+  Node* w = s.input("w", f32({250, 1000}), InputKind::Parameter);
+  Node* x = s.input("x", f32({1000, 500}));
+  Node* ag = s.gather(w);
+  Node* full = s.wait(ag);
+  Node* v =
+      s.call("aten.view.default", {Arg::ofNode(full), Arg::ofInts({500, 1000})}, f32({500, 1000}));
+  Node* y = s.mm(x, v);
+  s.output({y});
+  CHECK(host.hostSeconds(*v) == Approx(10e-6));
+  CHECK(host.hostSeconds(*ag) == Approx(10e-6));
+  CHECK(host.hostSeconds(*full) == Approx(10e-6));
+  CHECK(host.hostSeconds(*y) == 0);  // kernels carry kernel_overhead instead
+  CHECK(host.hostSeconds(*x) == 0);  // placeholders run nothing
+  CHECK(s.cm.hostSeconds(*v) == 0);  // absent from the profile: off
+  CHECK(host.computeSeconds(*y) == Approx(s.cm.computeSeconds(*y)));
+
+  SimResult base = s.run();
+  SimResult r = simulate(s.g, host, SimOptions{});
+  CHECK(base.step == Approx(2 * kMs));
+  // issue 10 us, the 1 ms gather, then the wait and the view 10 us each, then the 1 ms mm.
+  CHECK(r.step == Approx(2 * kMs + 30e-6));
+  CHECK(r.compute == Approx(1 * kMs + 30e-6));
+  CHECK(r.exposed_comm == Approx(1 * kMs));
+
+  // A group of one rank: the local copy (2 S / memory bandwidth) plus the fixed part.
+  double bytes = 2e6;
+  double copy = 2 * bytes / 1e18;
+  CHECK(s.cm.collectiveCost(CollectiveKind::AllGather, bytes, 1).seconds == Approx(copy));
+  CollectiveCost local = host.collectiveCost(CollectiveKind::AllGather, bytes, 1);
+  CHECK(local.seconds == Approx(copy + 25e-6));
+  CHECK(local.latency == Approx(25e-6));
+  // Groups of two are not affected.
+  CHECK(host.collectiveCost(CollectiveKind::AllGather, bytes, 2).seconds ==
+        Approx(s.cm.collectiveCost(CollectiveKind::AllGather, bytes, 2).seconds));
+}

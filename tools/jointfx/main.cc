@@ -30,6 +30,7 @@ int main(int argc, char** argv) {
   addPassesCommand(app, exit_code);
   addAnalyzeCommand(app, exit_code);
   addExecCommand(app, exit_code);
+  addCalibrateCommand(app, exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,615 @@
+#include "runtime/calibrate.h"
+
+#include <ATen/Context.h>
+#include <ATen/Parallel.h>
+#include <ATen/detail/CUDAHooksInterface.h>
+#include <ATen/ops/add.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/mm.h>
+#include <ATen/ops/ones.h>
+#include <ATen/ops/randn.h>
+#include <ATen/ops/zeros.h>
+#if JFX_WITH_CUDA
+#include <c10/cuda/CUDAFunctions.h>
+#endif
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ir/error.h"
+#include "ir/graph.h"
+#include "ir/io.h"
+#include "passes/analysis/cost_model.h"
+#include "runtime/executor.h"
+#include "runtime/launcher.h"
+#include "runtime/process_groups.h"
+#include "runtime/trainer.h"
+
+namespace jfx::rt {
+namespace {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+constexpr int kExitOk = 0, kExitInput = 2, kExitRank = 3;
+constexpr const char* kGroup = "calib";  // the world group the collectives run on
+
+void printError(const std::string& msg) {
+  std::fprintf(stderr, "jointfx calibrate: %s\n", msg.c_str());
+}
+
+bool inWorker() {
+  return std::getenv("RANK") && std::getenv("WORLD_SIZE");
+}
+
+std::string hostName() {
+  char buf[256] = {0};
+  if (gethostname(buf, sizeof buf - 1) != 0) return "unknown-host";
+  return buf;
+}
+
+std::string utcNow() {
+  std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[64];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M UTC", &tm);
+  return buf;
+}
+
+std::string cpuModel() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("model name", 0) == 0) {
+      auto colon = line.find(':');
+      if (colon != std::string::npos) {
+        std::string m = line.substr(colon + 1);
+        m.erase(0, m.find_first_not_of(' '));
+        return m;
+      }
+    }
+  return "unknown CPU";
+}
+
+std::string fmt(double v, int digits = 3) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*g", digits, v);
+  return buf;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  size_t n = v.size();
+  return n == 0 ? 0 : (n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2);
+}
+
+// ------------------------------------------------------------------------- one rank's figures
+
+struct Rank {
+  const CalibrateOptions& o;
+  c10::Device device;
+  int rank = 0;
+  int world = 1;
+
+  void sync() const {
+    if (device.is_cuda()) at::detail::getCUDAHooks().deviceSynchronize(device.index());
+  }
+
+  void log(const std::string& what) const {
+    if (o.verbose && rank == 0) std::fprintf(stderr, "jointfx calibrate: %s\n", what.c_str());
+  }
+
+  // Seconds per call of `fn`: the median over `batches` batches of `reps` calls each, after one
+  // warm-up call. A fixed count (not a time budget) so that every rank calls a collective the
+  // same number of times.
+  double timePerCall(const std::function<void()>& fn, int reps, int batches) const {
+    fn();
+    sync();
+    std::vector<double> per;
+    for (int b = 0; b < batches; ++b) {
+      auto t0 = Clock::now();
+      for (int i = 0; i < reps; ++i)
+        fn();
+      sync();
+      per.push_back(std::chrono::duration<double>(Clock::now() - t0).count() / reps);
+    }
+    return median(per);
+  }
+
+  // Repetitions that make one batch of `fn` last about `seconds` (for local measurements only).
+  int repsFor(const std::function<void()>& fn, double seconds) const {
+    fn();
+    sync();
+    auto t0 = Clock::now();
+    fn();
+    sync();
+    double once = std::max(1e-7, std::chrono::duration<double>(Clock::now() - t0).count());
+    return static_cast<int>(std::clamp(seconds / once, 1.0, 1e6));
+  }
+
+  json matmul(at::ScalarType dt, int64_t n) const {
+    auto opts = at::TensorOptions().dtype(dt).device(device);
+    at::Tensor a = at::randn({n, n}, opts), b = at::randn({n, n}, opts);
+    auto fn = [&] { (void)at::mm(a, b); };
+    int reps = repsFor(fn, o.quick ? 0.02 : 0.1);
+    double s = timePerCall(fn, reps, o.quick ? 3 : 5);
+    double flops = 2.0 * static_cast<double>(n) * static_cast<double>(n) * static_cast<double>(n);
+    log(std::string(c10::toString(dt)) + " mm " + std::to_string(n) + ": " + fmt(flops / s / 1e9) +
+        " GFLOP/s");
+    return {{"n", n}, {"seconds", s}, {"tflops", flops / s / 1e12}};
+  }
+
+  json memory() const {
+    int64_t n = o.quick ? (1 << 20) : (1 << 23);  // floats per operand: 4 MiB / 32 MiB
+    auto opts = at::TensorOptions().dtype(at::kFloat).device(device);
+    at::Tensor x = at::randn({n}, opts), y = at::randn({n}, opts), z = at::empty({n}, opts);
+    auto fn = [&] { at::add_out(z, x, y); };
+    int reps = repsFor(fn, o.quick ? 0.02 : 0.1);
+    double s = timePerCall(fn, reps, o.quick ? 3 : 5);
+    double bytes = 3.0 * 4 * static_cast<double>(n);
+    log("memory (add of " + std::to_string(n) + " floats): " + fmt(bytes / s / 1e9) + " GB/s");
+    return {{"bytes", bytes}, {"seconds", s}, {"gbps", bytes / s / 1e9}};
+  }
+
+  static TensorMeta meta(std::vector<int64_t> shape) {
+    TensorMeta t;
+    t.dtype = ScalarType::Float32;
+    t.stride = TensorMeta::contiguousStride(shape);
+    t.shape = std::move(shape);
+    t.device = Symbol::intern("cpu");
+    return t;
+  }
+  static Node* placeholder(Graph& g, const std::string& name, TensorMeta t) {
+    Node* n = g.create(OpKind::Placeholder, Symbol::intern(name), {}, {}, name);
+    n->setInputInfo(InputKind::UserInput, "");
+    n->val() = ValueMeta::ofTensor(std::move(t));
+    return n;
+  }
+  static Node* call(Graph& g, const std::string& target, std::vector<Arg> args, TensorMeta t) {
+    Node* n = g.createCall(target, std::move(args), {}, nullptr, "");
+    n->val() = ValueMeta::ofTensor(std::move(t));
+    return n;
+  }
+  static void output(Graph& g, Node* v) {
+    g.create(OpKind::Output, Symbol::intern("output"), {Arg::ofList({Arg::ofNode(v)})}, {},
+             "output");
+  }
+
+  // Seconds per node of a chain of `k` nodes made by `link`, run by the Executor as exec runs
+  // graphs (meta checks on).
+  // With `model`, also the mean seconds per node that the cost model's roofline charges for the
+  // chain's work (its kernel_overhead left at 0), so the overhead is what remains.
+  double chainPerNode(const std::function<Node*(Graph&, Node*, int)>& link, int k,
+                      std::vector<int64_t> shape, const CostModel* model = nullptr,
+                      double* work = nullptr) const {
+    Graph g;
+    Node* x = placeholder(g, "x", meta(shape));
+    Node* cur = x;
+    for (int i = 0; i < k; ++i)
+      cur = link(g, cur, i);
+    output(g, cur);
+    if (model && work) {
+      double sum = 0;
+      for (const Node* n = g.first(); n; n = n->next())
+        sum += model->computeSeconds(*n);
+      *work = sum / k;
+    }
+    ExecutorOptions eo;
+    eo.device = device;
+    eo.check_groups = false;
+    Executor ex(g, eo);
+    at::Tensor xv = at::zeros(shape, at::TensorOptions().device(device));
+    auto fn = [&] { (void)ex.run({xv}); };
+    int reps = repsFor(fn, o.quick ? 0.02 : 0.1);
+    return timePerCall(fn, reps, o.quick ? 3 : 7) / k;
+  }
+
+  // A graph of `k` independent collective + wait pairs on `group` (of `size` ranks),
+  // `per_rank` floats per rank, each waited for at once as the traced graphs do; batch() times
+  // `reps` runs of it and records seconds per pair.
+  struct CollectiveBench {
+    std::unique_ptr<Executor> ex;
+    at::Tensor x;
+    int k = 1, reps = 1;
+    std::vector<double> per_pair;
+  };
+  std::unique_ptr<CollectiveBench> collective(const std::string& kind, const std::string& group,
+                                              int size, int64_t per_rank, int k, int reps) const {
+    Graph g;
+    ProcessGroupInfo pg;
+    pg.name = group;
+    pg.size = size;
+    for (int r = 0; r < size; ++r)
+      pg.ranks.push_back(size == 1 ? rank : r);
+    g.processGroups().push_back(pg);
+    bool ag = kind == "all_gather";
+    int64_t full = per_rank * size;
+    Node* x = placeholder(g, "x", meta({ag ? per_rank : full}));
+    Node* last = nullptr;
+    for (int i = 0; i < k; ++i) {
+      Node* c = ag ? call(g, "_c10d_functional.all_gather_into_tensor.default",
+                          {Arg::ofNode(x), Arg::ofInt(size), Arg::ofStr(group)}, meta({full}))
+                   : call(g, "_c10d_functional.reduce_scatter_tensor.default",
+                          {Arg::ofNode(x), Arg::ofStr("sum"), Arg::ofInt(size), Arg::ofStr(group)},
+                          meta({per_rank}));
+      last = call(g, "_c10d_functional.wait_tensor.default", {Arg::ofNode(c)},
+                  meta({ag ? full : per_rank}));
+    }
+    output(g, last);
+    ExecutorOptions eo;
+    eo.device = device;
+    auto b = std::make_unique<CollectiveBench>();
+    b->ex = std::make_unique<Executor>(g, eo);
+    b->x = at::ones({ag ? per_rank : full}, at::TensorOptions().device(device));
+    b->k = k;
+    b->reps = reps;
+    (void)b->ex->run({b->x});  // warm-up (first use of the group's connections)
+    sync();
+    return b;
+  }
+  void batch(CollectiveBench& b) const {
+    auto t0 = Clock::now();
+    for (int i = 0; i < b.reps; ++i)
+      (void)b.ex->run({b.x});
+    sync();
+    b.per_pair.push_back(std::chrono::duration<double>(Clock::now() - t0).count() / b.reps / b.k);
+  }
+};
+
+json measureRank(const CalibrateOptions& o, const DistEnv& env) {
+  c10::Device device(c10::kCPU);
+  if (o.device == "cuda") {
+    device = c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(env.local_rank));
+#if JFX_WITH_CUDA
+    c10::cuda::set_device(static_cast<c10::DeviceIndex>(env.local_rank));
+#endif
+  }
+  int threads = o.threads;
+  if (threads <= 0) {
+    int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    threads = std::max(1, cores / std::max(1, env.world_size));
+  }
+  at::set_num_threads(threads);
+  at::manual_seed(0);
+
+  // One world group, plus a group of this rank alone (world-1 collectives, as fsdp_w1 runs).
+  std::vector<ProcessGroupInfo> groups;
+  ProcessGroupInfo world;
+  world.name = kGroup;
+  world.size = env.world_size;
+  for (int r = 0; r < env.world_size; ++r)
+    world.ranks.push_back(r);
+  groups.push_back(world);
+  for (int r = 0; r < env.world_size; ++r) {
+    ProcessGroupInfo self;
+    self.name = "self" + std::to_string(r);
+    self.size = 1;
+    self.ranks = {r};
+    groups.push_back(self);
+  }
+  ProcessGroups pgs(groups, env, o.device == "cuda" ? CommBackend::Nccl : CommBackend::Gloo,
+                    std::chrono::seconds(o.timeout_s), o.gloo_threads);
+  Rank R{o, device, env.rank, env.world_size};
+  json out;
+  out["threads"] = threads;
+
+  // Compute, every rank at once (exec's ranks share the host the same way).
+  pgs.worldBarrier("compute");
+  json mm;
+  mm["float32"] = R.matmul(at::kFloat, o.quick ? 256 : 1024);
+  mm["bfloat16"] = R.matmul(at::kBFloat16, o.quick ? 128 : 512);
+  out["matmul"] = mm;
+  out["memory"] = R.memory();
+  int k = 256;
+  // Kernels: a chain cycling through mm, add and mul on float32[32, 32] (the traced graphs are
+  // mostly small matmuls and pointwise ops), less the roofline time of their work at the rates
+  // just measured: what a kernel node costs the executor beyond its work.
+  HardwareProfile measured;
+  measured.name = "measured";
+  measured.default_peak_flops = out["matmul"]["float32"]["tflops"].get<double>() * 1e12;
+  measured.memory_bandwidth = out["memory"]["gbps"].get<double>() * 1e9;
+  CostModel roofline(measured);
+  double work = 0;
+  double mix = R.chainPerNode(
+      [](Graph& g, Node* x, int i) {
+        const char* ops[] = {"aten.mm.default", "aten.add.Tensor", "aten.mul.Tensor"};
+        return Rank::call(g, ops[i % 3], {Arg::ofNode(x), Arg::ofNode(x)}, Rank::meta({32, 32}));
+      },
+      k, {32, 32}, &roofline, &work);
+  double view = R.chainPerNode(
+      [](Graph& g, Node* x, int) {
+        return Rank::call(g, "aten.view.default", {Arg::ofNode(x), Arg::ofInts({16})},
+                          Rank::meta({16}));
+      },
+      k, {16});
+  // A kernel costs the executor at least a view's dispatch; under load the roofline's memory
+  // time (at a bandwidth measured on 32 MiB operands) can exceed the small chain's whole time.
+  double add = std::max(view, mix - work);
+  out["kernel_node_s"] = add;
+  out["kernel_chain_node_s"] = mix;
+  out["kernel_chain_work_s"] = work;
+  out["view_node_s"] = view;
+  R.log("per node: mm/add/mul " + fmt(mix * 1e6) + " us (roofline work " + fmt(work * 1e6) +
+        " us), view " + fmt(view * 1e6) + " us");
+
+  // Collectives: a small message (latency) and a large one (bandwidth), on the world group and
+  // on this rank alone. The batches of all eight go round-robin, so that a burst of load from
+  // elsewhere on the host hits every one alike; the same counts on every rank.
+  pgs.worldBarrier("collectives");
+  int64_t small = 256, large = o.quick ? (1 << 16) : (1 << 20);  // floats per rank
+  std::string self = "self" + std::to_string(env.rank);
+  const char* kinds[] = {"all_gather", "reduce_scatter"};
+  std::vector<std::unique_ptr<Rank::CollectiveBench>> world_b, local_b;
+  for (const char* kind : kinds)
+    for (int64_t n : {small, large}) {
+      bool big = n == large;
+      int kk = big ? 2 : 16;
+      int reps = o.quick ? (big ? 2 : 4) : (big ? 3 : 10);
+      if (env.world_size > 1)
+        world_b.push_back(R.collective(kind, kGroup, env.world_size, n, kk, reps));
+      local_b.push_back(R.collective(kind, self, 1, n, kk, reps));
+    }
+  int batches = o.quick ? 3 : 11;
+  for (int b = 0; b < batches; ++b) {
+    for (size_t i = 0; i < world_b.size(); ++i) {
+      // Line the ranks up, so that no batch times a peer still busy with the one before.
+      pgs.worldBarrier("batch" + std::to_string(b) + "." + std::to_string(i));
+      R.batch(*world_b[i]);
+    }
+    for (auto& l : local_b)
+      R.batch(*l);
+  }
+  json coll = json::object();
+  for (size_t ki = 0; ki < 2; ++ki) {
+    json rows = json::array();
+    for (size_t si = 0; si < 2; ++si) {
+      int64_t n = si == 0 ? small : large;
+      size_t i = ki * 2 + si;
+      json row = {{"per_rank_floats", n}, {"bytes", 4.0 * static_cast<double>(n) * env.world_size}};
+      if (env.world_size > 1) {
+        double s = median(world_b[i]->per_pair);
+        row["seconds"] = s;
+        R.log(std::string(kinds[ki]) + " " + fmt(row["bytes"].get<double>()) + " B at world " +
+              std::to_string(env.world_size) + ": " + fmt(s * 1e6) + " us");
+      }
+      row["local_seconds"] = median(local_b[i]->per_pair);
+      row["local_bytes"] = 4.0 * static_cast<double>(n);
+      rows.push_back(row);
+    }
+    coll[kinds[ki]] = rows;
+  }
+  out["collectives"] = coll;
+  pgs.worldBarrier("done");
+  return out;
+}
+
+// ------------------------------------------------------------------------------ the profile
+
+double meanOver(const std::vector<json>& ranks, const std::function<double(const json&)>& get) {
+  double s = 0;
+  for (const json& r : ranks)
+    s += get(r);
+  return s / static_cast<double>(ranks.size());
+}
+
+json buildProfile(const CalibrateOptions& o, const std::vector<json>& ranks, const json& base) {
+  const std::string host = hostName();
+  const std::string when = utcNow();
+  const int G = o.world;
+  const std::string by = "measured by jointfx calibrate on " + host + ", " + when;
+  const std::string setup = std::to_string(G) + " rank" + (G > 1 ? "s" : "") + ", " +
+                            std::to_string(ranks[0]["threads"].get<int>()) +
+                            " intra-op thread(s) each, device " + o.device +
+                            (o.quick ? ", --quick" : "");
+  json p = base.is_object() ? base : json::object();
+  p.erase("sources");
+  json sources = base.is_object() && base.contains("sources") ? base["sources"] : json::object();
+  p["name"] = o.name.empty() ? "calibrated-" + host : o.name;
+  p["description"] = "Measured on " + host + " (" + (o.device == "cpu" ? cpuModel() : "CUDA") +
+                     ") by jointfx calibrate, " + when + ": " + setup + ".";
+
+  auto mean = [&](const std::function<double(const json&)>& get) { return meanOver(ranks, get); };
+  double f32 = mean([](const json& r) { return r["matmul"]["float32"]["tflops"].get<double>(); });
+  double bf16 = mean([](const json& r) { return r["matmul"]["bfloat16"]["tflops"].get<double>(); });
+  json peaks = p.contains("peak_tflops") ? p["peak_tflops"] : json::object();
+  peaks["float32"] = f32;
+  peaks["bfloat16"] = bf16;
+  if (!peaks.contains("default")) peaks["default"] = f32;
+  p["peak_tflops"] = peaks;
+  p["compute_efficiency"] = 1.0;
+  sources["peak_tflops"] =
+      by + ": at::mm of square matrices per rank (float32 n=" +
+      std::to_string(ranks[0]["matmul"]["float32"]["n"].get<int64_t>()) +
+      ", bfloat16 n=" + std::to_string(ranks[0]["matmul"]["bfloat16"]["n"].get<int64_t>()) +
+      "), every rank at once, mean over ranks; " + setup +
+      ". compute_efficiency 1: the measured rate is already sustained";
+  double gbps = mean([](const json& r) { return r["memory"]["gbps"].get<double>(); });
+  p["memory_bandwidth_gbps"] = gbps;
+  p["memory_efficiency"] = 1.0;
+  sources["memory_bandwidth_gbps"] =
+      by + ": at::add out-of-place on " + fmt(ranks[0]["memory"]["bytes"].get<double>() / 3 / 1e6) +
+      " MB float32 operands (2 reads + 1 write), every rank at once, mean over ranks; "
+      "memory_efficiency 1";
+  double add = mean([](const json& r) { return r["kernel_node_s"].get<double>(); });
+  double view = mean([](const json& r) { return r["view_node_s"].get<double>(); });
+  p["kernel_overhead_us"] = add * 1e6;
+  p["host_overhead_us"] = view * 1e6;
+  sources["kernel_overhead_us"] =
+      by +
+      ": Executor::run of a chain of 256 nodes cycling through aten.mm.default, "
+      "aten.add.Tensor and aten.mul.Tensor on float32[32, 32], per node, less the roofline time "
+      "of their work at the measured rates (dispatch, allocation, meta check, value table), at "
+      "least host_overhead_us, mean over ranks";
+  sources["host_overhead_us"] =
+      by +
+      ": Executor::run of a chain of 256 aten.view.default nodes, per node: what a node "
+      "that launches no kernel (view, getitem, wait, collective issue) costs the executor";
+
+  // Collectives: t = latency + S / algBw from the small and the large message.
+  auto fit = [&](const char* kind, const char* seconds_key, const char* bytes_key) {
+    auto t = [&](int i) {
+      return mean(
+          [&](const json& r) { return r["collectives"][kind][i][seconds_key].get<double>(); });
+    };
+    double s1 = ranks[0]["collectives"][kind][0][bytes_key].get<double>();
+    double s2 = ranks[0]["collectives"][kind][1][bytes_key].get<double>();
+    double t1 = t(0), t2 = t(1);
+    double alg = t2 > t1 ? (s2 - s1) / (t2 - t1) : s2 / t2;
+    double lat = std::max(0.0, t1 - s1 / alg);
+    return std::make_tuple(lat, alg, t1, t2, s1, s2);
+  };
+  // Local (one-rank group) collectives: fixed cost over the local copy the model charges.
+  {
+    auto [lat_ag, alg_ag, t1a, t2a, s1a, s2a] = fit("all_gather", "local_seconds", "local_bytes");
+    auto [lat_rs, alg_rs, t1r, t2r, s1r, s2r] =
+        fit("reduce_scatter", "local_seconds", "local_bytes");
+    double local = std::max(0.0, (lat_ag + lat_rs) / 2 - 2 * view);
+    p["local_collective_us"] = local * 1e6;
+    sources["local_collective_us"] =
+        by +
+        ": all_gather_into_tensor / reduce_scatter_tensor + wait_tensor on a process group "
+        "of one rank (" +
+        o.device + "), the fixed part of the time (" + fmt(t1a * 1e6) + " / " + fmt(t1r * 1e6) +
+        " us at " + fmt(s1a) + " B), less the two nodes' host overhead";
+  }
+  json intra = p.contains("intra_node") ? p["intra_node"] : json::object();
+  if (G > 1) {
+    auto [lat_ag, alg_ag, t1a, t2a, s1a, s2a] = fit("all_gather", "seconds", "bytes");
+    auto [lat_rs, alg_rs, t1r, t2r, s1r, s2r] = fit("reduce_scatter", "seconds", "bytes");
+    double g = G;
+    double bus_ag = alg_ag * (g - 1) / g, bus_rs = alg_rs * (g - 1) / g;
+    double lat = std::max(0.0, (lat_ag + lat_rs) / 2 - 2 * view);
+    double bus = 2 / (1 / bus_ag + 1 / bus_rs);  // harmonic: the mean time per byte
+    p["base_latency_us"] = 0.0;
+    intra["bus_bandwidth_gbps"] = bus / 1e9;
+    intra["hop_latency_us"] = lat / (g - 1) * 1e6;
+    sources["intra_node"] =
+        by +
+        ": all_gather_into_tensor / reduce_scatter_tensor + wait_tensor through the executor "
+        "on " +
+        std::to_string(G) + " ranks of this host (" + (o.device == "cpu" ? "gloo" : "NCCL") +
+        "), at " + fmt(s1a) + " and " + fmt(s2a) + " B: all-gather " + fmt(t1a * 1e6) + " / " +
+        fmt(t2a * 1e6) + " us (busBw " + fmt(bus_ag / 1e9) + " GB/s), reduce-scatter " +
+        fmt(t1r * 1e6) + " / " + fmt(t2r * 1e6) + " us (busBw " + fmt(bus_rs / 1e9) +
+        " GB/s); fixed part less two nodes' host overhead, " + fmt(lat * 1e6) +
+        " us, spread over the G - 1 ring steps as hop latency (base 0); busBw the harmonic mean";
+  } else {
+    if (!intra.contains("bus_bandwidth_gbps")) intra["bus_bandwidth_gbps"] = gbps / 2;
+    if (!intra.contains("hop_latency_us")) intra["hop_latency_us"] = 0.0;
+    if (!p.contains("base_latency_us")) p["base_latency_us"] = 0.0;
+    if (!sources.contains("intra_node"))
+      sources["intra_node"] =
+          "not measured (calibrated at world 1; run jointfx calibrate --world N): half the "
+          "measured memory bandwidth, no latency";
+  }
+  p["intra_node"] = intra;
+  // Every rank of a calibration is on this host: the ring never crosses a network.
+  p["gpus_per_node"] = std::max<int64_t>(p.value("gpus_per_node", int64_t{0}), 4096);
+  if (!p.contains("inter_node")) {
+    p["inter_node"] = intra;
+    sources["inter_node"] =
+        "not measured (one host): the intra-node figures; gpus_per_node is set so that every "
+        "group fits on one node";
+  }
+  if (!p.contains("memory_capacity_gib")) p["memory_capacity_gib"] = 0;
+  sources["calibration"] = by + ": " + setup + "; jointfx exec runs graphs the same way";
+  p["sources"] = sources;
+  return p;
+}
+
+int launchOrRun(const CalibrateOptions& o) {
+  if (inWorker()) {
+    DistEnv env = DistEnv::fromEnvironment();
+    json figures = measureRank(o, env);
+    writeFileAtomic(o.rank_dir + "/rank" + std::to_string(env.rank) + ".json",
+                    figures.dump(1) + "\n");
+    return kExitOk;
+  }
+  namespace fs = std::filesystem;
+  std::string dir = (fs::temp_directory_path() / ("jfx-calibrate-XXXXXX")).string();
+  if (!mkdtemp(dir.data())) throw JfxError({}, "cannot create a temporary directory");
+  struct Cleanup {
+    std::string d;
+    ~Cleanup() {
+      std::error_code ec;
+      fs::remove_all(d, ec);
+    }
+  } cleanup{dir};
+  std::vector<json> ranks;
+  if (o.world == 1) {
+    ranks.push_back(measureRank(o, DistEnv{}));
+  } else {
+    LaunchSpec spec;
+    spec.exe = selfExecutable();
+    spec.args = {"calibrate",
+                 "--world",
+                 std::to_string(o.world),
+                 "--device",
+                 o.device,
+                 "--threads",
+                 std::to_string(o.threads),
+                 "--gloo-threads",
+                 std::to_string(o.gloo_threads),
+                 "--timeout-s",
+                 std::to_string(o.timeout_s),
+                 "--rank-dir",
+                 dir};
+    if (o.quick) spec.args.push_back("--quick");
+    if (o.verbose) spec.args.push_back("--verbose");
+    spec.nproc = o.world;
+    LaunchResult r = launchRanks(spec);
+    if (r.exit_code != 0) {
+      printError(r.message.empty() ? "a rank failed" : r.message);
+      return r.exit_code == kExitInput ? kExitInput : kExitRank;
+    }
+    for (int i = 0; i < o.world; ++i)
+      ranks.push_back(json::parse(
+          readInputFile(dir + "/rank" + std::to_string(i) + ".json", "calibration figures")));
+  }
+  json base;
+  if (!o.base.empty()) base = json::parse(readInputFile(o.base, "hardware profile"));
+  json profile = buildProfile(o, ranks, base);
+  std::string text = profile.dump(2) + "\n";
+  parseHardwareProfile(text, o.output);  // what we write must load
+  writeFileAtomic(o.output, text);
+  return kExitOk;
+}
+
+}  // namespace
+
+int runCalibrate(const CalibrateOptions& o) {
+  try {
+    if (o.world < 1) {
+      printError("--world: expected at least 1");
+      return kExitInput;
+    }
+    if (std::string e = deviceProblem(o.device); !e.empty()) {
+      printError(e);
+      return kExitInput;
+    }
+    if (!o.base.empty()) loadHardwareProfile(o.base);  // a bad base fails before measuring
+    return launchOrRun(o);
+  } catch (const JfxError& e) {
+    printError(e.what());
+    return kExitInput;
+  } catch (const std::exception& e) {
+    printError(humanLibraryMessage(e.what()));
+  }
+  return kExitRank;
+}
+
+}  // namespace jfx::rt

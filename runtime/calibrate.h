@@ -1,0 +1,39 @@
+// `jointfx calibrate`: measures the machine it runs on and writes a hardware profile
+// (configs/hardware/*.json format, loadable by `jointfx analyze --hardware`). Torch-free header:
+// the CLI includes it whether or not the runtime is built.
+//
+// Everything is measured the way `jointfx exec` pays it: per-node costs by running small graphs
+// through the Executor (a chain of tiny adds: kernel_overhead_us; a chain of views:
+// host_overhead_us), collectives as all_gather_into_tensor / reduce_scatter_tensor + wait_tensor
+// nodes on a process group of `world` ranks started by the exec launcher (gloo on CPU, NCCL on
+// CUDA), matmul rates with at::mm per dtype, memory bandwidth with a large out-of-place add.
+// Every rank measures at once (the ranks share the host as exec's ranks do); the launcher
+// combines the ranks' figures (the mean) and writes the profile with a `sources` entry per
+// figure saying how and where it was measured.
+#pragma once
+
+#include <string>
+
+namespace jfx::rt {
+
+struct CalibrateOptions {
+  int world = 1;               // ranks (one process each) for the collectives and for compute
+  std::string output = "-";    // profile path ("-": stdout); written atomically
+  std::string base;            // optional profile whose unmeasured fields are kept
+  std::string device = "cpu";  // cpu (gloo) or cuda (NCCL)
+  std::string name;            // profile name; default "calibrated-<host>"
+  bool quick = false;          // smaller sizes and fewer repetitions (seconds, for tests)
+  int threads = 0;             // intra-op threads per rank; 0: cores / world, as exec
+  int gloo_threads = 1;        // as exec --gloo-threads
+  int timeout_s = 120;         // rendezvous and collective timeout
+  bool verbose = false;        // each measurement on stderr as it is taken
+  // Set by the launcher for its ranks: where each rank writes its figures (JSON).
+  std::string rank_dir;
+};
+
+// Runs the measurement (launching `world` ranks of this executable when world > 1) and writes
+// the profile. Prints errors as "jointfx calibrate: ..." and returns 0, 2 (bad options, no CUDA)
+// or 3 (a rank failed). Never throws.
+int runCalibrate(const CalibrateOptions& o);
+
+}  // namespace jfx::rt

@@ -1,0 +1,62 @@
+#!/usr/bin/env python3
+"""jointfx calibrate --quick --world W writes a profile that analyze --hardware loads.
+
+    check_calibrate.py JOINTFX WORLD GRAPH
+
+Checks: exit 0; the profile has the measured figures (matmul rate for float32 and bfloat16,
+memory bandwidth, per-node overheads, at world > 1 the collectives' busBw and hop latency), each
+with a source saying it was measured by jointfx calibrate on this host; `jointfx analyze GRAPH
+--hardware PROFILE --json` loads it and simulates a positive step; the written profile is
+refused as its own --base's output (never overwrite an input). No timing limits.
+"""
+
+import json
+import socket
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+
+def main() -> int:
+    jfx, world, graph = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+    with tempfile.TemporaryDirectory(prefix="jfx-calib-test-") as tmp:
+        prof = Path(tmp) / "calibrated.json"
+        r = subprocess.run([jfx, "calibrate", "--quick", "--world", str(world), "-o", str(prof)],
+                           capture_output=True, text=True)
+        print(r.stdout, r.stderr, sep="")
+        assert r.returncode == 0, f"calibrate exited {r.returncode}"
+        hw = json.loads(prof.read_text())
+        for dt in ("float32", "bfloat16"):
+            assert hw["peak_tflops"][dt] > 0, dt
+        assert hw["memory_bandwidth_gbps"] > 0
+        assert hw["kernel_overhead_us"] > 0 and hw["host_overhead_us"] > 0
+        assert hw["local_collective_us"] >= 0
+        host = socket.gethostname()
+        src = hw["sources"]
+        for key in ("peak_tflops", "memory_bandwidth_gbps", "kernel_overhead_us",
+                    "host_overhead_us", "local_collective_us"):
+            assert src[key].startswith(f"measured by jointfx calibrate on {host}, "), (key, src[key])
+        if world > 1:
+            assert hw["intra_node"]["bus_bandwidth_gbps"] > 0
+            assert hw["intra_node"]["hop_latency_us"] > 0
+            assert src["intra_node"].startswith("measured by jointfx calibrate"), src["intra_node"]
+            assert f"on {world} ranks" in src["intra_node"]
+        r = subprocess.run([jfx, "analyze", graph, "--hardware", str(prof), "--json"],
+                           capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        sim = json.loads(r.stdout)["simulation"]
+        assert sim["hardware"] == hw["name"] and sim["step_s"] > 0, sim
+        print(f"analyze {Path(graph).name} on {hw['name']}: step {sim['step_s'] * 1e3:.3f} ms")
+        # Never overwrite an input: the profile as --base and -o.
+        before = prof.read_bytes()
+        r = subprocess.run([jfx, "calibrate", "--quick", "--base", str(prof), "-o", str(prof)],
+                           capture_output=True, text=True)
+        assert r.returncode == 2 and "refusing to write the output over the input" in r.stderr, r
+        assert prof.read_bytes() == before
+    print("ok")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,57 @@
+// jointfx calibrate [--world N] [-o FILE] [--device cpu|cuda] [--quick]: measures this machine
+// and writes a hardware profile for `jointfx analyze --hardware` (runtime/calibrate.h). Without
+// the runtime (configured without -DJFX_WITH_TORCH=ON) the subcommand only says so.
+#include <memory>
+#include <string>
+
+#include "runtime/calibrate.h"
+#include "tools/jointfx/cli_range.h"
+#include "tools/jointfx/cli_util.h"
+#include "tools/jointfx/commands.h"
+
+namespace jfx::cli {
+
+void addCalibrateCommand(CLI::App& app, int& exit_code) {
+  auto o = std::make_shared<rt::CalibrateOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "calibrate",
+      "Measure this machine (matmul rate per dtype, memory bandwidth, per-node executor "
+      "overhead, collective latency and bandwidth on N ranks) and write a hardware profile for "
+      "analyze --hardware");
+  cmd->option_defaults()->always_capture_default();
+  cmd->footer("Exit codes: 0 ok, 2 usage or input error (no CUDA device), 3 a rank failed.");
+  cmd->add_option("--world", o->world, "Ranks (processes on this host) for the collectives")
+      ->check(IntRange(1, 4096));
+  cmd->add_option("-o,--output", o->output, "Profile to write (atomically); - for stdout");
+  cmd->add_option("--base", o->base,
+                  "Start from this profile: fields calibrate does not measure are kept");
+  cmd->add_option("--device", o->device, "cpu (gloo) or cuda (NCCL)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
+  cmd->add_option("--name", o->name, "Profile name (default: calibrated-<host>)");
+  cmd->add_flag("--quick", o->quick, "Small sizes and few repetitions (seconds; for tests)");
+  cmd->add_option("--threads", o->threads,
+                  "Intra-op threads per rank (default: cores / ranks, as exec)")
+      ->check(IntRange(0, 4096));
+  cmd->add_option("--gloo-threads", o->gloo_threads, "Worker threads per gloo group, as exec")
+      ->check(IntRange(1, 64));
+  cmd->add_option("--timeout-s", o->timeout_s, "Rendezvous and collective timeout")
+      ->check(IntRange(1, 86400));
+  cmd->add_flag("-v,--verbose", o->verbose, "Print each figure on stderr as it is measured");
+  cmd->add_option("--rank-dir", o->rank_dir)->group("");  // set by the launcher for its ranks
+  cmd->callback([o, &exit_code] {
+    if (!o->base.empty() && wouldOverwriteInput("calibrate", o->base, o->output)) {
+      exit_code = kInputError;
+      return;
+    }
+#if JFX_HAVE_RUNTIME
+    exit_code = rt::runCalibrate(*o);
+#else
+    printError("calibrate",
+               "this jointfx was built without the LibTorch runtime (configure with "
+               "-DJFX_WITH_TORCH=ON)");
+    exit_code = kInputError;
+#endif
+  });
+}
+
+}  // namespace jfx::cli
