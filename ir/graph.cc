@@ -506,6 +506,18 @@ void Graph::moveAfter(Node* n, Node* after) {
   moveBefore(n, after->next_ == n ? n->next_ : after->next_);
 }
 
+void Graph::placeBefore(const std::vector<Node*>& nodes, Node* anchor) {
+  // Bisection order: the middle node first, then each half into its own side of it.
+  auto place = [&](auto& self, size_t lo, size_t hi, Node* right) -> void {
+    if (lo >= hi) return;
+    size_t mid = lo + (hi - lo) / 2;
+    moveBefore(nodes[mid], right);
+    self(self, lo, mid, nodes[mid]);
+    self(self, mid + 1, hi, right);
+  };
+  place(place, 0, nodes.size(), anchor);
+}
+
 void Graph::erase(Node* n) {
   if (n->dead_) return;
   if (!n->uses_.empty())

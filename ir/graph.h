@@ -239,6 +239,11 @@ class Graph {
   void replaceUsesWith(Node* from, Node* to, const std::function<bool(const Use&)>& accept);
   void moveBefore(Node* n, Node* before);  // before == nullptr moves to the end
   void moveAfter(Node* n, Node* after);
+  // Moves `nodes` to just before `anchor`, keeping their order. Moving k nodes one by one in
+  // front of one anchor halves its gap k times, and each gap that runs out costs a respacing;
+  // this bisection order halves it about log2(k) times, so passes that move dozens of nodes per
+  // step (bucket, schedule) stay O(N log N) on 10^6-node graphs.
+  void placeBefore(const std::vector<Node*>& nodes, Node* anchor);
   void erase(Node* n);  // n must have no uses; its own operands lose a use
   // Erases every node of `dead` at once, in O(nodes + their operands' uses): erase() searches a
   // use list per operand, which is quadratic when one node loses many users. Every use of a node

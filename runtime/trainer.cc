@@ -29,6 +29,7 @@
 #include <set>
 #include <thread>
 
+#include "ir/collectives.h"
 #include "ir/error.h"
 #include "ir/io.h"
 #include "ir/mutation.h"
@@ -93,7 +94,7 @@ const Node* findGather(const Node* ph) {
     for (const Node* n : frontier)
       for (const Node* u : n->users()) {
         auto c = u->info().category;
-        if (u->isCollective() && u->info().collective == CollectiveKind::AllGather) {
+        if (collectiveKind(*u) == CollectiveKind::AllGather) {
           if (!best || u->isBefore(best)) best = u;
         } else if (c == OpCategory::View || c == OpCategory::Copy || c == OpCategory::Index) {
           next.push_back(u);
@@ -105,10 +106,11 @@ const Node* findGather(const Node* ph) {
   return nullptr;
 }
 
+// The positional group name (ir/collectives.h), else a group_name keyword: the executor binds
+// either to the schema, so a rank must find the group both ways.
 std::string groupNameOf(const Node* collective) {
-  int i = collective->info().group_name_arg;
-  if (i >= 0 && static_cast<size_t>(i) < collective->numArgs() && collective->arg(i).isStr())
-    return std::string(collective->arg(i).str());
+  if (std::string_view name = collectiveGroupName(*collective); !name.empty())
+    return std::string(name);
   if (const Arg* a = collective->kwarg("group_name"); a && a->isStr()) return std::string(a->str());
   return {};
 }

@@ -7,6 +7,7 @@
 #include <set>
 #include <sstream>
 
+#include "ir/collectives.h"
 #include "ir/error.h"
 #include "ir/io.h"
 
@@ -270,21 +271,6 @@ double CostModel::collectiveBytes(const Node& n) {
   return std::max(in, static_cast<double>(n.val().bytes()));
 }
 
-std::string_view CostModel::groupName(const Node& n) {
-  int idx = n.info().group_name_arg;
-  if (idx < 0 || static_cast<size_t>(idx) >= n.numArgs() || !n.arg(idx).isStr()) return {};
-  return n.arg(idx).str();
-}
-
-int64_t CostModel::groupSize(const Node& n, const Graph& g) {
-  int idx = n.info().group_size_arg;
-  if (idx >= 0 && static_cast<size_t>(idx) < n.numArgs() && n.arg(idx).isInt())
-    return std::max<int64_t>(1, n.arg(idx).toInt());
-  if (const ProcessGroupInfo* pg = g.findProcessGroup(groupName(n)))
-    return std::max<int64_t>(1, pg->size);
-  return 1;
-}
-
 double CostModel::computeSeconds(const Node& n) const {
   if (isFree(n)) return 0;
   // The FLOP rate is the operands' dtype (a bf16 matmul writing fp32 still runs at bf16 rate).
@@ -358,7 +344,7 @@ CollectiveCost CostModel::collectiveCost(CollectiveKind kind, double bytes,
 }
 
 double CostModel::collectiveSeconds(const Node& n, const Graph& g) const {
-  return collectiveCost(n.info().collective, collectiveBytes(n), groupSize(n, g)).seconds;
+  return collectiveCost(n.info().collective, collectiveBytes(n), collectiveGroupSize(n, g)).seconds;
 }
 
 double CostModel::nodeSeconds(const Node& n, const Graph& g) const {

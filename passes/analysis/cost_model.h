@@ -103,11 +103,7 @@ class CostModel {
   static bool isFree(const Node& n);
   // nccl-tests' "size": the larger of the input and output buffers.
   static double collectiveBytes(const Node& n);
-  // The group size of a collective: its group_size argument, else the header's size for its
-  // group name, else 1.
-  static int64_t groupSize(const Node& n, const Graph& g);
-  // The group name a collective runs on ("" when absent).
-  static std::string_view groupName(const Node& n);
+  // (A collective's group name and size: ir/collectives.h.)
 
   double computeSeconds(const Node& n) const;
   // Compute-stream seconds of a call_function node that launches no kernel (view, getitem,

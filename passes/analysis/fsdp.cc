@@ -1,6 +1,7 @@
 #include "passes/analysis/fsdp.h"
 
 #include <algorithm>
+#include <nlohmann/json.hpp>
 
 namespace jfx {
 namespace {
@@ -266,6 +267,13 @@ FsdpAnalysis analyzeFsdp(const Graph& g, const PhaseInfo& phases) {
   for (Node* n = g.first(); n; n = n->next())
     if (a.role_[n->id()] == CollectiveRole::Other) a.other_collectives.push_back(n);
   return a;
+}
+
+bool hasFsdpBucketMeta(const Node& n) {
+  const std::string& extra = n.meta().extra_json;
+  if (extra.find("\"fsdp_bucket\"") == std::string::npos) return false;
+  auto j = nlohmann::json::parse(extra, nullptr, false);
+  return j.is_object() && j.contains("fsdp_bucket");
 }
 
 }  // namespace jfx

@@ -86,4 +86,9 @@ FsdpAnalysis analyzeFsdp(const Graph& g, const PhaseInfo& phases);
 // returns the placeholder it reaches, or nullptr. Exposed for tests and for other passes.
 Node* singleInputRoot(Node* n);
 
+// True for a collective `bucket` made from FSDP members: its extra meta carries "fsdp_bucket"
+// ({"kind", "plan", "members"}), which schedule and split-comm-groups read, since a bucketed
+// all-gather no longer has the single-parameter shape this analysis matches.
+bool hasFsdpBucketMeta(const Node& n);
+
 }  // namespace jfx

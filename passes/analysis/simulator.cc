@@ -5,6 +5,7 @@
 #include <unordered_map>
 
 #include "ir/checked.h"
+#include "ir/collectives.h"
 #include "passes/analysis/memory.h"
 #include "passes/analysis/phase.h"
 
@@ -69,7 +70,7 @@ SimResult simulate(const Graph& g, const CostModel& cost, const SimOptions& opts
     };
     if (n->isCollective()) {
       hostTime();  // issuing it
-      std::string group(CostModel::groupName(*n));
+      std::string group(collectiveGroupName(*n));
       auto [it, fresh] = stream_of.emplace(group, static_cast<uint32_t>(r.streams.size()));
       if (fresh) {
         r.streams.push_back({group.empty() ? "(no group)" : group, 0, 0});

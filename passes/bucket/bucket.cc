@@ -13,6 +13,7 @@
 #include <unordered_map>
 
 #include "ir/clone.h"
+#include "ir/collectives.h"
 #include "ir/error.h"
 #include "passes/analysis/blocks.h"
 #include "passes/analysis/cost_model.h"
@@ -222,9 +223,9 @@ std::optional<Candidate> Bucketer::candidate(Node* n) {
   Node* in = n->input(0);
   if (!in || !in->val().isTensor() || !n->val().isTensor() || !wait->val().isTensor())
     return std::nullopt;
-  std::string_view group = CostModel::groupName(*n);
+  std::string_view group = collectiveGroupName(*n);
   if (group.empty()) return std::nullopt;
-  int64_t gsize = CostModel::groupSize(*n, g_);
+  int64_t gsize = collectiveGroupSize(*n, g_);
   const TensorMeta& tin = in->val().tensor;
   const TensorMeta& tout = n->val().tensor;
   if (tin.dtype != tout.dtype) return std::nullopt;
@@ -342,7 +343,8 @@ int64_t Bucketer::hardUse(Node* wait) const {
   return first;
 }
 
-// New nodes are made at the end of the graph and put in place by flush() (see placeBefore()).
+// New nodes are made at the end of the graph and put in place by flush() (see
+// Graph::placeBefore()).
 Node* Bucketer::make(std::string_view target, std::vector<Arg> args, Node* before,
                      std::string_view name, ValueMeta val, const NodeMeta& meta) {
   Node* n = g_.createCall(target, std::move(args), {}, nullptr, name);
@@ -397,7 +399,7 @@ void Bucketer::flush() {
     std::vector<Node*> run;
     while (j < staged_.size() && staged_[j].second == staged_[i].second)
       run.push_back(staged_[j++].first);
-    placeBefore(g_, run, staged_[i].second);
+    g_.placeBefore(run, staged_[i].second);
     i = j;
   }
   for (const auto& [n, anchor] : staged_)
@@ -764,25 +766,6 @@ std::string blockOfFqn(std::string_view fqn, const BlockAnalysis& blocks,
   for (const std::string& h : head)
     if (top == h) return "head";
   return std::string(top);
-}
-
-void placeBefore(Graph& g, const std::vector<Node*>& nodes, Node* anchor) {
-  // Bisection order: the middle node first, then each half into its own side of it.
-  auto place = [&](auto& self, size_t lo, size_t hi, Node* right) -> void {
-    if (lo >= hi) return;
-    size_t mid = lo + (hi - lo) / 2;
-    g.moveBefore(nodes[mid], right);
-    self(self, lo, mid, nodes[mid]);
-    self(self, mid + 1, hi, right);
-  };
-  place(place, 0, nodes.size(), anchor);
-}
-
-bool hasFsdpBucketMeta(const Node& n) {
-  const std::string& extra = n.meta().extra_json;
-  if (extra.find("\"fsdp_bucket\"") == std::string::npos) return false;
-  auto j = nlohmann::json::parse(extra, nullptr, false);
-  return j.is_object() && j.contains("fsdp_bucket");
 }
 
 namespace {

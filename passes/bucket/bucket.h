@@ -108,17 +108,6 @@ std::string blockOfFqn(std::string_view fqn, const BlockAnalysis& blocks,
 // `group_size` ranks (the unit whose summation order is fixed).
 int64_t glooRingChunkElems(int64_t numel, int64_t elem_size, int64_t group_size);
 
-// True for a collective this pass made from FSDP members: its extra meta carries "fsdp_bucket"
-// ({"kind", "plan", "members"}), which schedule and split-comm-groups read, since a bucketed
-// all-gather no longer has the single-parameter shape the FSDP analysis matches.
-bool hasFsdpBucketMeta(const Node& n);
-
-// Moves `nodes` to just before `anchor`, keeping their order. Graph positions are gapped and a
-// gap that runs out renumbers the whole graph (O(N)); moving k nodes one by one in front of one
-// anchor halves its gap k times, this bisection order about log2(k) times. Bucket and schedule
-// move dozens of nodes per bucket, so this keeps them O(N log N) on 10^6-node graphs.
-void placeBefore(Graph& g, const std::vector<Node*>& nodes, Node* anchor);
-
 class BucketPass : public Pass {
  public:
   std::string_view name() const override { return "bucket"; }

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "ir/clone.h"
+#include "ir/collectives.h"
 #include "ir/error.h"
 #include "passes/analysis/blocks.h"
 #include "passes/analysis/cost_model.h"
@@ -22,7 +23,6 @@
 #include "passes/analysis/mutation.h"
 #include "passes/analysis/phase.h"
 #include "passes/analysis/simulator.h"
-#include "passes/bucket/bucket.h"
 
 namespace jfx {
 namespace {
@@ -221,7 +221,7 @@ bool Scheduler::prefetch(const std::vector<Unit>& seq) {
         limited = true;
         continue;
       }
-      placeBefore(g_, movers, at);
+      g_.placeBefore(movers, at);
       for (Node* x : movers)
         moved_[x->id()] = 1;
       charge(lo, hi, delta);
@@ -280,7 +280,7 @@ bool Scheduler::deferWaits(const std::vector<Unit>& seq) {
                   formatBytes(limit_) + ")");
       continue;
     }
-    placeBefore(g_, movers, at);
+    g_.placeBefore(movers, at);
     for (Node* x : movers)
       moved_[x->id()] = 1;
     charge(lo, hi, delta);
@@ -305,7 +305,7 @@ bool Scheduler::run() {
   std::map<std::string, Node*> last_of_group;
   for (Node* n : order) {
     if (!n->isCollective()) continue;
-    std::string group(CostModel::groupName(*n));
+    std::string group(collectiveGroupName(*n));
     Node*& last = last_of_group[group];
     prev_same_group_[n->id()] = last;
     last = n;
@@ -315,7 +315,7 @@ bool Scheduler::run() {
     if (written_.touches(n)) continue;
     Unit u{n, n->uses()[0].user};
     CollectiveRole role = fsdp_.roleOf(n);
-    CollectiveKind kind = n->info().collective;
+    CollectiveKind kind = collectiveKind(*n);
     bool bucket = hasFsdpBucketMeta(*n);
     if (kind == CollectiveKind::AllGather && (role == CollectiveRole::FsdpUnshard || bucket))
       gathers[{group, phases_.isBackward(n)}].push_back(u);

@@ -3,11 +3,10 @@
 #include <map>
 #include <vector>
 
+#include "ir/collectives.h"
 #include "ir/error.h"
-#include "passes/analysis/cost_model.h"
 #include "passes/analysis/fsdp.h"
 #include "passes/analysis/phase.h"
-#include "passes/bucket/bucket.h"
 
 namespace jfx {
 
@@ -60,9 +59,9 @@ bool SplitCommGroupsPass::run(Graph& g, PassContext& ctx) {
   for (Node* n = g.first(); n; n = n->next()) {
     if (!n->isCollective()) continue;
     CollectiveRole role = fsdp.roleOf(n);
-    CollectiveKind kind = n->info().collective;
+    CollectiveKind kind = collectiveKind(*n);
     bool bucket = hasFsdpBucketMeta(*n);
-    std::string name(CostModel::groupName(*n));
+    std::string name(collectiveGroupName(*n));
     if (name.empty()) continue;
     if (kind == CollectiveKind::AllGather && (role == CollectiveRole::FsdpUnshard || bucket)) {
       groups[name].gather = true;
@@ -72,7 +71,7 @@ bool SplitCommGroupsPass::run(Graph& g, PassContext& ctx) {
                 (role == CollectiveRole::FsdpGradAllReduce || bucket))) {
       Use& u = groups[name];
       u.moving.push_back(n);
-      u.size = CostModel::groupSize(*n, g);
+      u.size = collectiveGroupSize(*n, g);
     }
   }
 

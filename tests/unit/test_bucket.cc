@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "ir/collectives.h"
 #include "ir/io.h"
 #include "ir/text_format.h"
 #include "ir/verifier.h"
@@ -369,7 +370,7 @@ std::vector<std::string> nonMovedOrder(const Graph& g) {
 std::map<std::string, std::vector<std::string>> perGroupOrder(const Graph& g) {
   std::map<std::string, std::vector<std::string>> out;
   for (Node* n = g.first(); n; n = n->next())
-    if (n->isCollective()) out[std::string(CostModel::groupName(*n))].push_back(n->name());
+    if (n->isCollective()) out[std::string(collectiveGroupName(*n))].push_back(n->name());
   return out;
 }
 

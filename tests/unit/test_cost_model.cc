@@ -5,6 +5,7 @@
 #include <cmath>
 #include <string>
 
+#include "ir/collectives.h"
 #include "ir/error.h"
 #include "passes/analysis/cost_model.h"
 
@@ -218,8 +219,8 @@ TEST_CASE("cost model: collective nodes use nccl-tests sizes", "[sched]") {
                   {Arg::ofNode(shard), Arg::ofInt(4), Arg::ofStr("0")},
                   tensor(ScalarType::BFloat16, {4000, 1000}));
   CHECK(CostModel::collectiveBytes(*ag) == 8e6);  // the gathered output
-  CHECK(CostModel::groupSize(*ag, g) == 4);
-  CHECK(CostModel::groupName(*ag) == "0");
+  CHECK(collectiveGroupSize(*ag, g) == 4);
+  CHECK(collectiveGroupName(*ag) == "0");
   CHECK(cm.nodeSeconds(*ag, g) == Approx(13e-6 + 8e6 * 3 / 4 / 100e9));
   Node* grad = input(g, "grad", tensor(ScalarType::Float32, {4000, 1000}));
   Node* rs = call(g, "_c10d_functional.reduce_scatter_tensor.default",
@@ -230,7 +231,7 @@ TEST_CASE("cost model: collective nodes use nccl-tests sizes", "[sched]") {
   Node* ar = call(g, "_c10d_functional.all_reduce.default",
                   {Arg::ofNode(grad), Arg::ofStr("sum"), Arg::ofStr("0")},
                   tensor(ScalarType::Float32, {4000, 1000}));
-  CHECK(CostModel::groupSize(*ar, g) == 4);
+  CHECK(collectiveGroupSize(*ar, g) == 4);
   CHECK(cm.nodeSeconds(*ar, g) == Approx(10e-6 + 6e-6 + 16e6 * 6 / 4 / 100e9));
 }
 

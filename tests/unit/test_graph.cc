@@ -2,6 +2,7 @@
 #include <filesystem>
 
 #include "ir/clone.h"
+#include "ir/collectives.h"
 #include "ir/graph.h"
 #include "ir/io.h"
 #include "ir/json_format.h"
@@ -88,6 +89,58 @@ TEST_CASE("graph: insert before keeps O(1) order under many inserts at one spot"
   g.moveBefore(end, x);
   CHECK(end->isBefore(x));
   CHECK(g.first() == end);
+}
+
+TEST_CASE("graph: placeBefore moves a run of nodes in front of an anchor, in order", "[ir]") {
+  Graph g;
+  Node* x = placeholder(g, "x");
+  Node* anchor = g.createCall("aten.neg.default", {Arg::ofNode(x)});
+  Node* stay = g.createCall("aten.neg.default", {Arg::ofNode(x)});
+  std::vector<Node*> run;
+  for (int i = 0; i < 37; ++i)  // odd, so both halves of the bisection differ in size
+    run.push_back(g.createCall("aten.neg.default", {Arg::ofNode(x)}));
+  // Listed out of graph order: the list's order is what placeBefore keeps.
+  std::swap(run[3], run[20]);
+  g.placeBefore(run, anchor);
+  std::vector<Node*> want{x};
+  want.insert(want.end(), run.begin(), run.end());
+  want.push_back(anchor);
+  want.push_back(stay);
+  std::vector<Node*> got;
+  for (Node* n = g.first(); n; n = n->next())
+    got.push_back(n);
+  CHECK(got == want);
+  for (size_t i = 1; i < got.size(); ++i)
+    CHECK(got[i - 1]->isBefore(got[i]));
+  g.placeBefore({}, anchor);  // nothing to move
+  CHECK(g.size() == want.size());
+}
+
+TEST_CASE("collectives: kind, group name and group size", "[ir]") {
+  Graph g;
+  g.processGroups().push_back(ProcessGroupInfo{"0", 4, {0, 1, 2, 3}});
+  Node* x = placeholder(g, "x");
+  Node* ag = g.createCall("_c10d_functional.all_gather_into_tensor.default",
+                          {Arg::ofNode(x), Arg::ofInt(2), Arg::ofStr("0")});
+  Node* neg = g.createCall("aten.neg.default", {Arg::ofNode(x)});
+  // No group_size argument (all_reduce takes none): the header's size for the group.
+  Node* ar = g.createCall("_c10d_functional.all_reduce.default",
+                          {Arg::ofNode(x), Arg::ofStr("sum"), Arg::ofStr("0")});
+  // The group as a keyword: no positional group name, so no group (and size 1).
+  Node* kw = g.createCall("_c10d_functional.all_reduce.default",
+                          {Arg::ofNode(x), Arg::ofStr("sum")},
+                          {{Symbol::intern("group_name"), Arg::ofStr("0")}});
+  CHECK(collectiveKind(*ag) == CollectiveKind::AllGather);
+  CHECK(collectiveKind(*ar) == CollectiveKind::AllReduce);
+  CHECK(collectiveKind(*neg) == CollectiveKind::None);
+  CHECK(collectiveKind(*x) == CollectiveKind::None);
+  CHECK(collectiveGroupName(*ag) == "0");
+  CHECK(collectiveGroupSize(*ag, g) == 2);  // the argument wins over the header
+  CHECK(collectiveGroupSize(*ar, g) == 4);
+  CHECK(collectiveGroupName(*neg).empty());
+  CHECK(collectiveGroupSize(*neg, g) == 1);
+  CHECK(collectiveGroupName(*kw).empty());
+  CHECK(collectiveGroupSize(*kw, g) == 1);
 }
 
 TEST_CASE("graph: cloneBefore remaps operands and copies meta", "[ir]") {

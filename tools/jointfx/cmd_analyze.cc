@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "ir/collectives.h"
 #include "ir/verifier.h"
 #include "passes/analysis/blocks.h"
 #include "passes/analysis/fsdp.h"
@@ -90,7 +91,7 @@ void fsdpSection(const Graph& g, const PhaseInfo& phases, const FsdpAnalysis& fs
   for (Phase p : {Phase::Forward, Phase::Loss, Phase::Backward})
     gathers[std::string(phaseName(p))] = 0;
   g.forEach([&](const Node* n) {
-    if (n->isCollective() && n->info().collective == CollectiveKind::AllGather)
+    if (collectiveKind(*n) == CollectiveKind::AllGather)
       ++gathers[std::string(phaseName(phases.of(n)))];
   });
   // (parameter, side) pairs gathered more than once: what dedup-fsdp-unshard removes.
