@@ -32,7 +32,6 @@
 #include "ir/error.h"
 #include "ir/graph.h"
 #include "ir/io.h"
-#include "passes/analysis/cost_model.h"
 #include "runtime/executor.h"
 #include "runtime/launcher.h"
 #include "runtime/process_groups.h"
@@ -191,10 +190,11 @@ struct Rank {
 
   // Seconds per node of a chain of `k` nodes made by `link`, run by the Executor as exec runs
   // graphs (meta checks on).
-  // With `model`, also the mean seconds per node that the cost model's roofline charges for the
-  // chain's work (its kernel_overhead left at 0), so the overhead is what remains.
+  // With `roofline`, also the mean seconds per node that the cost model's roofline charges for
+  // the chain's work (its kernel_overhead left at 0), so the overhead is what remains.
   double chainPerNode(const std::function<Node*(Graph&, Node*, int)>& link, int k,
-                      std::vector<int64_t> shape, const CostModel* model = nullptr,
+                      std::vector<int64_t> shape,
+                      const std::function<double(const Graph&)>& roofline = nullptr,
                       double* work = nullptr) const {
     Graph g;
     Node* x = placeholder(g, "x", meta(shape));
@@ -202,12 +202,7 @@ struct Rank {
     for (int i = 0; i < k; ++i)
       cur = link(g, cur, i);
     output(g, cur);
-    if (model && work) {
-      double sum = 0;
-      for (const Node* n = g.first(); n; n = n->next())
-        sum += model->computeSeconds(*n);
-      *work = sum / k;
-    }
+    if (roofline && work) *work = roofline(g) / k;
     ExecutorOptions eo;
     eo.device = device;
     eo.check_groups = false;
@@ -270,7 +265,7 @@ struct Rank {
   }
 };
 
-json measureRank(const CalibrateOptions& o, const DistEnv& env) {
+json measureRank(const CalibrateOptions& o, const CalibrateModel& model, const DistEnv& env) {
   c10::Device device(c10::kCPU);
   if (o.device == "cuda") {
     device = c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(env.local_rank));
@@ -318,18 +313,18 @@ json measureRank(const CalibrateOptions& o, const DistEnv& env) {
   // Kernels: a chain cycling through mm, add and mul on float32[32, 32] (the traced graphs are
   // mostly small matmuls and pointwise ops), less the roofline time of their work at the rates
   // just measured: what a kernel node costs the executor beyond its work.
-  HardwareProfile measured;
-  measured.name = "measured";
-  measured.default_peak_flops = out["matmul"]["float32"]["tflops"].get<double>() * 1e12;
-  measured.memory_bandwidth = out["memory"]["gbps"].get<double>() * 1e9;
-  CostModel roofline(measured);
+  const double peak_flops = out["matmul"]["float32"]["tflops"].get<double>() * 1e12;
+  const double memory_bandwidth = out["memory"]["gbps"].get<double>() * 1e9;
+  auto roofline = [&](const Graph& g) {
+    return model.work_seconds(g, peak_flops, memory_bandwidth);
+  };
   double work = 0;
   double mix = R.chainPerNode(
       [](Graph& g, Node* x, int i) {
         const char* ops[] = {"aten.mm.default", "aten.add.Tensor", "aten.mul.Tensor"};
         return Rank::call(g, ops[i % 3], {Arg::ofNode(x), Arg::ofNode(x)}, Rank::meta({32, 32}));
       },
-      k, {32, 32}, &roofline, &work);
+      k, {32, 32}, roofline, &work);
   double view = R.chainPerNode(
       [](Graph& g, Node* x, int) {
         return Rank::call(g, "aten.view.default", {Arg::ofNode(x), Arg::ofInts({16})},
@@ -531,10 +526,10 @@ json buildProfile(const CalibrateOptions& o, const std::vector<json>& ranks, con
   return p;
 }
 
-int launchOrRun(const CalibrateOptions& o) {
+int launchOrRun(const CalibrateOptions& o, const CalibrateModel& model) {
   if (inWorker()) {
     DistEnv env = DistEnv::fromEnvironment();
-    json figures = measureRank(o, env);
+    json figures = measureRank(o, model, env);
     writeFileAtomic(o.rank_dir + "/rank" + std::to_string(env.rank) + ".json",
                     figures.dump(1) + "\n");
     return kExitOk;
@@ -551,7 +546,7 @@ int launchOrRun(const CalibrateOptions& o) {
   } cleanup{dir};
   std::vector<json> ranks;
   if (o.world == 1) {
-    ranks.push_back(measureRank(o, DistEnv{}));
+    ranks.push_back(measureRank(o, model, DistEnv{}));
   } else {
     LaunchSpec spec;
     spec.exe = selfExecutable();
@@ -584,14 +579,14 @@ int launchOrRun(const CalibrateOptions& o) {
   if (!o.base.empty()) base = json::parse(readInputFile(o.base, "hardware profile"));
   json profile = buildProfile(o, ranks, base);
   std::string text = profile.dump(2) + "\n";
-  parseHardwareProfile(text, o.output);  // what we write must load
+  model.check_profile(text, o.output);  // what we write must load
   writeFileAtomic(o.output, text);
   return kExitOk;
 }
 
 }  // namespace
 
-int runCalibrate(const CalibrateOptions& o) {
+int runCalibrate(const CalibrateOptions& o, const CalibrateModel& model) {
   try {
     if (o.world < 1) {
       printError("--world: expected at least 1");
@@ -601,8 +596,9 @@ int runCalibrate(const CalibrateOptions& o) {
       printError(e);
       return kExitInput;
     }
-    if (!o.base.empty()) loadHardwareProfile(o.base);  // a bad base fails before measuring
-    return launchOrRun(o);
+    if (!o.base.empty())  // a bad base fails before measuring
+      model.check_profile(readInputFile(o.base, "hardware profile"), o.base);
+    return launchOrRun(o, model);
   } catch (const JfxError& e) {
     printError(e.what());
     return kExitInput;

@@ -12,7 +12,11 @@
 // figure saying how and where it was measured.
 #pragma once
 
+#include <functional>
 #include <string>
+#include <string_view>
+
+#include "ir/graph.h"
 
 namespace jfx::rt {
 
@@ -31,9 +35,20 @@ struct CalibrateOptions {
   std::string rank_dir;
 };
 
+// What calibrate needs from the cost model (passes/analysis/cost_model.h), handed in by the CLI:
+// the runtime depends on ir/ only, and these two are the whole of its use of the model.
+struct CalibrateModel {
+  // Seconds the cost model's roofline charges for the work of `g`'s nodes, summed, on a machine
+  // of `peak_flops` (FLOP/s, every dtype) and `memory_bandwidth` (bytes/s), kernel overhead 0.
+  std::function<double(const Graph& g, double peak_flops, double memory_bandwidth)> work_seconds;
+  // Throws JfxError naming `filename` unless `json_text` is a hardware profile the cost model
+  // loads.
+  std::function<void(std::string_view json_text, const std::string& filename)> check_profile;
+};
+
 // Runs the measurement (launching `world` ranks of this executable when world > 1) and writes
 // the profile. Prints errors as "jointfx calibrate: ..." and returns 0, 2 (bad options, no CUDA)
 // or 3 (a rank failed). Never throws.
-int runCalibrate(const CalibrateOptions& o);
+int runCalibrate(const CalibrateOptions& o, const CalibrateModel& model);
 
 }  // namespace jfx::rt

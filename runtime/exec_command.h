@@ -1,13 +1,11 @@
-// Entry points of `jointfx exec` and `jointfx parity`. Torch-free, so the CLI's translation units
-// never include LibTorch headers; docs/executor.md describes the options and files.
+// Entry point of `jointfx exec` (parity runs it too: tools/jointfx/parity.h). Torch-free, so the
+// CLI's translation units never include LibTorch headers; docs/executor.md describes the options
+// and files.
 #pragma once
 
 #include <cstdint>
 #include <string>
-#include <string_view>
 #include <vector>
-
-#include "ir/types.h"
 
 namespace jfx::rt {
 
@@ -60,40 +58,5 @@ int runExec(const ExecOptions& o);
 
 // The argv (after the program name) that makes a rank process run `o`.
 std::vector<std::string> execArgs(const ExecOptions& o);
-
-struct ParityOptions {
-  std::string a;  // the reference graph
-  std::string b;  // the graph to compare; empty: `a` after each of `pipelines`
-  // Pass pipelines (text or configs/pipelines/*.json), each compared with one shared run of `a`;
-  // none: `a` round-tripped through JSON.
-  std::vector<std::string> pipelines;
-  std::string keep;  // keep the run directories here (default: a temp dir, removed)
-  ExecOptions exec;  // nproc, steps, seed, data, optimizer... (graph and outputs are set per run)
-};
-
-// Runs A once and every B (the second graph, or A after each pipeline) with identical options,
-// comparing the loss and every gradient of every step on every rank bit for bit, one report line
-// per B. 0 all identical, 1 some B differs, 2/3 as runExec.
-int runParity(const ParityOptions& o);
-
-// Units in the last place between A and B, largest per step (index step - 1): how far apart
-// the values are where they differ. -1 where a value is not a float or is NaN in one only.
-struct ParityUlp {
-  std::vector<int64_t> loss;       // "__loss__"
-  std::vector<int64_t> gradients;  // every other entry
-};
-
-// Byte-level comparison of two directories written by --save-grads (used by runParity; exposed
-// for tests). Appends one line per difference to `report`; returns true when identical. With
-// `ulp`, also the largest ulp distance per step for the loss and for the gradients. Entries named
-// "buffer:<fqn>" are the buffers the graph updates, after the step's update; `buffers` (when
-// given) is set to whether A's files hold any.
-bool compareGradDirs(const std::string& dir_a, const std::string& dir_b, int nproc, int steps,
-                     std::vector<std::string>& report, ParityUlp* ulp = nullptr,
-                     bool* buffers = nullptr);
-
-// Units in the last place between two floats of one dtype (same sign: bit distance; else the
-// sum of both distances from zero). -1 when either is NaN and they are not both NaN.
-int64_t ulpDistance(ScalarType t, std::string_view a, std::string_view b, size_t i);
 
 }  // namespace jfx::rt

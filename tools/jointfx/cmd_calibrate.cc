@@ -4,12 +4,37 @@
 #include <memory>
 #include <string>
 
+#include "passes/analysis/cost_model.h"
 #include "runtime/calibrate.h"
 #include "tools/jointfx/cli_range.h"
 #include "tools/jointfx/cli_util.h"
 #include "tools/jointfx/commands.h"
 
 namespace jfx::cli {
+namespace {
+
+// The cost model's part in a calibration (runtime/calibrate.h): the roofline time of a chain's
+// work at the rates just measured, and the check that a profile loads.
+rt::CalibrateModel costModelForCalibrate() {
+  rt::CalibrateModel m;
+  m.work_seconds = [](const Graph& g, double peak_flops, double memory_bandwidth) {
+    HardwareProfile measured;
+    measured.name = "measured";
+    measured.default_peak_flops = peak_flops;
+    measured.memory_bandwidth = memory_bandwidth;
+    CostModel roofline(measured);
+    double sum = 0;
+    for (const Node* n = g.first(); n; n = n->next())
+      sum += roofline.computeSeconds(*n);
+    return sum;
+  };
+  m.check_profile = [](std::string_view text, const std::string& filename) {
+    (void)parseHardwareProfile(text, filename);
+  };
+  return m;
+}
+
+}  // namespace
 
 void addCalibrateCommand(CLI::App& app, int& exit_code) {
   auto o = std::make_shared<rt::CalibrateOptions>();
@@ -44,7 +69,7 @@ void addCalibrateCommand(CLI::App& app, int& exit_code) {
       return;
     }
 #if JFX_HAVE_RUNTIME
-    exit_code = rt::runCalibrate(*o);
+    exit_code = rt::runCalibrate(*o, costModelForCalibrate());
 #else
     printError("calibrate",
                "this jointfx was built without the LibTorch runtime (configure with "

@@ -3,11 +3,9 @@
 #include <memory>
 #include <string>
 
-#include "runtime/exec_cli.h"
-#include "tools/jointfx/cli_util.h"
-#if JFX_HAVE_RUNTIME
 #include "runtime/exec_command.h"
-#endif
+#include "tools/jointfx/cli_util.h"
+#include "tools/jointfx/exec_options.h"
 
 namespace jfx::cli {
 
@@ -20,7 +18,7 @@ void addExecCommand(CLI::App& app, int& exit_code) {
   cmd->option_defaults()->always_capture_default();
   cmd->footer("Exit codes: 0 ok, 2 usage or input error (includes plan errors), 3 a rank failed.");
   cmd->add_option("input", o->graph, "Graph file (.json or .jfx)")->required();
-  rt::addRunOptions(cmd, *o);
+  addRunOptions(cmd, *o);
   cmd->add_option("--save-grads", o->save_grads,
                   "Directory for grads.step<S>.rank<R>.safetensors (gradients + __loss__)");
   cmd->add_option("--save", o->save, "Directory for state.rank<R>.safetensors after the run");

@@ -4,13 +4,14 @@
 #include <memory>
 #include <string>
 
-#include "runtime/exec_cli.h"
 #include "tools/jointfx/cli_util.h"
+#include "tools/jointfx/exec_options.h"
+#include "tools/jointfx/parity.h"
 
 namespace jfx::cli {
 
 void addParityCommand(CLI::App& app, int& exit_code) {
-  auto o = std::make_shared<rt::ParityOptions>();
+  auto o = std::make_shared<ParityOptions>();
   o->exec.steps = 3;
   CLI::App* cmd = app.add_subcommand(
       "parity",
@@ -26,10 +27,10 @@ void addParityCommand(CLI::App& app, int& exit_code) {
                   "round-tripped through JSON")
       ->allow_extra_args(false);
   cmd->add_option("--keep", o->keep, "Keep the run directories (graphs, gradients, logs) here");
-  rt::addRunOptions(cmd, o->exec);
+  addRunOptions(cmd, o->exec);
   cmd->callback([o, &exit_code] {
 #if JFX_HAVE_RUNTIME
-    exit_code = rt::runParity(*o);
+    exit_code = runParity(*o);
 #else
     printError("parity",
                "this jointfx was built without the LibTorch runtime (configure with "

@@ -1,5 +1,6 @@
 // The command-line options `jointfx exec` and `jointfx parity` share (CLI11). Header-only and
-// torch-free: the CLI includes it whether or not the runtime is built.
+// torch-free: the CLI includes it whether or not the runtime is built. The option wiring lives
+// here, not in runtime/, so that the runtime does not depend on CLI11.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -7,28 +8,28 @@
 #include "runtime/exec_command.h"
 #include "tools/jointfx/cli_range.h"
 
-namespace jfx::rt {
+namespace jfx::cli {
 
 // Everything of ExecOptions but the graph and the outputs (exec adds those itself; parity sets
 // them per run).
-inline void addRunOptions(CLI::App* cmd, ExecOptions& o) {
+inline void addRunOptions(CLI::App* cmd, rt::ExecOptions& o) {
   cmd->add_option("--nproc", o.nproc,
                   "Ranks to launch on this host (ignored when RANK/WORLD_SIZE are set, as under "
                   "torchrun)")
-      ->check(cli::IntRange(1, 4096));
-  cmd->add_option("--steps", o.steps, "Training steps")->check(cli::IntRange(1, 1000000000));
+      ->check(IntRange(1, 4096));
+  cmd->add_option("--steps", o.steps, "Training steps")->check(IntRange(1, 1000000000));
   cmd->add_option("--device", o.device, "cpu (gloo) or cuda (NCCL)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
   cmd->add_option("--timeout-s", o.timeout_s,
                   "Seconds before a rendezvous or collective gives up (a failed rank never "
                   "leaves the others hanging longer); a rank that finishes no node for 5 s more "
                   "ends itself")
-      ->check(cli::IntRange(1, 86400 * 365));
+      ->check(IntRange(1, 86400 * 365));
   cmd->add_option("--gloo-threads", o.gloo_threads,
                   "Worker threads per gloo group. 2 (PyTorch's default) lets collectives in flight "
                   "on one group overlap, but LibTorch 2.15's gloo then corrupts the heap now and "
                   "then (docs/executor.md, Limits)")
-      ->check(cli::IntRange(1, 64));
+      ->check(IntRange(1, 64));
   cmd->add_option("--seed", o.seed, "Seed of the generated parameters and batches");
   cmd->add_option("--params", o.params,
                   "safetensors file of full parameters (and buffers) by FQN; default: seeded "
@@ -47,9 +48,9 @@ inline void addRunOptions(CLI::App* cmd, ExecOptions& o) {
   cmd->add_option("--int-high", o.int_high,
                   "Exclusive bound of generated integer inputs (default: from the graph: "
                   "embedding rows, loss classes)")
-      ->check(cli::IntRange(0, 2147483647));
+      ->check(IntRange(0, 2147483647));
   cmd->add_option("--threads", o.threads, "Intra-op threads per rank (default: cores / ranks)")
-      ->check(cli::IntRange(0, 4096));
+      ->check(IntRange(0, 4096));
   cmd->add_flag("!--no-check-meta", o.check_meta,
                 "Do not compare op outputs with the graph's tensor meta");
   cmd->add_flag("--profile", o.profile,
@@ -62,4 +63,4 @@ inline void addRunOptions(CLI::App* cmd, ExecOptions& o) {
   cmd->add_flag("--data-checked", o.data_checked)->group("");
 }
 
-}  // namespace jfx::rt
+}  // namespace jfx::cli
