@@ -396,258 +396,328 @@ bool hasNode(const Arg& a) {
 
 }  // namespace
 
-Executor::Executor(const Graph& g, ExecutorOptions opts) : opts_(std::move(opts)) {
-  // Slots: one per node that produces a value, in program order.
+// The constructor's work, step by step: a slot for every value in program order and a Step per
+// call_function (planNodes), the output list (planOutputs), then when each value dies
+// (planLifetimes, Note [Lifetimes]).
+struct Executor::Planner {
+  Planner(Executor& executor, const Graph& graph) : ex(executor), g(graph) {}
+
+  Executor& ex;
+  const Graph& g;
   std::unordered_map<const Node*, uint32_t> slot_of;
   std::vector<const Node*> slot_node;
-  auto slotOf = [&](const Node& user, const Node* producer) -> uint32_t {
+  std::vector<std::vector<uint32_t>> reads;  // per step, the slots it reads
+  std::vector<uint32_t> output_reads;
+  const Node* output = nullptr;
+
+  uint32_t slotOf(const Node& user, const Node* producer) const {
     auto it = slot_of.find(producer);
     if (it == slot_of.end())
       failAt(user, "reads '" + producer->name() + "', which is not defined before it");
     return it->second;
-  };
-  auto newSlot = [&](const Node* n) {
+  }
+  uint32_t newSlot(const Node* n) {
     uint32_t s = static_cast<uint32_t>(slot_node.size());
     slot_of.emplace(n, s);
     slot_node.push_back(n);
     return s;
-  };
+  }
 
-  const Node* output = nullptr;
-  std::vector<std::vector<uint32_t>> reads;  // per step, the slots it reads
+  void planNodes();
+  void addInput(const Node& n);
+  void addConstant(const Node& n);
+  void addStep(const Node& n);
+  void planCall(const Node& n, Step& step, std::vector<uint32_t>& step_reads);
+  std::vector<const Arg*> bindArguments(const Node& n, const ResolvedCall& rc) const;
+  void planArgument(const Node& n, const c10::FunctionSchema& schema, size_t i, const Arg* bound,
+                    Step& step, std::vector<uint32_t>& step_reads);
+  DynamicArg planList(const Node& n, const Arg& a, const c10::TypePtr& type,
+                      std::vector<uint32_t>& step_reads);
+  void planOutputs();
+  void planLifetimes();
+  void extendToCompletion(const std::vector<int64_t>& step_of_slot, std::vector<int64_t>& last);
+};
+
+void Executor::Planner::planNodes() {
   for (const Node* n = g.first(); n; n = n->next()) {
     switch (n->op()) {
-      case OpKind::Placeholder: {
-        GraphInput in;
-        in.name = n->name();
-        in.kind = n->inputKind();
-        in.fqn = n->inputFqn();
-        in.meta = n->val();
-        inputs_.push_back(std::move(in));
-        input_slots_.push_back(newSlot(n));
+      case OpKind::Placeholder:
+        addInput(*n);
         break;
-      }
-      case OpKind::GetAttr: {
-        // A tensor constant: its bytes travel in the graph header (docs/graph-format.md).
-        const ConstantInfo* c = g.findConstant(n->target().str());
-        if (!c)
-          failAt(*n, "get_attr '" + std::string(n->target().str()) +
-                         "' has no value: the graph's header lists no such constant (export "
-                         "the graph with its GraphModule's attributes)");
-        at::Tensor t =
-            at::empty(c->meta.shape, at::TensorOptions().dtype(atenDtype(c->meta.dtype)));
-        if (!c->data.empty()) std::memcpy(t.data_ptr(), c->data.data(), c->data.size());
-        constants_.emplace_back(newSlot(n), t.to(opts_.device));
+      case OpKind::GetAttr:
+        addConstant(*n);
         break;
-      }
       case OpKind::Output:
         if (output) failAt(*n, "a graph has one output node");
         output = n;
         break;
-      case OpKind::CallFunction: {
+      case OpKind::CallFunction:
         if (output) failAt(*n, "node after the output node");
-        Step step;
-        step.name = n->name();
-        step.target = std::string(n->target().str());
-        step.expected = n->val();
-        std::vector<uint32_t> step_reads;
-        if (n->target().str() == "operator.getitem") {
-          if (n->numArgs() != 2 || !n->arg(0).isNode() || !n->arg(1).isInt())
-            failAt(*n, "getitem takes (node, int)");
-          step.kind = Step::Kind::Getitem;
-          step.src_slot = slotOf(*n, n->arg(0).node());
-          step.index = n->arg(1).toInt();
-          step_reads.push_back(static_cast<uint32_t>(step.src_slot));
-        } else {
-          ResolvedCall rc = resolve(*n);
-          const c10::FunctionSchema& schema = rc.op.schema();
-          const auto& sargs = schema.arguments();
-          if (schema.is_vararg()) failAt(*n, "vararg schemas are not supported");
-          size_t num_positional = 0;
-          while (num_positional < sargs.size() && !sargs[num_positional].kwarg_only())
-            ++num_positional;
-          if (rc.args.size() > num_positional)
-            failAt(*n, "takes at most " + std::to_string(num_positional) +
-                           " positional arguments (" + schema.name() + "), got " +
-                           std::to_string(rc.args.size()));
-          std::vector<const Arg*> bound(sargs.size(), nullptr);
-          for (size_t i = 0; i < rc.args.size(); ++i)
-            bound[i] = &rc.args[i];
-          for (const auto& [key, value] : rc.kwargs) {
-            auto it = std::find_if(sargs.begin(), sargs.end(),
-                                   [&](const c10::Argument& a) { return a.name() == key.str(); });
-            if (it == sargs.end())
-              failAt(*n, "unknown keyword argument '" + std::string(key.str()) + "' for " +
-                             c10::toString(schema));
-            size_t i = static_cast<size_t>(it - sargs.begin());
-            if (bound[i]) failAt(*n, "argument '" + std::string(key.str()) + "' given twice");
-            bound[i] = &value;
-          }
-          step.stack.resize(sargs.size());
-          for (size_t i = 0; i < sargs.size(); ++i) {
-            const c10::Argument& sa = sargs[i];
-            const c10::TypePtr& type = sa.real_type();
-            if (!bound[i]) {
-              if (sa.default_value()) {
-                step.stack[i] = *sa.default_value();
-              } else if (type->kind() == c10::TypeKind::OptionalType) {
-                step.stack[i] = c10::IValue();
-              } else {
-                failAt(*n, "missing argument '" + sa.name() + "' of " + c10::toString(schema));
-              }
-              continue;
-            }
-            const Arg& a = *bound[i];
-            try {
-              if (!hasNode(a)) {
-                step.stack[i] = constantToIValue(a, type, opts_.device);
-                if (opts_.check_groups && sa.name() == "group_name" && a.isStr() &&
-                    !c10d::is_process_group_registered(std::string(a.str())))
-                  failAt(*n, "process group '" + std::string(a.str()) +
-                                 "' is not registered (is this rank in it, and does the graph "
-                                 "header list it?)");
-                continue;
-              }
-              DynamicArg d;
-              d.pos = i;
-              if (a.isNode()) {
-                d.kind = DynamicArg::Kind::Value;
-                d.slot = slotOf(*n, a.node());
-                step_reads.push_back(static_cast<uint32_t>(d.slot));
-              } else if (a.isSequence()) {
-                c10::TypePtr lt = type;
-                if (lt->kind() == c10::TypeKind::OptionalType)
-                  lt = lt->castRaw<c10::OptionalType>()->getElementType();
-                if (lt->kind() != c10::TypeKind::ListType) mismatch(a, type);
-                const auto& elem = lt->castRaw<c10::ListType>()->getElementType();
-                switch (elem->kind()) {
-                  case c10::TypeKind::TensorType:
-                    d.kind = DynamicArg::Kind::TensorList;
-                    break;
-                  case c10::TypeKind::OptionalType:
-                    d.kind = DynamicArg::Kind::OptionalTensorList;
-                    break;
-                  case c10::TypeKind::IntType:
-                  case c10::TypeKind::SymIntType:
-                    d.kind = DynamicArg::Kind::IntList;
-                    break;
-                  case c10::TypeKind::FloatType:
-                    d.kind = DynamicArg::Kind::FloatList;
-                    break;
-                  case c10::TypeKind::BoolType:
-                    d.kind = DynamicArg::Kind::BoolList;
-                    break;
-                  default:
-                    throw ConvertError{"node references inside a " + type->str() +
-                                       " are not supported"};
-                }
-                for (const Arg& item : a.items()) {
-                  ListItem li;
-                  if (item.isNode()) {
-                    li.slot = slotOf(*n, item.node());
-                    step_reads.push_back(static_cast<uint32_t>(li.slot));
-                  } else if (hasNode(item)) {
-                    throw ConvertError{"nested lists of nodes are not supported"};
-                  } else if (d.kind == DynamicArg::Kind::TensorList) {
-                    mismatch(item, elem);
-                  } else if (d.kind != DynamicArg::Kind::OptionalTensorList || !item.isNone()) {
-                    li.constant = constantToIValue(item, elem, opts_.device);
-                  }
-                  d.items.push_back(std::move(li));
-                }
-              } else {
-                mismatch(a, type);
-              }
-              step.dynamic.push_back(std::move(d));
-            } catch (const ConvertError& e) {
-              failAt(*n, "argument '" + sa.name() + "': " + e.message);
-            }
-          }
-          step.num_returns = schema.returns().size();
-          step.op = rc.op;
-        }
-        step.out_slot = newSlot(n);
-        reads.push_back(std::move(step_reads));
-        steps_.push_back(std::move(step));
+        addStep(*n);
         break;
-      }
     }
   }
-  if (!output) throw JfxError({}, "graph has no output node");
+}
 
-  // Output list.
-  std::vector<uint32_t> output_reads;
-  {
-    std::vector<Arg> outs;
-    if (output->numArgs() == 1 && output->arg(0).isSequence())
-      outs = output->arg(0).items();
+void Executor::Planner::addInput(const Node& n) {
+  GraphInput in;
+  in.name = n.name();
+  in.kind = n.inputKind();
+  in.fqn = n.inputFqn();
+  in.meta = n.val();
+  ex.inputs_.push_back(std::move(in));
+  ex.input_slots_.push_back(newSlot(&n));
+}
+
+void Executor::Planner::addConstant(const Node& n) {
+  // A tensor constant: its bytes travel in the graph header (docs/graph-format.md).
+  const ConstantInfo* c = g.findConstant(n.target().str());
+  if (!c)
+    failAt(n, "get_attr '" + std::string(n.target().str()) +
+                  "' has no value: the graph's header lists no such constant (export the graph "
+                  "with its GraphModule's attributes)");
+  at::Tensor t = at::empty(c->meta.shape, at::TensorOptions().dtype(atenDtype(c->meta.dtype)));
+  if (!c->data.empty()) std::memcpy(t.data_ptr(), c->data.data(), c->data.size());
+  ex.constants_.emplace_back(newSlot(&n), t.to(ex.opts_.device));
+}
+
+void Executor::Planner::addStep(const Node& n) {
+  Step step;
+  step.name = n.name();
+  step.target = std::string(n.target().str());
+  step.expected = n.val();
+  std::vector<uint32_t> step_reads;
+  if (n.target().str() == "operator.getitem") {
+    if (n.numArgs() != 2 || !n.arg(0).isNode() || !n.arg(1).isInt())
+      failAt(n, "getitem takes (node, int)");
+    step.kind = Step::Kind::Getitem;
+    step.src_slot = slotOf(n, n.arg(0).node());
+    step.index = n.arg(1).toInt();
+    step_reads.push_back(static_cast<uint32_t>(step.src_slot));
+  } else {
+    planCall(n, step, step_reads);
+  }
+  step.out_slot = newSlot(&n);
+  reads.push_back(std::move(step_reads));
+  ex.steps_.push_back(std::move(step));
+}
+
+void Executor::Planner::planCall(const Node& n, Step& step, std::vector<uint32_t>& step_reads) {
+  ResolvedCall rc = resolve(n);
+  const c10::FunctionSchema& schema = rc.op.schema();
+  const auto& sargs = schema.arguments();
+  std::vector<const Arg*> bound = bindArguments(n, rc);
+  step.stack.resize(sargs.size());
+  for (size_t i = 0; i < sargs.size(); ++i)
+    planArgument(n, schema, i, bound[i], step, step_reads);
+  step.num_returns = schema.returns().size();
+  step.op = rc.op;
+}
+
+// The node's argument for each schema position (nullptr: not given): positional, then keyword.
+std::vector<const Arg*> Executor::Planner::bindArguments(const Node& n,
+                                                         const ResolvedCall& rc) const {
+  const c10::FunctionSchema& schema = rc.op.schema();
+  const auto& sargs = schema.arguments();
+  if (schema.is_vararg()) failAt(n, "vararg schemas are not supported");
+  size_t num_positional = 0;
+  while (num_positional < sargs.size() && !sargs[num_positional].kwarg_only())
+    ++num_positional;
+  if (rc.args.size() > num_positional)
+    failAt(n, "takes at most " + std::to_string(num_positional) + " positional arguments (" +
+                  schema.name() + "), got " + std::to_string(rc.args.size()));
+  std::vector<const Arg*> bound(sargs.size(), nullptr);
+  for (size_t i = 0; i < rc.args.size(); ++i)
+    bound[i] = &rc.args[i];
+  for (const auto& [key, value] : rc.kwargs) {
+    auto it = std::find_if(sargs.begin(), sargs.end(),
+                           [&](const c10::Argument& a) { return a.name() == key.str(); });
+    if (it == sargs.end())
+      failAt(n, "unknown keyword argument '" + std::string(key.str()) + "' for " +
+                    c10::toString(schema));
+    size_t i = static_cast<size_t>(it - sargs.begin());
+    if (bound[i]) failAt(n, "argument '" + std::string(key.str()) + "' given twice");
+    bound[i] = &value;
+  }
+  return bound;
+}
+
+// Schema position `i`: a constant in the stack, or a DynamicArg filled per run.
+void Executor::Planner::planArgument(const Node& n, const c10::FunctionSchema& schema, size_t i,
+                                     const Arg* bound, Step& step,
+                                     std::vector<uint32_t>& step_reads) {
+  const c10::Argument& sa = schema.arguments()[i];
+  const c10::TypePtr& type = sa.real_type();
+  if (!bound) {
+    if (sa.default_value())
+      step.stack[i] = *sa.default_value();
+    else if (type->kind() == c10::TypeKind::OptionalType)
+      step.stack[i] = c10::IValue();
     else
-      outs = output->args();
-    for (const Arg& a : outs) {
-      if (a.isNode()) {
-        uint32_t s = slotOf(*output, a.node());
-        output_slots_.push_back(s);
-        output_reads.push_back(s);
-      } else if (a.isNone()) {
-        output_slots_.push_back(-1);
-      } else {
-        failAt(*output, "graph outputs must be nodes or None");
-      }
-    }
-    num_outputs_ = output_slots_.size();
+      failAt(n, "missing argument '" + sa.name() + "' of " + c10::toString(schema));
+    return;
   }
-  num_slots_ = slot_node.size();
+  const Arg& a = *bound;
+  try {
+    if (!hasNode(a)) {
+      step.stack[i] = constantToIValue(a, type, ex.opts_.device);
+      if (ex.opts_.check_groups && sa.name() == "group_name" && a.isStr() &&
+          !c10d::is_process_group_registered(std::string(a.str())))
+        failAt(n, "process group '" + std::string(a.str()) +
+                      "' is not registered (is this rank in it, and does the graph header list "
+                      "it?)");
+      return;
+    }
+    DynamicArg d;
+    if (a.isNode()) {
+      d.kind = DynamicArg::Kind::Value;
+      d.slot = slotOf(n, a.node());
+      step_reads.push_back(static_cast<uint32_t>(d.slot));
+    } else if (a.isSequence()) {
+      d = planList(n, a, type, step_reads);
+    } else {
+      mismatch(a, type);
+    }
+    d.pos = i;
+    step.dynamic.push_back(std::move(d));
+  } catch (const ConvertError& e) {
+    failAt(n, "argument '" + sa.name() + "': " + e.message);
+  }
+}
 
-  // Note [Lifetimes]: last reader of every slot, in step positions; outputs never die.
-  const size_t kNever = steps_.size();
-  std::vector<int64_t> last(num_slots_, -1);
-  for (size_t s = 0; s < steps_.size(); ++s)
+// A list argument holding nodes: which list it is, and each item's slot or constant.
+DynamicArg Executor::Planner::planList(const Node& n, const Arg& a, const c10::TypePtr& type,
+                                       std::vector<uint32_t>& step_reads) {
+  c10::TypePtr lt = type;
+  if (lt->kind() == c10::TypeKind::OptionalType)
+    lt = lt->castRaw<c10::OptionalType>()->getElementType();
+  if (lt->kind() != c10::TypeKind::ListType) mismatch(a, type);
+  const auto& elem = lt->castRaw<c10::ListType>()->getElementType();
+  DynamicArg d;
+  switch (elem->kind()) {
+    case c10::TypeKind::TensorType:
+      d.kind = DynamicArg::Kind::TensorList;
+      break;
+    case c10::TypeKind::OptionalType:
+      d.kind = DynamicArg::Kind::OptionalTensorList;
+      break;
+    case c10::TypeKind::IntType:
+    case c10::TypeKind::SymIntType:
+      d.kind = DynamicArg::Kind::IntList;
+      break;
+    case c10::TypeKind::FloatType:
+      d.kind = DynamicArg::Kind::FloatList;
+      break;
+    case c10::TypeKind::BoolType:
+      d.kind = DynamicArg::Kind::BoolList;
+      break;
+    default:
+      throw ConvertError{"node references inside a " + type->str() + " are not supported"};
+  }
+  for (const Arg& item : a.items()) {
+    ListItem li;
+    if (item.isNode()) {
+      li.slot = slotOf(n, item.node());
+      step_reads.push_back(static_cast<uint32_t>(li.slot));
+    } else if (hasNode(item)) {
+      throw ConvertError{"nested lists of nodes are not supported"};
+    } else if (d.kind == DynamicArg::Kind::TensorList) {
+      mismatch(item, elem);
+    } else if (d.kind != DynamicArg::Kind::OptionalTensorList || !item.isNone()) {
+      li.constant = constantToIValue(item, elem, ex.opts_.device);
+    }
+    d.items.push_back(std::move(li));
+  }
+  return d;
+}
+
+void Executor::Planner::planOutputs() {
+  std::vector<Arg> outs;
+  if (output->numArgs() == 1 && output->arg(0).isSequence())
+    outs = output->arg(0).items();
+  else
+    outs = output->args();
+  for (const Arg& a : outs) {
+    if (a.isNode()) {
+      uint32_t s = slotOf(*output, a.node());
+      ex.output_slots_.push_back(s);
+      output_reads.push_back(s);
+    } else if (a.isNone()) {
+      ex.output_slots_.push_back(-1);
+    } else {
+      failAt(*output, "graph outputs must be nodes or None");
+    }
+  }
+  ex.num_outputs_ = ex.output_slots_.size();
+}
+
+// Note [Lifetimes]: the step after which each slot is freed.
+void Executor::Planner::planLifetimes() {
+  std::vector<Step>& steps = ex.steps_;
+  const size_t num_slots = ex.num_slots_;
+  // The last reader of every slot, in step positions; outputs never die.
+  const size_t kNever = steps.size();
+  std::vector<int64_t> last(num_slots, -1);
+  for (size_t s = 0; s < steps.size(); ++s)
     for (uint32_t r : reads[s])
       last[r] = std::max<int64_t>(last[r], static_cast<int64_t>(s));
   for (uint32_t r : output_reads)
     last[r] = static_cast<int64_t>(kNever);
-  // A collective's completion is its latest wait, reached directly or through getitems of a
-  // coalesced collective; its inputs live until then.
-  std::vector<int64_t> step_of_slot(num_slots_, -1);
-  for (size_t s = 0; s < steps_.size(); ++s)
-    step_of_slot[steps_[s].out_slot] = static_cast<int64_t>(s);
-  {
-    std::vector<int64_t> completion(num_slots_, -1);  // for collective output slots
-    for (size_t s = 0; s < steps_.size(); ++s) {
-      const Node* n = slot_node[steps_[s].out_slot];
-      if (!n->isWait()) continue;
-      for (uint32_t r : reads[s]) {
-        uint32_t src = r;
-        // Walk back through getitems to the collective.
-        while (step_of_slot[src] >= 0 &&
-               steps_[static_cast<size_t>(step_of_slot[src])].kind == Step::Kind::Getitem)
-          src = static_cast<uint32_t>(steps_[static_cast<size_t>(step_of_slot[src])].src_slot);
-        completion[src] = std::max<int64_t>(completion[src], static_cast<int64_t>(s));
-      }
-    }
-    for (size_t s = 0; s < steps_.size(); ++s) {
-      const Node* n = slot_node[steps_[s].out_slot];
-      int64_t done = completion[steps_[s].out_slot];
-      if (!n->isCollective() || done < 0) continue;
-      for (uint32_t r : reads[s])
-        last[r] = std::max(last[r], done);
-      last[steps_[s].out_slot] = std::max(last[steps_[s].out_slot], done);
-    }
-  }
-  for (size_t slot = 0; slot < num_slots_; ++slot) {
+  std::vector<int64_t> step_of_slot(num_slots, -1);
+  for (size_t s = 0; s < steps.size(); ++s)
+    step_of_slot[steps[s].out_slot] = static_cast<int64_t>(s);
+  extendToCompletion(step_of_slot, last);
+  for (size_t slot = 0; slot < num_slots; ++slot) {
     if (last[slot] == static_cast<int64_t>(kNever)) continue;
     if (last[slot] < 0) {
       // Nobody reads it: placeholders are dropped before the first step, op results right after
       // their own step.
       int64_t own = step_of_slot[slot];
       if (own < 0)
-        free_after_inputs_.push_back(static_cast<uint32_t>(slot));
+        ex.free_after_inputs_.push_back(static_cast<uint32_t>(slot));
       else
-        steps_[static_cast<size_t>(own)].free_after.push_back(static_cast<uint32_t>(slot));
+        steps[static_cast<size_t>(own)].free_after.push_back(static_cast<uint32_t>(slot));
       continue;
     }
-    steps_[static_cast<size_t>(last[slot])].free_after.push_back(static_cast<uint32_t>(slot));
+    steps[static_cast<size_t>(last[slot])].free_after.push_back(static_cast<uint32_t>(slot));
   }
+}
+
+// A collective's completion is its latest wait, reached directly or through getitems of a
+// coalesced collective; its inputs and output live until then.
+void Executor::Planner::extendToCompletion(const std::vector<int64_t>& step_of_slot,
+                                           std::vector<int64_t>& last) {
+  const std::vector<Step>& steps = ex.steps_;
+  std::vector<int64_t> completion(ex.num_slots_, -1);  // for collective output slots
+  for (size_t s = 0; s < steps.size(); ++s) {
+    const Node* n = slot_node[steps[s].out_slot];
+    if (!n->isWait()) continue;
+    for (uint32_t r : reads[s]) {
+      uint32_t src = r;
+      // Walk back through getitems to the collective.
+      while (step_of_slot[src] >= 0 &&
+             steps[static_cast<size_t>(step_of_slot[src])].kind == Step::Kind::Getitem)
+        src = static_cast<uint32_t>(steps[static_cast<size_t>(step_of_slot[src])].src_slot);
+      completion[src] = std::max<int64_t>(completion[src], static_cast<int64_t>(s));
+    }
+  }
+  for (size_t s = 0; s < steps.size(); ++s) {
+    const Node* n = slot_node[steps[s].out_slot];
+    int64_t done = completion[steps[s].out_slot];
+    if (!n->isCollective() || done < 0) continue;
+    for (uint32_t r : reads[s])
+      last[r] = std::max(last[r], done);
+    last[steps[s].out_slot] = std::max(last[steps[s].out_slot], done);
+  }
+}
+
+Executor::Executor(const Graph& g, ExecutorOptions opts) : opts_(std::move(opts)) {
+  Planner p(*this, g);
+  p.planNodes();
+  if (!p.output) throw JfxError({}, "graph has no output node");
+  p.planOutputs();
+  num_slots_ = p.slot_node.size();
+  p.planLifetimes();
   stats_.steps = steps_.size();
 }
 

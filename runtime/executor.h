@@ -91,7 +91,8 @@ class Executor {
   std::string runningNode() const;
 
  private:
-  struct Step;  // one planned node (defined in executor.cc)
+  struct Step;     // one planned node (defined in executor.cc)
+  struct Planner;  // the constructor's steps (executor.cc)
   ExecutorOptions opts_;
   std::vector<GraphInput> inputs_;
   std::vector<uint32_t> input_slots_;

@@ -467,142 +467,164 @@ void debugFail(const ExecOptions& o, int rank, int step) {
   std::_Exit(kExecRankFailed);
 }
 
-// `pgs` belongs to the caller so that a failing rank can leave (std::_Exit) without first
-// running c10d destructors that may wait for peers that are gone.
-int runRankImpl(const ExecOptions& o, const DistEnv& env, std::unique_ptr<ProcessGroups>& pgs) {
+// One rank's run of `jointfx exec`, in the order run() takes its steps. `pgs` belongs to the
+// caller so that a failing rank can leave (std::_Exit) without first running c10d destructors
+// that may wait for peers that are gone.
+class RankRun {
+ public:
+  RankRun(const ExecOptions& o, const DistEnv& env, std::unique_ptr<ProcessGroups>& pgs)
+      : o_(o), env_(env), pgs_(pgs), leader_(env.rank == 0) {}
+
+  int run() {
+    startWatchdog();
+    loadAndPlaceGraph();
+    createProcessGroups();
+    planExecutor();
+    // Launched by `jointfx exec --nproc N`, the launcher checked the data once for every rank.
+    if (!o_.data_checked) checkData();
+    enter("initializing the parameters");
+    collectInputs();
+    findParallelGroups();
+    initParameters();
+    mapOutputs();
+    makeOptimizer();
+    openLogs();
+    // The loop, watched by the watchdog started at the top: every node counts as progress.
+    running_.store(ex_.get());
+    for (int step = 1; step <= o_.steps; ++step)
+      runStep(step);
+    finish();
+    return kExecOk;
+  }
+
+ private:
   // ---- the watchdog (runtime/watchdog.h), from the first moment: a rank that makes no progress
   // for the timeout plus a grace for c10d's own error path gives up, whatever it is doing:
   // loading, the rendezvous (a TCPStore client waits in recv() for a master that accepted the
   // connection and never answers, whatever its timeout says), a collective, the final barrier.
   // Progress: each phase passed, and every node the executor finishes.
-  std::atomic<uint64_t> phases{0};
-  std::atomic<int> current_step{0};
-  std::atomic<const Executor*> running{nullptr};
-  const std::string rendezvous_phase = env.master_port ? "the rendezvous at " + env.master_addr +
-                                                             ":" + std::to_string(env.master_port)
-                                                       : std::string("creating the process groups");
-  std::atomic<const char*> phase_name{"loading the graph"};
-  auto enter = [&](const char* what) {
-    phase_name.store(what);
-    phases.fetch_add(1, std::memory_order_relaxed);
-  };
-  std::optional<Watchdog> watchdog;
-  watchdog.emplace(
-      std::chrono::seconds(o.timeout_s + kWatchdogGraceSeconds),
-      [&] {
-        const Executor* x = running.load();
-        return phases.load(std::memory_order_relaxed) + (x ? x->nodesFinished() : 0);
-      },
-      [&, who = env.world_size > 1 ? "rank " + std::to_string(env.rank) + ": "
-                                   : std::string()](double stalled) {
-        const Executor* x = running.load();
-        std::string node = x ? x->runningNode() : std::string();
-        int step = current_step.load();
-        // Before the first step: the phase it is stuck in (the rendezvous, most often).
-        std::string where =
-            step > 0
-                ? "at step " + std::to_string(step) + (node.empty() ? "" : ", in node " + node) +
-                      ", longer than the collective timeout (--timeout-s " +
-                      std::to_string(o.timeout_s) + ")"
-                : std::string("in ") + phase_name.load() + ", longer than --timeout-s " +
-                      std::to_string(o.timeout_s) + " allows";
-        std::fprintf(stderr, "jointfx exec: %sno progress for %.0f s %s; giving up\n", who.c_str(),
-                     stalled, where.c_str());
-        std::fflush(stdout);
-        std::fflush(stderr);
-        std::_Exit(kExecRankFailed);
-      });
+  void enter(const char* what) {
+    phase_name_.store(what);
+    phases_.fetch_add(1, std::memory_order_relaxed);
+  }
+
+  void startWatchdog() {
+    rendezvous_phase_ = env_.master_port ? "the rendezvous at " + env_.master_addr + ":" +
+                                               std::to_string(env_.master_port)
+                                         : std::string("creating the process groups");
+    watchdog_.emplace(
+        std::chrono::seconds(o_.timeout_s + kWatchdogGraceSeconds),
+        [this] {
+          const Executor* x = running_.load();
+          return phases_.load(std::memory_order_relaxed) + (x ? x->nodesFinished() : 0);
+        },
+        [this, who = env_.world_size > 1 ? "rank " + std::to_string(env_.rank) + ": "
+                                         : std::string()](double stalled) {
+          const Executor* x = running_.load();
+          std::string node = x ? x->runningNode() : std::string();
+          int step = current_step_.load();
+          // Before the first step: the phase it is stuck in (the rendezvous, most often).
+          std::string where =
+              step > 0
+                  ? "at step " + std::to_string(step) + (node.empty() ? "" : ", in node " + node) +
+                        ", longer than the collective timeout (--timeout-s " +
+                        std::to_string(o_.timeout_s) + ")"
+                  : std::string("in ") + phase_name_.load() + ", longer than --timeout-s " +
+                        std::to_string(o_.timeout_s) + " allows";
+          std::fprintf(stderr, "jointfx exec: %sno progress for %.0f s %s; giving up\n",
+                       who.c_str(), stalled, where.c_str());
+          std::fflush(stdout);
+          std::fflush(stderr);
+          std::_Exit(kExecRankFailed);
+        });
+  }
 
   // ---- graph, device, groups
-  std::unique_ptr<Graph> g;
-  try {
-    g = loadGraph(o.graph);
-  } catch (const JfxError& e) {
-    inputError(e.what());
-  }
-  if (std::string p = worldSizeProblem(g->processGroups(), g->extraJson(), env.world_size);
-      !p.empty())
-    inputError(p);
-  if (std::string p = deviceProblem(o.device); !p.empty()) inputError(p);
-  c10::Device device = o.device == "cuda"
-                           ? c10::Device(c10::kCUDA, static_cast<int8_t>(env.local_rank))
-                           : c10::Device(c10::kCPU);
+  void loadAndPlaceGraph() {
+    try {
+      g_ = loadGraph(o_.graph);
+    } catch (const JfxError& e) {
+      inputError(e.what());
+    }
+    if (std::string p = worldSizeProblem(g_->processGroups(), g_->extraJson(), env_.world_size);
+        !p.empty())
+      inputError(p);
+    if (std::string p = deviceProblem(o_.device); !p.empty()) inputError(p);
+    device_ = o_.device == "cuda" ? c10::Device(c10::kCUDA, static_cast<int8_t>(env_.local_rank))
+                                  : c10::Device(c10::kCPU);
 #if JFX_WITH_CUDA
-  // NCCL communicators and the functional collectives' streams use the current device.
-  if (device.is_cuda()) {
-    if (env.local_rank >= static_cast<int>(at::getNumGPUs()))
-      inputError("LOCAL_RANK " + std::to_string(env.local_rank) + " but only " +
-                 std::to_string(at::getNumGPUs()) + " CUDA device(s) are visible");
-    c10::cuda::set_device(static_cast<c10::DeviceIndex>(env.local_rank));
-  }
+    // NCCL communicators and the functional collectives' streams use the current device.
+    if (device_.is_cuda()) {
+      if (env_.local_rank >= static_cast<int>(at::getNumGPUs()))
+        inputError("LOCAL_RANK " + std::to_string(env_.local_rank) + " but only " +
+                   std::to_string(at::getNumGPUs()) + " CUDA device(s) are visible");
+      c10::cuda::set_device(static_cast<c10::DeviceIndex>(env_.local_rank));
+    }
 #endif
-  int threads = o.threads;
-  if (threads <= 0) {
-    int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    int local = env.world_size;
-    if (const char* lw = std::getenv("LOCAL_WORLD_SIZE")) local = std::max(1, std::atoi(lw));
-    threads = std::max(1, cores / local);
-  }
-  at::set_num_threads(threads);
-  at::manual_seed(o.seed);  // random ops in the graph (dropout): same stream on every rank
-
-  enter(rendezvous_phase.c_str());
-  try {
-    pgs = std::make_unique<ProcessGroups>(
-        localizeGroups(g->processGroups(), g->extraJson(), env.rank, env.world_size), env,
-        o.device == "cuda" ? CommBackend::Nccl : CommBackend::Gloo,
-        std::chrono::seconds(o.timeout_s), o.gloo_threads);
-  } catch (const CommError& e) {
-    throw RankError{kExecRankFailed, e.message()};
-  } catch (const JfxError& e) {
-    inputError(e.message());  // the header does not fit the world
+    int threads = o_.threads;
+    if (threads <= 0) {
+      int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+      int local = env_.world_size;
+      if (const char* lw = std::getenv("LOCAL_WORLD_SIZE")) local = std::max(1, std::atoi(lw));
+      threads = std::max(1, cores / local);
+    }
+    at::set_num_threads(threads);
+    at::manual_seed(o_.seed);  // random ops in the graph (dropout): same stream on every rank
   }
 
-  enter("planning the graph");
-  ExecutorOptions eo;
-  eo.device = device;
-  eo.check_meta = o.check_meta;
-  eo.profile = o.profile;
-  std::unique_ptr<Executor> ex;
-  try {
-    ex = std::make_unique<Executor>(*g, eo);
-  } catch (const JfxError& e) {
-    inputError(e.what());
+  void createProcessGroups() {
+    enter(rendezvous_phase_.c_str());
+    try {
+      pgs_ = std::make_unique<ProcessGroups>(
+          localizeGroups(g_->processGroups(), g_->extraJson(), env_.rank, env_.world_size), env_,
+          o_.device == "cuda" ? CommBackend::Nccl : CommBackend::Gloo,
+          std::chrono::seconds(o_.timeout_s), o_.gloo_threads);
+    } catch (const CommError& e) {
+      throw RankError{kExecRankFailed, e.message()};
+    } catch (const JfxError& e) {
+      inputError(e.message());  // the header does not fit the world
+    }
   }
-  // The watchdog reads the executor's progress: it stops before the executor goes.
-  struct StopWatchdog {
-    std::optional<Watchdog>& w;
-    ~StopWatchdog() { w.reset(); }
-  } stop_watchdog{watchdog};
-  // Launched by `jointfx exec --nproc N`, the launcher checked the data once for every rank.
-  if (!o.data_checked) {
+
+  void planExecutor() {
+    enter("planning the graph");
+    ExecutorOptions eo;
+    eo.device = device_;
+    eo.check_meta = o_.check_meta;
+    eo.profile = o_.profile;
+    try {
+      ex_ = std::make_unique<Executor>(*g_, eo);
+    } catch (const JfxError& e) {
+      inputError(e.what());
+    }
+  }
+
+  void checkData() {
     enter("checking the parameters and the batch");
     std::vector<std::string> warnings;
     std::string problem;
     try {
-      problem = checkInputData(*g, ex->inputs(), o, warnings);
+      problem = checkInputData(*g_, ex_->inputs(), o_, warnings);
     } catch (const JfxError& e) {
       inputError(e.what());
     }
     if (!problem.empty()) inputError(problem);
-    if (env.rank == 0) printWarnings(warnings);
+    if (env_.rank == 0) printWarnings(warnings);
   }
-  enter("initializing the parameters");
 
   // ---- inputs and their layouts
-  std::vector<Input> inputs;
-  {
-    auto phs = g->placeholders();
-    if (phs.size() != ex->inputs().size()) inputError("placeholder count changed while planning");
+  void collectInputs() {
+    auto phs = g_->placeholders();
+    if (phs.size() != ex_->inputs().size()) inputError("placeholder count changed while planning");
     for (size_t i = 0; i < phs.size(); ++i) {
       Input in;
-      in.info = ex->inputs()[i];
+      in.info = ex_->inputs()[i];
       in.node = phs[i];
       if (std::string e = inputProblem(in.info); !e.empty()) inputError(e);
       if (!in.info.meta.isTensor()) {
         in.fixed = nonTensorInput(in.info);
         in.is_fixed = true;
-        inputs.push_back(std::move(in));
+        inputs_.push_back(std::move(in));
         continue;
       }
       in.layout.local_shape = in.info.meta.tensor.shape;
@@ -610,339 +632,368 @@ int runRankImpl(const ExecOptions& o, const DistEnv& env, std::unique_ptr<Proces
         in.int_bound = inferIntBound(phs[i]);
       } else if (const Node* ag = findGather(phs[i])) {
         in.layout.group = groupNameOf(ag);
-        auto r = pgs->rankIn(in.layout.group);
-        auto n = pgs->sizeOf(in.layout.group);
+        auto r = pgs_->rankIn(in.layout.group);
+        auto n = pgs_->sizeOf(in.layout.group);
         if (!r || !n)
           inputError("'" + in.info.fqn + "' is gathered over group '" + in.layout.group +
                      "', which this rank is not in");
         in.layout.group_rank = *r;
         in.layout.group_size = *n;
       }
-      inputs.push_back(std::move(in));
+      inputs_.push_back(std::move(in));
     }
   }
-  // Data parallelism follows FSDP: ranks with the same place in the FSDP group (TP peers) must
-  // see the same batch.
-  std::string dp_group;
-  for (const Input& in : inputs)
-    if (!in.layout.group.empty()) {
-      dp_group = in.layout.group;
-      break;
-    }
-  int dp_rank = dp_group.empty() ? env.rank : *pgs->rankIn(dp_group);
-  int dp_size = dp_group.empty() ? env.world_size : *pgs->sizeOf(dp_group);
-  // Tensor parallelism: a group of this rank's that meets the FSDP group only in this rank
-  // (split-comm-groups' copies of the FSDP group have the same ranks and do not count).
-  std::string tp_group;
-  if (const std::vector<int64_t>* dp = dp_group.empty() ? nullptr : pgs->ranksOf(dp_group)) {
-    for (const ProcessGroupInfo& pg : g->processGroups()) {
-      const std::vector<int64_t>* ranks = pgs->ranksOf(pg.name);
+
+  void findParallelGroups() {
+    // Data parallelism follows FSDP: ranks with the same place in the FSDP group (TP peers) must
+    // see the same batch.
+    for (const Input& in : inputs_)
+      if (!in.layout.group.empty()) {
+        dp_group_ = in.layout.group;
+        break;
+      }
+    dp_rank_ = dp_group_.empty() ? env_.rank : *pgs_->rankIn(dp_group_);
+    dp_size_ = dp_group_.empty() ? env_.world_size : *pgs_->sizeOf(dp_group_);
+    // Tensor parallelism: a group of this rank's that meets the FSDP group only in this rank
+    // (split-comm-groups' copies of the FSDP group have the same ranks and do not count).
+    const std::vector<int64_t>* dp = dp_group_.empty() ? nullptr : pgs_->ranksOf(dp_group_);
+    if (!dp) return;
+    for (const ProcessGroupInfo& pg : g_->processGroups()) {
+      const std::vector<int64_t>* ranks = pgs_->ranksOf(pg.name);
       if (!ranks || ranks->size() < 2) continue;
       size_t shared = 0;
       for (int64_t r : *ranks)
         shared += std::count(dp->begin(), dp->end(), r);
       if (shared == 1) {
-        tp_group = pg.name;
+        tp_group_ = pg.name;
         break;
       }
     }
   }
 
   // ---- parameters and buffers: from the file, else seeded (same full tensor on every rank)
-  std::optional<SafetensorsFile> params_file, batch_file;
-  try {
-    if (!o.params.empty()) params_file = SafetensorsFile::read(o.params);
-    if (!o.batch.empty()) batch_file = SafetensorsFile::read(o.batch);
-  } catch (const JfxError& e) {
-    inputError(e.what());
+  void initParameters() {
+    try {
+      if (!o_.params.empty()) params_file_ = SafetensorsFile::read(o_.params);
+      if (!o_.batch.empty()) batch_file_ = SafetensorsFile::read(o_.batch);
+    } catch (const JfxError& e) {
+      inputError(e.what());
+    }
+    const std::map<std::string, std::string> buffer_init = bufferInit();
+    for (Input& in : inputs_) {
+      if (in.info.kind != InputKind::Parameter && in.info.kind != InputKind::Buffer) continue;
+      at::Tensor local = shard(fullValue(in, buffer_init), in, *pgs_, tp_group_);
+      in.value = local.to(device_, atenDtype(in.info.meta.tensor.dtype)).contiguous();
+    }
   }
+
   // How the module initializes each buffer when no --params file gives it (graph meta
   // "buffer_init", written by the tracer: docs/graph-format.md).
-  std::map<std::string, std::string> buffer_init;
-  if (!g->extraJson().empty()) {
-    auto meta = nlohmann::json::parse(g->extraJson(), nullptr, false);
-    if (meta.is_object() && meta.contains("buffer_init")) {
-      const auto& bi = meta["buffer_init"];
-      if (!bi.is_object()) inputError(o.graph + ": meta.buffer_init is not an object");
-      for (auto it = bi.begin(); it != bi.end(); ++it) {
-        if (!it.value().is_string() || (it.value() != "zeros" && it.value() != "ones"))
-          inputError(o.graph + ": meta.buffer_init['" + it.key() +
-                     "'] is not \"zeros\" or \"ones\"");
-        buffer_init[it.key()] = it.value().get<std::string>();
-      }
+  std::map<std::string, std::string> bufferInit() const {
+    std::map<std::string, std::string> buffer_init;
+    if (g_->extraJson().empty()) return buffer_init;
+    auto meta = nlohmann::json::parse(g_->extraJson(), nullptr, false);
+    if (!meta.is_object() || !meta.contains("buffer_init")) return buffer_init;
+    const auto& bi = meta["buffer_init"];
+    if (!bi.is_object()) inputError(o_.graph + ": meta.buffer_init is not an object");
+    for (auto it = bi.begin(); it != bi.end(); ++it) {
+      if (!it.value().is_string() || (it.value() != "zeros" && it.value() != "ones"))
+        inputError(o_.graph + ": meta.buffer_init['" + it.key() +
+                   "'] is not \"zeros\" or \"ones\"");
+      buffer_init[it.key()] = it.value().get<std::string>();
     }
+    return buffer_init;
   }
-  for (Input& in : inputs) {
-    if (in.info.kind != InputKind::Parameter && in.info.kind != InputKind::Buffer) continue;
+
+  // The full (unsharded) value of a parameter or buffer.
+  at::Tensor fullValue(const Input& in,
+                       const std::map<std::string, std::string>& buffer_init) const {
     const TensorMeta& m = in.info.meta.tensor;
-    at::Tensor full;
     auto init = buffer_init.find(in.info.fqn);
-    if (params_file) {
-      const SafetensorsEntry* e = params_file->find(in.info.fqn);
+    if (params_file_) {
+      const SafetensorsEntry* e = params_file_->find(in.info.fqn);
       if (!e)
-        inputError(o.params + ": no tensor '" + in.info.fqn + "' (input '" + in.info.name + "')");
-      full = readTensor(*params_file, *e);
-    } else if (in.info.kind == InputKind::Buffer && init != buffer_init.end()) {
+        inputError(o_.params + ": no tensor '" + in.info.fqn + "' (input '" + in.info.name + "')");
+      return readTensor(*params_file_, *e);
+    }
+    if (in.info.kind == InputKind::Buffer && init != buffer_init.end()) {
       // As the module's constructor does (BatchNorm: running_mean zeros, running_var ones,
       // num_batches_tracked 0). Buffers are not FSDP-sharded: the shape is the placeholder's.
-      full =
-          init->second == "ones" ? at::ones(m.shape, at::kFloat) : at::zeros(m.shape, at::kFloat);
-    } else {
-      // The padded full tensor [s * G, ...]: the padding rows never reach the loss (the graph
-      // slices them off after the gather), so their values do not matter, and the shape, hence
-      // the init, is the same before and after any pass.
-      std::vector<int64_t> shape = m.shape;
-      if (!shape.empty()) shape[0] *= in.layout.group_size;
-      auto gen = generator(mixSeed(o.seed, {"param", in.info.fqn}));
-      // Norm weights and other vectors start at one, matrices small and random (as the tracer's
-      // init_weights does), so a few steps of training stay finite.
-      if (in.info.kind == InputKind::Buffer)
-        full = at::randn(shape, gen, at::kFloat);
-      else if (shape.size() == 1)
-        full = at::ones(shape, at::kFloat);
-      else
-        full = at::randn(shape, gen, at::kFloat).mul_(0.02);
+      return init->second == "ones" ? at::ones(m.shape, at::kFloat)
+                                    : at::zeros(m.shape, at::kFloat);
     }
-    at::Tensor local = shard(full, in, *pgs, tp_group);
-    in.value = local.to(device, atenDtype(m.dtype)).contiguous();
+    // The padded full tensor [s * G, ...]: the padding rows never reach the loss (the graph
+    // slices them off after the gather), so their values do not matter, and the shape, hence
+    // the init, is the same before and after any pass.
+    std::vector<int64_t> shape = m.shape;
+    if (!shape.empty()) shape[0] *= in.layout.group_size;
+    auto gen = generator(mixSeed(o_.seed, {"param", in.info.fqn}));
+    // Norm weights and other vectors start at one, matrices small and random (as the tracer's
+    // init_weights does), so a few steps of training stay finite.
+    if (in.info.kind == InputKind::Buffer) return at::randn(shape, gen, at::kFloat);
+    if (shape.size() == 1) return at::ones(shape, at::kFloat);
+    return at::randn(shape, gen, at::kFloat).mul_(0.02);
   }
 
   // ---- outputs: which is the loss, which gradient belongs to which parameter
-  size_t loss_index = 0;
-  std::vector<std::pair<size_t, size_t>> grad_outputs;    // (output index, input index)
-  std::vector<std::pair<size_t, size_t>> buffer_outputs;  // (output index, buffer input index)
-  std::vector<size_t> buffer_inputs;  // the buffers the graph updates, in input order
-  std::vector<uint8_t> inplace_written;
-  {
-    const auto& specs = g->outputSpecs();
+  void mapOutputs() {
+    const auto& specs = g_->outputSpecs();
     std::map<std::string, size_t> param_by_fqn, buffer_by_fqn;
-    for (size_t i = 0; i < inputs.size(); ++i) {
-      if (inputs[i].info.kind == InputKind::Parameter) param_by_fqn[inputs[i].info.fqn] = i;
-      if (inputs[i].info.kind == InputKind::Buffer) buffer_by_fqn[inputs[i].info.fqn] = i;
+    for (size_t i = 0; i < inputs_.size(); ++i) {
+      if (inputs_[i].info.kind == InputKind::Parameter) param_by_fqn[inputs_[i].info.fqn] = i;
+      if (inputs_[i].info.kind == InputKind::Buffer) buffer_by_fqn[inputs_[i].info.fqn] = i;
     }
-    inplace_written = analyzeBufferMutations(*g).written_alias;
+    std::vector<uint8_t> inplace_written = analyzeBufferMutations(*g_).written_alias;
     if (!specs.empty()) {
-      if (specs.size() != ex->numOutputs())
+      if (specs.size() != ex_->numOutputs())
         inputError("header lists " + std::to_string(specs.size()) + " outputs, the graph has " +
-                   std::to_string(ex->numOutputs()));
+                   std::to_string(ex_->numOutputs()));
       bool have_loss = false;
       for (size_t k = 0; k < specs.size(); ++k) {
         if (specs[k].kind == OutputKind::Loss && !have_loss) {
-          loss_index = k;
+          loss_index_ = k;
           have_loss = true;
         } else if (specs[k].kind == OutputKind::Gradient) {
           auto it = param_by_fqn.find(specs[k].fqn);
           if (it == param_by_fqn.end())
             inputError("output " + std::to_string(k) + " is the gradient of '" + specs[k].fqn +
                        "', which is no parameter input");
-          grad_outputs.emplace_back(k, it->second);
+          grad_outputs_.emplace_back(k, it->second);
         } else if (specs[k].kind == OutputKind::BufferMutation) {
           auto it = buffer_by_fqn.find(specs[k].fqn);
           if (it == buffer_by_fqn.end())
             inputError("output " + std::to_string(k) + " updates buffer '" + specs[k].fqn +
                        "', which is no buffer input");
-          buffer_outputs.emplace_back(k, it->second);
-          buffer_inputs.push_back(it->second);
+          buffer_outputs_.emplace_back(k, it->second);
+          buffer_inputs_.push_back(it->second);
         }
       }
-    } else if (ex->numOutputs() == 1 + param_by_fqn.size()) {
+    } else if (ex_->numOutputs() == 1 + param_by_fqn.size()) {
       // No header: [loss, *grads] in parameter order, the tracer's convention.
       size_t k = 1;
-      for (size_t i = 0; i < inputs.size(); ++i)
-        if (inputs[i].info.kind == InputKind::Parameter) grad_outputs.emplace_back(k++, i);
+      for (size_t i = 0; i < inputs_.size(); ++i)
+        if (inputs_[i].info.kind == InputKind::Parameter) grad_outputs_.emplace_back(k++, i);
     }
+    for (size_t i = 0; i < inputs_.size(); ++i)
+      if (inputs_[i].node && inputs_[i].node->id() < inplace_written.size() &&
+          inplace_written[inputs_[i].node->id()])
+        buffer_inputs_.push_back(i);
+    std::sort(buffer_inputs_.begin(), buffer_inputs_.end());
+    buffer_inputs_.erase(std::unique(buffer_inputs_.begin(), buffer_inputs_.end()),
+                         buffer_inputs_.end());
   }
 
-  for (size_t i = 0; i < inputs.size(); ++i)
-    if (inputs[i].node && inputs[i].node->id() < inplace_written.size() &&
-        inplace_written[inputs[i].node->id()])
-      buffer_inputs.push_back(i);
-  std::sort(buffer_inputs.begin(), buffer_inputs.end());
-  buffer_inputs.erase(std::unique(buffer_inputs.begin(), buffer_inputs.end()), buffer_inputs.end());
-
   // ---- optimizer over the local shards that get gradients
-  std::unique_ptr<torch::optim::Optimizer> opt;
-  std::vector<at::Tensor> trained;
-  for (auto [k, i] : grad_outputs)
-    trained.push_back(inputs[i].value);
-  if (!trained.empty() && o.optimizer == "sgd") {
-    opt = std::make_unique<torch::optim::SGD>(
-        trained, torch::optim::SGDOptions(o.lr).momentum(o.momentum).weight_decay(o.weight_decay));
-  } else if (!trained.empty() && o.optimizer == "adamw") {
-    opt =
-        std::make_unique<torch::optim::AdamW>(trained, torch::optim::AdamWOptions(o.lr)
-                                                           .betas(std::make_tuple(o.beta1, o.beta2))
-                                                           .eps(o.eps)
-                                                           .weight_decay(o.weight_decay));
+  void makeOptimizer() {
+    std::vector<at::Tensor> trained;
+    for (auto [k, i] : grad_outputs_)
+      trained.push_back(inputs_[i].value);
+    if (!trained.empty() && o_.optimizer == "sgd") {
+      opt_ = std::make_unique<torch::optim::SGD>(
+          trained,
+          torch::optim::SGDOptions(o_.lr).momentum(o_.momentum).weight_decay(o_.weight_decay));
+    } else if (!trained.empty() && o_.optimizer == "adamw") {
+      opt_ = std::make_unique<torch::optim::AdamW>(trained,
+                                                   torch::optim::AdamWOptions(o_.lr)
+                                                       .betas(std::make_tuple(o_.beta1, o_.beta2))
+                                                       .eps(o_.eps)
+                                                       .weight_decay(o_.weight_decay));
+    }
   }
 
   // ---- logs
-  const bool leader = env.rank == 0;
-  // The log is a stream (one line per step, flushed): "-" is this process's stdout, written
-  // through, never truncated; a path is opened as given, so a symlink's target, a FIFO or a
-  // character device is written in place and never replaced.
-  std::unique_ptr<std::ofstream> log_file;
-  std::ostream* log = nullptr;
-  if (!o.log.empty() && (leader || o.log.find("{rank}") != std::string::npos)) {
-    std::string path = replaceRank(o.log, env.rank);
-    if (path == "-") {
-      log = &std::cout;
-    } else {
-      if (auto parent = std::filesystem::path(path).parent_path(); !parent.empty())
-        makeDirs(parent.string());
-      log_file = std::make_unique<std::ofstream>(path, std::ios::trunc);
-      if (!*log_file) inputError("cannot write log '" + path + "'");
-      log = log_file.get();
-    }
-  }
-  if (!o.save_grads.empty()) makeDirs(o.save_grads);
-  if (!o.save.empty()) makeDirs(o.save);
-  bool tty = ::isatty(2) != 0;
-  ProgressBar bar(leader && (o.progress == "always" || (o.progress == "auto" && tty)), o.steps);
-
-  // ---- the loop, watched by the watchdog started at the top: every node counts as progress.
-  running.store(ex.get());
-  double total_seconds = 0;
-  for (int step = 1; step <= o.steps; ++step) {
-    current_step = step;
-    phases.fetch_add(1, std::memory_order_relaxed);
-    debugFail(o, env.rank, step);
-    std::vector<c10::IValue> args;
-    args.reserve(inputs.size());
-    for (Input& in : inputs) {
-      if (in.is_fixed) {
-        args.push_back(in.fixed);
-        continue;
-      }
-      if (in.value.defined()) {
-        args.emplace_back(in.value);
-        continue;
-      }
-      // User inputs: this rank's slice of a global batch [dp_size * b, ...].
-      const TensorMeta& m = in.info.meta.tensor;
-      at::Tensor t;
-      if (batch_file) {
-        const SafetensorsEntry* e = batch_file->find(in.info.name);
-        if (!e) inputError(o.batch + ": no tensor '" + in.info.name + "'");
-        t = readTensor(*batch_file, *e);
+  void openLogs() {
+    // The log is a stream (one line per step, flushed): "-" is this process's stdout, written
+    // through, never truncated; a path is opened as given, so a symlink's target, a FIFO or a
+    // character device is written in place and never replaced.
+    if (!o_.log.empty() && (leader_ || o_.log.find("{rank}") != std::string::npos)) {
+      std::string path = replaceRank(o_.log, env_.rank);
+      if (path == "-") {
+        log_ = &std::cout;
       } else {
-        std::vector<int64_t> global = m.shape;
-        if (!global.empty()) global[0] *= dp_size;
-        auto gen = generator(mixSeed(o.seed, {"batch", in.info.name, std::to_string(step)}));
-        if (dtypeIsFloatingPoint(m.dtype)) {
-          t = at::randn(global, gen, at::kFloat);
-        } else {
-          int64_t high = o.int_high > 0 ? o.int_high : (in.int_bound > 0 ? in.int_bound : 2);
-          if (m.dtype == ScalarType::Bool) high = 2;
-          t = at::randint(0, high, global, gen, at::kLong);
-        }
+        if (auto parent = std::filesystem::path(path).parent_path(); !parent.empty())
+          makeDirs(parent.string());
+        log_file_ = std::make_unique<std::ofstream>(path, std::ios::trunc);
+        if (!*log_file_) inputError("cannot write log '" + path + "'");
+        log_ = log_file_.get();
       }
-      if (t.sizes() != c10::IntArrayRef(m.shape)) {
-        if (t.dim() == static_cast<int64_t>(m.shape.size()) && t.dim() > 0 &&
-            t.size(0) == m.shape[0] * dp_size)
-          t = t.narrow(0, dp_rank * m.shape[0], m.shape[0]);
-        else
-          inputError("input '" + in.info.name + "': batch shape " + shapeStr(t.sizes()) +
-                     " is neither the graph's " + shapeStr(m.shape) + " nor " +
-                     std::to_string(dp_size) + " of them along dim 0");
-      }
-      args.emplace_back(t.to(device, atenDtype(m.dtype)).contiguous());
     }
+    if (!o_.save_grads.empty()) makeDirs(o_.save_grads);
+    if (!o_.save.empty()) makeDirs(o_.save);
+    bool tty = ::isatty(2) != 0;
+    bar_.emplace(leader_ && (o_.progress == "always" || (o_.progress == "auto" && tty)), o_.steps);
+  }
+
+  // ---- one training step
+  void runStep(int step) {
+    current_step_ = step;
+    phases_.fetch_add(1, std::memory_order_relaxed);
+    debugFail(o_, env_.rank, step);
+    std::vector<c10::IValue> args = stepArguments(step);
 
     auto t0 = std::chrono::steady_clock::now();
     std::vector<c10::IValue> outs;
     try {
-      outs = ex->run(std::move(args));
+      outs = ex_->run(std::move(args));
     } catch (const JfxError& e) {
       throw RankError{kExecRankFailed, "step " + std::to_string(step) + ": " + e.what()};
     }
     double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    total_seconds += seconds;
-    phases.fetch_add(1, std::memory_order_relaxed);
+    total_seconds_ += seconds;
+    phases_.fetch_add(1, std::memory_order_relaxed);
 
-    if (loss_index >= outs.size() || !outs[loss_index].isTensor())
-      throw RankError{kExecRankFailed, "output " + std::to_string(loss_index) + " is not a tensor"};
-    // Buffer updates carry to the next step: outputs of kind buffer_mutation are copied into the
-    // buffer; in-place writes (native_batch_norm's running statistics) already went to it, since
-    // the buffer tensor itself is the graph input.
-    for (auto [k, i] : buffer_outputs) {
-      if (!outs[k].isTensor() || outs[k].toTensor().sizes() != inputs[i].value.sizes())
-        throw RankError{kExecRankFailed, "output " + std::to_string(k) + " (update of buffer '" +
-                                             inputs[i].info.fqn + "') is not a tensor of shape " +
-                                             shapeStr(inputs[i].value.sizes())};
-      inputs[i].value.copy_(outs[k].toTensor());
-    }
-    at::Tensor loss = outs[loss_index].toTensor();
+    if (loss_index_ >= outs.size() || !outs[loss_index_].isTensor())
+      throw RankError{kExecRankFailed,
+                      "output " + std::to_string(loss_index_) + " is not a tensor"};
+    updateBuffers(outs);
+    at::Tensor loss = outs[loss_index_].toTensor();
     double loss_value = loss.numel() == 1 ? loss.to(at::kCPU).to(at::kDouble).item<double>() : 0.0;
+    if (!o_.save_grads.empty()) saveGrads(step, loss, outs);
+    report(step, loss, loss_value, seconds);
+    if (opt_) optimizerStep(outs);
+  }
 
-    if (!o.save_grads.empty()) {
-      SafetensorsWriter w;
-      addTensor(w, "__loss__", loss);
-      for (auto [k, i] : grad_outputs)
-        addTensor(w, inputs[i].info.fqn, outs[k].toTensor());
-      // The updated buffers after this step, so parity compares running statistics too.
-      for (size_t i : buffer_inputs)
-        addTensor(w, "buffer:" + inputs[i].info.fqn, inputs[i].value);
-      w.setMetadata("step", std::to_string(step));
-      w.setMetadata("rank", std::to_string(env.rank));
-      w.setMetadata("world_size", std::to_string(env.world_size));
-      w.setMetadata("graph", o.graph);
-      w.write(o.save_grads + "/grads.step" + std::to_string(step) + ".rank" +
-              std::to_string(env.rank) + ".safetensors");
+  // One value per placeholder for step `step`.
+  std::vector<c10::IValue> stepArguments(int step) {
+    std::vector<c10::IValue> args;
+    args.reserve(inputs_.size());
+    for (Input& in : inputs_) {
+      if (in.is_fixed)
+        args.push_back(in.fixed);
+      else if (in.value.defined())
+        args.emplace_back(in.value);
+      else
+        args.emplace_back(userInput(in, step));
     }
-    if (log) {
+    return args;
+  }
+
+  // User inputs: this rank's slice of a global batch [dp_size * b, ...].
+  at::Tensor userInput(const Input& in, int step) const {
+    const TensorMeta& m = in.info.meta.tensor;
+    at::Tensor t;
+    if (batch_file_) {
+      const SafetensorsEntry* e = batch_file_->find(in.info.name);
+      if (!e) inputError(o_.batch + ": no tensor '" + in.info.name + "'");
+      t = readTensor(*batch_file_, *e);
+    } else {
+      std::vector<int64_t> global = m.shape;
+      if (!global.empty()) global[0] *= dp_size_;
+      auto gen = generator(mixSeed(o_.seed, {"batch", in.info.name, std::to_string(step)}));
+      if (dtypeIsFloatingPoint(m.dtype)) {
+        t = at::randn(global, gen, at::kFloat);
+      } else {
+        int64_t high = o_.int_high > 0 ? o_.int_high : (in.int_bound > 0 ? in.int_bound : 2);
+        if (m.dtype == ScalarType::Bool) high = 2;
+        t = at::randint(0, high, global, gen, at::kLong);
+      }
+    }
+    if (t.sizes() != c10::IntArrayRef(m.shape)) {
+      if (t.dim() == static_cast<int64_t>(m.shape.size()) && t.dim() > 0 &&
+          t.size(0) == m.shape[0] * dp_size_)
+        t = t.narrow(0, dp_rank_ * m.shape[0], m.shape[0]);
+      else
+        inputError("input '" + in.info.name + "': batch shape " + shapeStr(t.sizes()) +
+                   " is neither the graph's " + shapeStr(m.shape) + " nor " +
+                   std::to_string(dp_size_) + " of them along dim 0");
+    }
+    return t.to(device_, atenDtype(m.dtype)).contiguous();
+  }
+
+  // Buffer updates carry to the next step: outputs of kind buffer_mutation are copied into the
+  // buffer; in-place writes (native_batch_norm's running statistics) already went to it, since
+  // the buffer tensor itself is the graph input.
+  void updateBuffers(const std::vector<c10::IValue>& outs) {
+    for (auto [k, i] : buffer_outputs_) {
+      if (!outs[k].isTensor() || outs[k].toTensor().sizes() != inputs_[i].value.sizes())
+        throw RankError{kExecRankFailed, "output " + std::to_string(k) + " (update of buffer '" +
+                                             inputs_[i].info.fqn + "') is not a tensor of shape " +
+                                             shapeStr(inputs_[i].value.sizes())};
+      inputs_[i].value.copy_(outs[k].toTensor());
+    }
+  }
+
+  void saveGrads(int step, const at::Tensor& loss, const std::vector<c10::IValue>& outs) {
+    SafetensorsWriter w;
+    addTensor(w, "__loss__", loss);
+    for (auto [k, i] : grad_outputs_)
+      addTensor(w, inputs_[i].info.fqn, outs[k].toTensor());
+    // The updated buffers after this step, so parity compares running statistics too.
+    for (size_t i : buffer_inputs_)
+      addTensor(w, "buffer:" + inputs_[i].info.fqn, inputs_[i].value);
+    w.setMetadata("step", std::to_string(step));
+    w.setMetadata("rank", std::to_string(env_.rank));
+    w.setMetadata("world_size", std::to_string(env_.world_size));
+    w.setMetadata("graph", o_.graph);
+    w.write(o_.save_grads + "/grads.step" + std::to_string(step) + ".rank" +
+            std::to_string(env_.rank) + ".safetensors");
+  }
+
+  // The step's loss: the JSONL log, the line on stdout, the progress bar.
+  void report(int step, const at::Tensor& loss, double loss_value, double seconds) {
+    if (log_) {
       nlohmann::ordered_json j;
       j["step"] = step;
-      j["rank"] = env.rank;
+      j["rank"] = env_.rank;
       j["loss"] = loss_value;
       j["loss_bits"] = tensorHex(loss);
       j["seconds"] = seconds;
-      *log << j.dump() << '\n';
-      log->flush();
+      *log_ << j.dump() << '\n';
+      log_->flush();
     }
-    if (leader && !o.quiet) {
-      bar.clear();
+    if (leader_ && !o_.quiet) {
+      bar_->clear();
       std::printf("step %d loss %s\n", step, formatLoss(loss_value).c_str());
       std::fflush(stdout);
     }
-    bar.update(step, loss_value, total_seconds / step);
+    bar_->update(step, loss_value, total_seconds_ / step);
+  }
 
-    if (opt) {
-      c10::AutoGradMode no_grad(false);
-      for (auto [k, i] : grad_outputs) {
-        at::Tensor grad = outs[k].toTensor();
-        at::Tensor& p = inputs[i].value;
-        if (grad.sizes() != p.sizes())
-          throw RankError{kExecRankFailed, "gradient of '" + inputs[i].info.fqn + "' is " +
-                                               shapeStr(grad.sizes()) + ", its shard " +
-                                               shapeStr(p.sizes())};
-        p.mutable_grad() = grad.to(p.scalar_type());
-      }
-      opt->step();
+  void optimizerStep(const std::vector<c10::IValue>& outs) {
+    c10::AutoGradMode no_grad(false);
+    for (auto [k, i] : grad_outputs_) {
+      at::Tensor grad = outs[k].toTensor();
+      at::Tensor& p = inputs_[i].value;
+      if (grad.sizes() != p.sizes())
+        throw RankError{kExecRankFailed, "gradient of '" + inputs_[i].info.fqn + "' is " +
+                                             shapeStr(grad.sizes()) + ", its shard " +
+                                             shapeStr(p.sizes())};
+      p.mutable_grad() = grad.to(p.scalar_type());
     }
+    opt_->step();
   }
 
-  // Nobody tears down its connections while a peer may still be reading from them.
-  phases.fetch_add(1, std::memory_order_relaxed);
-  try {
-    pgs->worldBarrier("end");
-  } catch (const JfxError& e) {
-    throw RankError{kExecRankFailed, e.message()};
+  // ---- the end: every rank done, then the state and the summary
+  void finish() {
+    // Nobody tears down its connections while a peer may still be reading from them.
+    phases_.fetch_add(1, std::memory_order_relaxed);
+    try {
+      pgs_->worldBarrier("end");
+    } catch (const JfxError& e) {
+      throw RankError{kExecRankFailed, e.message()};
+    }
+    watchdog_.reset();
+    if (!o_.save.empty()) saveState();
+    bar_->finish();
+    if (leader_ && !o_.quiet)
+      std::fprintf(stderr, "jointfx exec: %d step%s on %d rank%s, %.4f s/step\n", o_.steps,
+                   o_.steps == 1 ? "" : "s", env_.world_size, env_.world_size == 1 ? "" : "s",
+                   total_seconds_ / o_.steps);
+    if (leader_ && o_.profile) printProfile(ex_->profile(), o_.steps);
   }
-  watchdog.reset();
 
-  if (!o.save.empty()) {
+  void saveState() {
     SafetensorsWriter w;
     nlohmann::ordered_json shards = nlohmann::ordered_json::object();
-    for (const Input& in : inputs) {
+    for (const Input& in : inputs_) {
       if (!in.value.defined()) continue;
       addTensor(w, in.info.fqn, in.value);
       shards[in.info.fqn] = {{"group", in.layout.group},
                              {"group_rank", in.layout.group_rank},
                              {"group_size", in.layout.group_size}};
-      if (!opt) continue;
-      auto it = opt->state().find(in.value.unsafeGetTensorImpl());
-      if (it == opt->state().end()) continue;
+      if (!opt_) continue;
+      auto it = opt_->state().find(in.value.unsafeGetTensorImpl());
+      if (it == opt_->state().end()) continue;
       if (auto* s = dynamic_cast<torch::optim::AdamWParamState*>(it->second.get())) {
         addTensor(w, "optim." + in.info.fqn + ".exp_avg", s->exp_avg());
         addTensor(w, "optim." + in.info.fqn + ".exp_avg_sq", s->exp_avg_sq());
@@ -951,21 +1002,44 @@ int runRankImpl(const ExecOptions& o, const DistEnv& env, std::unique_ptr<Proces
           addTensor(w, "optim." + in.info.fqn + ".momentum_buffer", sg->momentum_buffer());
       }
     }
-    w.setMetadata("steps", std::to_string(o.steps));
-    w.setMetadata("rank", std::to_string(env.rank));
-    w.setMetadata("world_size", std::to_string(env.world_size));
-    w.setMetadata("optimizer", o.optimizer);
+    w.setMetadata("steps", std::to_string(o_.steps));
+    w.setMetadata("rank", std::to_string(env_.rank));
+    w.setMetadata("world_size", std::to_string(env_.world_size));
+    w.setMetadata("optimizer", o_.optimizer);
     w.setMetadata("shards", shards.dump());
-    w.write(o.save + "/state.rank" + std::to_string(env.rank) + ".safetensors");
+    w.write(o_.save + "/state.rank" + std::to_string(env_.rank) + ".safetensors");
   }
-  bar.finish();
-  if (leader && !o.quiet)
-    std::fprintf(stderr, "jointfx exec: %d step%s on %d rank%s, %.4f s/step\n", o.steps,
-                 o.steps == 1 ? "" : "s", env.world_size, env.world_size == 1 ? "" : "s",
-                 total_seconds / o.steps);
-  if (leader && o.profile) printProfile(ex->profile(), o.steps);
-  return kExecOk;
-}
+
+  const ExecOptions& o_;
+  const DistEnv& env_;
+  std::unique_ptr<ProcessGroups>& pgs_;
+  const bool leader_;
+  // What the watchdog reads.
+  std::atomic<uint64_t> phases_{0};
+  std::atomic<int> current_step_{0};
+  std::atomic<const Executor*> running_{nullptr};
+  std::string rendezvous_phase_;
+  std::atomic<const char*> phase_name_{"loading the graph"};
+  std::unique_ptr<Graph> g_;
+  c10::Device device_{c10::kCPU};
+  std::unique_ptr<Executor> ex_;
+  // After ex_: members go in reverse order, so the watchdog stops before the executor whose
+  // progress it reads goes.
+  std::optional<Watchdog> watchdog_;
+  std::vector<Input> inputs_;
+  std::string dp_group_, tp_group_;
+  int dp_rank_ = 0, dp_size_ = 1;
+  std::optional<SafetensorsFile> params_file_, batch_file_;
+  size_t loss_index_ = 0;
+  std::vector<std::pair<size_t, size_t>> grad_outputs_;    // (output index, input index)
+  std::vector<std::pair<size_t, size_t>> buffer_outputs_;  // (output index, buffer input index)
+  std::vector<size_t> buffer_inputs_;  // the buffers the graph updates, in input order
+  std::unique_ptr<torch::optim::Optimizer> opt_;
+  std::unique_ptr<std::ofstream> log_file_;
+  std::ostream* log_ = nullptr;
+  std::optional<ProgressBar> bar_;
+  double total_seconds_ = 0;
+};
 
 }  // namespace
 
@@ -1018,7 +1092,7 @@ int runRank(const ExecOptions& o) {
   std::string message;
   std::unique_ptr<ProcessGroups> pgs;
   try {
-    code = runRankImpl(o, env, pgs);
+    code = RankRun(o, env, pgs).run();
   } catch (const RankError& e) {
     code = e.code;
     message = e.message;
