@@ -11,6 +11,7 @@
 #include "tools/jointfx/commands.h"
 
 namespace jfx::cli {
+#if JFX_HAVE_RUNTIME
 namespace {
 
 // The cost model's part in a calibration (runtime/calibrate.h): the roofline time of a chain's
@@ -35,6 +36,7 @@ rt::CalibrateModel costModelForCalibrate() {
 }
 
 }  // namespace
+#endif
 
 void addCalibrateCommand(CLI::App& app, int& exit_code) {
   auto o = std::make_shared<rt::CalibrateOptions>();

@@ -37,10 +37,100 @@ int runForParity(const ExecOptions& base, const std::string& graph, const std::s
 
 }  // namespace
 
-int runParity(const ParityOptions& o) {
+namespace {
+
+// One B: its name in the report, its graph file, its run directory, what its pipeline changed.
+struct Candidate {
+  std::string label, graph, dir, change;
+};
+
+// A after each pipeline ("" is the empty pipeline: A written back, a format round trip), with a
+// line per pipeline in `changes`. Every pipeline is resolved before any runs, so a typo in the
+// last one does not cost the runs of the others.
+std::vector<std::unique_ptr<Graph>> runPipelines(const std::string& a,
+                                                 const std::vector<std::string>& pipelines,
+                                                 std::vector<std::string>& changes) {
+  std::vector<std::vector<PipelineEntry>> resolved;
+  for (const std::string& p : pipelines)
+    resolved.push_back(p.empty() ? std::vector<PipelineEntry>{} : resolvePipeline(p));
+  std::vector<std::unique_ptr<Graph>> graphs;
+  for (const auto& p : resolved) {
+    std::unique_ptr<Graph> g = loadGraph(a);
+    uint64_t before = structuralHash(*g);
+    size_t nodes_before = g->size();
+    PassManagerOptions pm;
+    if (!p.empty()) runPipeline(*g, p, pm);
+    // Say whether the pipeline changed anything: identical results of an unchanged graph
+    // prove nothing about the pipeline.
+    changes.push_back(structuralHash(*g) == before ? std::string("graph unchanged")
+                                                   : std::to_string(nodes_before) + " -> " +
+                                                         std::to_string(g->size()) + " nodes");
+    graphs.push_back(std::move(g));
+  }
+  return graphs;
+}
+
+// Where the runs go: --keep, else a fresh temporary directory (`remove` set: it goes at the end
+// unless something differs). Empty after printing the error.
+std::string makeWorkDir(const ParityOptions& o, bool& remove) {
   namespace fs = std::filesystem;
-  std::string work;
-  bool remove_work = false;
+  if (!o.keep.empty()) {
+    fs::create_directories(o.keep);
+    return o.keep;
+  }
+  std::string tmpl = (fs::temp_directory_path() / "jointfx-parity-XXXXXX").string();
+  if (!::mkdtemp(tmpl.data())) {
+    printError("parity", "cannot create a temporary directory");
+    return {};
+  }
+  remove = true;
+  return tmpl;
+}
+
+// Compares B's run with A's and prints the line for B (and its differences); true when
+// bitwise identical.
+bool reportComparison(const ParityOptions& o, const std::string& work, const Candidate& c) {
+  std::vector<std::string> report;
+  bool buffers = false;
+  rt::ParityUlp ulp;
+  bool same =
+      rt::compareGradDirs(work + "/a", c.dir, o.exec.nproc, o.exec.steps, report, &ulp, &buffers);
+  std::string label = o.a + " vs " + c.label;
+  if (same) {
+    std::printf("parity: %s: %s bitwise identical (%d rank%s, %d step%s%s)\n", label.c_str(),
+                buffers ? "loss, gradients and updated buffers" : "loss and gradients",
+                o.exec.nproc, o.exec.nproc == 1 ? "" : "s", o.exec.steps,
+                o.exec.steps == 1 ? "" : "s", c.change.c_str());
+    return true;
+  }
+  // How far apart, not only that: the largest ulp distance over all steps, and per step
+  // (step 1 shows a pass's own effect; later steps add what the optimizer carried over).
+  auto fmt = [](int64_t u) { return u < 0 ? std::string("n/a") : std::to_string(u); };
+  auto overall = [](const std::vector<int64_t>& v) {
+    int64_t m = 0;
+    for (int64_t u : v)
+      m = (u < 0 || m < 0) ? -1 : std::max(m, u);
+    return m;
+  };
+  std::string per_step;
+  for (size_t s = 0; s < ulp.loss.size(); ++s)
+    per_step += (s ? "; " : "") + std::string("step ") + std::to_string(s + 1) + ": loss " +
+                fmt(ulp.loss[s]) + ", gradients " + fmt(ulp.gradients[s]);
+  std::printf(
+      "parity: %s: DIFFERENT (%zu difference%s%s): max ulp distance: loss %s, gradients %s "
+      "(%s)\n",
+      label.c_str(), report.size(), report.size() == 1 ? "" : "s", c.change.c_str(),
+      fmt(overall(ulp.loss)).c_str(), fmt(overall(ulp.gradients)).c_str(), per_step.c_str());
+  for (size_t i = 0; i < report.size() && i < 50; ++i)
+    std::printf("  %s\n", report[i].c_str());
+  if (report.size() > 50) std::printf("  ... %zu more\n", report.size() - 50);
+  std::printf("  run directories kept in %s\n", work.c_str());
+  return false;
+}
+
+}  // namespace
+
+int runParity(const ParityOptions& o) {
   try {
     if (o.a.empty()) {
       printError("parity", "no reference graph");
@@ -50,47 +140,16 @@ int runParity(const ParityOptions& o) {
       printError("parity", "give either a second graph or --pipeline, not both");
       return kExecInputError;
     }
-    // Every B: the second graph, or A after each pipeline ("" is the empty pipeline: A written
-    // back, a format round trip). Pipelines are resolved before anything runs, so a typo in the
-    // last one does not cost the runs of the others.
+    // Every B: the second graph, or A after each pipeline (none: the empty one).
     std::vector<std::string> pipelines = o.pipelines;
     if (pipelines.empty() && o.b.empty()) pipelines.push_back("");
-    std::vector<std::unique_ptr<Graph>> graphs;
     std::vector<std::string> changes;
-    if (o.b.empty()) {
-      std::vector<std::vector<PipelineEntry>> resolved;
-      for (const std::string& p : pipelines)
-        resolved.push_back(p.empty() ? std::vector<PipelineEntry>{} : resolvePipeline(p));
-      for (const auto& p : resolved) {
-        std::unique_ptr<Graph> g = loadGraph(o.a);
-        uint64_t before = structuralHash(*g);
-        size_t nodes_before = g->size();
-        PassManagerOptions pm;
-        if (!p.empty()) runPipeline(*g, p, pm);
-        // Say whether the pipeline changed anything: identical results of an unchanged graph
-        // prove nothing about the pipeline.
-        changes.push_back(structuralHash(*g) == before ? std::string("graph unchanged")
-                                                       : std::to_string(nodes_before) + " -> " +
-                                                             std::to_string(g->size()) + " nodes");
-        graphs.push_back(std::move(g));
-      }
-    }
+    std::vector<std::unique_ptr<Graph>> graphs;
+    if (o.b.empty()) graphs = runPipelines(o.a, pipelines, changes);
 
-    if (!o.keep.empty()) {
-      work = o.keep;
-      fs::create_directories(work);
-    } else {
-      std::string tmpl = (fs::temp_directory_path() / "jointfx-parity-XXXXXX").string();
-      if (!::mkdtemp(tmpl.data())) {
-        printError("parity", "cannot create a temporary directory");
-        return kExecInputError;
-      }
-      work = tmpl;
-      remove_work = true;
-    }
-    struct Candidate {
-      std::string label, graph, dir, change;
-    };
+    bool remove_work = false;
+    const std::string work = makeWorkDir(o, remove_work);
+    if (work.empty()) return kExecInputError;
     std::vector<Candidate> bs;
     if (!o.b.empty()) {
       bs.push_back({o.b, o.b, work + "/b", ""});
@@ -116,46 +175,10 @@ int runParity(const ParityOptions& o) {
     for (const Candidate& c : bs) {
       if (int code = runForParity(o.exec, c.graph, c.dir); code != kExecOk)
         return failed("B " + c.label, c.graph, code);
-      std::vector<std::string> report;
-      bool buffers = false;
-      rt::ParityUlp ulp;
-      bool same = rt::compareGradDirs(work + "/a", c.dir, o.exec.nproc, o.exec.steps, report, &ulp,
-                                      &buffers);
-      std::string label = o.a + " vs " + c.label;
-      if (same) {
-        std::printf("parity: %s: %s bitwise identical (%d rank%s, %d step%s%s)\n", label.c_str(),
-                    buffers ? "loss, gradients and updated buffers" : "loss and gradients",
-                    o.exec.nproc, o.exec.nproc == 1 ? "" : "s", o.exec.steps,
-                    o.exec.steps == 1 ? "" : "s", c.change.c_str());
-      } else {
-        all_same = false;
-        // How far apart, not only that: the largest ulp distance over all steps, and per step
-        // (step 1 shows a pass's own effect; later steps add what the optimizer carried over).
-        auto fmt = [](int64_t u) { return u < 0 ? std::string("n/a") : std::to_string(u); };
-        auto overall = [](const std::vector<int64_t>& v) {
-          int64_t m = 0;
-          for (int64_t u : v)
-            m = (u < 0 || m < 0) ? -1 : std::max(m, u);
-          return m;
-        };
-        std::string per_step;
-        for (size_t s = 0; s < ulp.loss.size(); ++s)
-          per_step += (s ? "; " : "") + std::string("step ") + std::to_string(s + 1) + ": loss " +
-                      fmt(ulp.loss[s]) + ", gradients " + fmt(ulp.gradients[s]);
-        std::printf(
-            "parity: %s: DIFFERENT (%zu difference%s%s): max ulp distance: loss %s, gradients "
-            "%s (%s)\n",
-            label.c_str(), report.size(), report.size() == 1 ? "" : "s", c.change.c_str(),
-            fmt(overall(ulp.loss)).c_str(), fmt(overall(ulp.gradients)).c_str(), per_step.c_str());
-        for (size_t i = 0; i < report.size() && i < 50; ++i)
-          std::printf("  %s\n", report[i].c_str());
-        if (report.size() > 50) std::printf("  ... %zu more\n", report.size() - 50);
-        std::printf("  run directories kept in %s\n", work.c_str());
-        remove_work = false;
-      }
+      if (!reportComparison(o, work, c)) all_same = remove_work = false;
       std::fflush(stdout);
     }
-    if (remove_work) fs::remove_all(work);
+    if (remove_work) std::filesystem::remove_all(work);
     return all_same ? kExecOk : kExecMismatch;
   } catch (const JfxError& e) {
     printError("parity", e.what());
