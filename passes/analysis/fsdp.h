@@ -86,6 +86,15 @@ FsdpAnalysis analyzeFsdp(const Graph& g, const PhaseInfo& phases);
 // returns the placeholder it reaches, or nullptr. Exposed for tests and for other passes.
 Node* singleInputRoot(Node* n);
 
+template <>
+struct AnalysisTraits<FsdpAnalysis> {
+  static constexpr std::string_view name = "fsdp";
+  static FsdpAnalysis compute(const Graph& g, AnalysisManager& am) {
+    return analyzeFsdp(g, am.get<PhaseInfo>(g));
+  }
+  static std::string fingerprint(const FsdpAnalysis& a);
+};
+
 // True for a collective `bucket` made from FSDP members: its extra meta carries "fsdp_bucket"
 // ({"kind", "plan", "members"}), which schedule and split-comm-groups read, since a bucketed
 // all-gather no longer has the single-parameter shape this analysis matches.

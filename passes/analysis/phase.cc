@@ -115,4 +115,13 @@ PhaseInfo computePhases(const Graph& g) {
   return info;
 }
 
+std::string AnalysisTraits<PhaseInfo>::fingerprint(const PhaseInfo& p) {
+  std::string s;
+  s.reserve(p.byId().size() + 16);
+  for (Phase ph : p.byId())
+    s += static_cast<char>('0' + static_cast<int>(ph));
+  s += " loss=" + (p.lossNode() ? p.lossNode()->name() : std::string("-"));
+  return s;
+}
+
 }  // namespace jfx

@@ -144,10 +144,10 @@ class Bucketer {
         g_(g),
         opts_(opts),
         ctx_(ctx),
-        phases_(computePhases(g)),
-        fsdp_(analyzeFsdp(g, phases_)),
+        phases_(ctx.analyses.get<PhaseInfo>(g)),
+        fsdp_(ctx.analyses.get<FsdpAnalysis>(g)),
         written_(g),
-        blocks_(analyzeBlocks(g)) {}
+        blocks_(ctx.analyses.get<BlockAnalysis>(g)) {}
 
   bool run();
 
@@ -190,10 +190,11 @@ class Bucketer {
   Graph& g_;
   const BucketOptions& opts_;
   PassContext& ctx_;
-  PhaseInfo phases_;
-  FsdpAnalysis fsdp_;
+  // Of the graph before this pass edits it (cached along the pipeline).
+  const PhaseInfo& phases_;
+  const FsdpAnalysis& fsdp_;
   WrittenStorage written_;  // values written in place: their readers stay where they are
-  BlockAnalysis blocks_;
+  const BlockAnalysis& blocks_;
   std::vector<int64_t> pos_;  // program index by node id, at scan time
   std::vector<KeyTuple> keys_;
   std::map<KeyTuple, size_t> key_index_;
@@ -902,7 +903,7 @@ std::unique_ptr<Graph> boundedCopy(const Graph& g, const BucketOptions& opts, in
 // wins, ties to the earlier candidate.
 bool bucketAuto(Graph& g, const BucketOptions& opts, PassContext& ctx) {
   if (!opts.cost) throw JfxError({}, "pass 'bucket': plan=auto needs a hardware profile");
-  const int64_t peak_before = analyzeMemory(g, computePhases(g)).peak_bytes;
+  const int64_t peak_before = ctx.analyses.get<MemoryProfile>(g).peak_bytes;
   const int64_t bound = boundFor(opts, peak_before);
   const std::vector<BucketCandidate> cands = bucketAutoCandidates(opts);
   SimOptions so;
@@ -1051,7 +1052,7 @@ bool bucketFixed(Graph& g, const BucketOptions& opts, PassContext& ctx) {
   // Memory bound: bucket a copy, and while its estimated peak is above the bound, leave out the
   // buckets whose new or moved storages are live at an over-bound step. A few rounds settle it
   // (each drops every offending bucket at once); past 8 rounds nothing is bucketed.
-  const int64_t peak_before = analyzeMemory(g, computePhases(g)).peak_bytes;
+  const int64_t peak_before = ctx.analyses.get<MemoryProfile>(g).peak_bytes;
   const int64_t bound = boundFor(opts, peak_before);
   ctx.stat("memory-peak-before", peak_before);
   ctx.stat("memory-limit", bound);

@@ -129,8 +129,8 @@ class Scheduler {
       : g_(g),
         opts_(opts),
         ctx_(ctx),
-        phases_(computePhases(g)),
-        fsdp_(analyzeFsdp(g, phases_)),
+        phases_(ctx.analyses.get<PhaseInfo>(g)),
+        fsdp_(ctx.analyses.get<FsdpAnalysis>(g)),
         written_(g) {}
   bool run();
 
@@ -157,8 +157,9 @@ class Scheduler {
   Graph& g_;
   const ScheduleOptions& opts_;
   PassContext& ctx_;
-  PhaseInfo phases_;
-  FsdpAnalysis fsdp_;
+  // Of the graph before this pass edits it (cached along the pipeline).
+  const PhaseInfo& phases_;
+  const FsdpAnalysis& fsdp_;
   WrittenStorage written_;      // values written in place: their readers stay where they are
   std::vector<size_t> idx_;     // original step by node id
   std::vector<uint8_t> moved_;  // by node id
@@ -326,7 +327,7 @@ bool Scheduler::run() {
   }
 
   {
-    BlockAnalysis blocks = analyzeBlocks(g_);
+    const BlockAnalysis& blocks = ctx_.analyses.get<BlockAnalysis>(g_);
     ctx_.stat("blocks", static_cast<int64_t>(blocks.blocks.size()));
     bool any_gather = false;
     for (auto& [key, seq] : gathers)
@@ -339,7 +340,7 @@ bool Scheduler::run() {
   }
 
   if (opts_.memory_limit != 0) {
-    MemoryProfile prof = analyzeMemory(g_, phases_);
+    const MemoryProfile& prof = ctx_.analyses.get<MemoryProfile>(g_);
     // The default: never above the input's own estimated peak.
     limit_ = opts_.memory_limit < 0 ? prof.peak_bytes : opts_.memory_limit;
     std::vector<int64_t> base(order.size(), 0);
@@ -491,7 +492,7 @@ bool scheduleCollectives(Graph& g, const ScheduleOptions& opts, PassContext& ctx
   // prefetch=auto: every K on a copy, the shortest simulated step within the limit; ties to the
   // smaller K. The limit check is the memory analysis of the copy: the same estimate the caller
   // would measure on the output (when the input already exceeds the limit, the input's peak).
-  const int64_t peak_before = analyzeMemory(g, computePhases(g)).peak_bytes;
+  const int64_t peak_before = ctx.analyses.get<MemoryProfile>(g).peak_bytes;
   const int64_t limit = opts.memory_limit == 0  ? 0
                         : opts.memory_limit < 0 ? peak_before
                                                 : std::max(opts.memory_limit, peak_before);
