@@ -198,6 +198,84 @@ int64_t nonFinite(const at::Tensor& t) {
   return t.isfinite().logical_not().sum().item<int64_t>();
 }
 
+// A parameter or buffer against --params: "" or the error; the entry it uses goes into `used`.
+std::string checkWeight(const GraphInput& in, const SafetensorsFile& params, const ExecOptions& o,
+                        std::set<std::string>& used, std::vector<std::string>& warnings) {
+  const TensorMeta& m = in.meta.tensor;
+  const SafetensorsEntry* e = params.find(in.fqn);
+  if (!e) {
+    std::vector<std::string> have;
+    for (const auto& x : params.entries())
+      have.push_back(x.name);
+    return o.params + ": no tensor '" + in.fqn + "' (input '" + in.name + "'); the file has " +
+           namesText(have);
+  }
+  used.insert(e->name);
+  bool warn = false;
+  if (std::string d = dtypeMismatch(e->dtype, m.dtype, &warn); !d.empty()) {
+    if (!warn) return o.params + ": tensor '" + in.fqn + "' is " + d;
+    warnings.push_back(o.params + ": tensor '" + in.fqn + "' is " + d);
+  }
+  if (e->shape.size() != m.shape.size())
+    return o.params + ": tensor '" + in.fqn + "' has " + std::to_string(e->shape.size()) +
+           " dimensions, the graph's input '" + in.name + "' " + std::to_string(m.shape.size());
+  if (int64_t bad = nonFinite(readTensor(params, *e)); bad > 0)
+    return o.params + ": tensor '" + in.fqn + "' holds " + std::to_string(bad) +
+           " NaN or infinite value" + (bad == 1 ? "" : "s") +
+           "; parameters and buffers must be finite";
+  return {};
+}
+
+// A user input against --batch (`rows`: the rows of the embedding it indexes, 0 when none): ""
+// or the error; the entry it uses goes into `used`.
+std::string checkBatchInput(const GraphInput& in, int64_t rows, const SafetensorsFile& batch,
+                            const ExecOptions& o, std::set<std::string>& used,
+                            std::vector<std::string>& warnings) {
+  const TensorMeta& m = in.meta.tensor;
+  const SafetensorsEntry* e = batch.find(in.name);
+  if (!e) {
+    std::vector<std::string> have;
+    for (const auto& x : batch.entries())
+      have.push_back(x.name);
+    return o.batch + ": no tensor '" + in.name + "' (a user input of the graph); the file has " +
+           namesText(have);
+  }
+  used.insert(e->name);
+  bool warn = false;
+  if (std::string d = dtypeMismatch(e->dtype, m.dtype, &warn); !d.empty()) {
+    std::string what = o.batch + ": input '" + in.name + "' is " + d;
+    if (!warn)
+      return what + (isIntegral(m.dtype) ? " (token ids and labels must be integers)" : "");
+    warnings.push_back(what);
+  }
+  // The local batch, or the global one along dim 0 (k local batches).
+  bool fits = e->shape.size() == m.shape.size();
+  for (size_t d = 0; fits && d < m.shape.size(); ++d)
+    fits = d == 0 ? (m.shape[0] > 0 ? e->shape[0] > 0 && e->shape[0] % m.shape[0] == 0
+                                    : e->shape[0] == 0)
+                  : e->shape[d] == m.shape[d];
+  if (!fits) {
+    std::string have = "[", want = "[";
+    for (size_t d = 0; d < e->shape.size(); ++d)
+      have += (d ? ", " : "") + std::to_string(e->shape[d]);
+    for (size_t d = 0; d < m.shape.size(); ++d)
+      want += (d ? ", " : "") + std::to_string(m.shape[d]);
+    return o.batch + ": input '" + in.name + "' has shape " + have + "], not the graph's " + want +
+           "] (or a multiple of it along dim 0)";
+  }
+  at::Tensor t = readTensor(batch, *e);
+  if (int64_t bad = nonFinite(t); bad > 0)
+    return o.batch + ": input '" + in.name + "' holds " + std::to_string(bad) +
+           " NaN or infinite value" + (bad == 1 ? "" : "s");
+  if (rows > 0 && isIntegral(e->dtype) && t.numel() > 0) {
+    int64_t lo = t.min().item<int64_t>(), hi = t.max().item<int64_t>();
+    if (lo < 0 || hi >= rows)
+      return o.batch + ": input '" + in.name + "' holds " + std::to_string(lo < 0 ? lo : hi) +
+             ", outside [0, " + std::to_string(rows) + "): the rows of the embedding it indexes";
+  }
+  return {};
+}
+
 // Checks --params and --batch against the graph, and the generated data's integer range, before
 // anything runs: every tensor a graph input needs is there with a shape it fits and a dtype it
 // can take; nothing in a file goes unused without a word; parameters are finite; integer inputs
@@ -220,29 +298,8 @@ std::string checkInputData(const Graph& g, const std::vector<GraphInput>& inputs
       return "parameter '" + in.fqn + "' (input '" + in.name + "') is " +
              std::string(dtypeName(m.dtype)) +
              " in the graph; only floating-point parameters can be trained";
-    if (weight && params) {
-      const SafetensorsEntry* e = params->find(in.fqn);
-      if (!e) {
-        std::vector<std::string> have;
-        for (const auto& x : params->entries())
-          have.push_back(x.name);
-        return o.params + ": no tensor '" + in.fqn + "' (input '" + in.name + "'); the file has " +
-               namesText(have);
-      }
-      used_params.insert(e->name);
-      bool warn = false;
-      if (std::string d = dtypeMismatch(e->dtype, m.dtype, &warn); !d.empty()) {
-        if (!warn) return o.params + ": tensor '" + in.fqn + "' is " + d;
-        warnings.push_back(o.params + ": tensor '" + in.fqn + "' is " + d);
-      }
-      if (e->shape.size() != m.shape.size())
-        return o.params + ": tensor '" + in.fqn + "' has " + std::to_string(e->shape.size()) +
-               " dimensions, the graph's input '" + in.name + "' " + std::to_string(m.shape.size());
-      if (int64_t bad = nonFinite(readTensor(*params, *e)); bad > 0)
-        return o.params + ": tensor '" + in.fqn + "' holds " + std::to_string(bad) +
-               " NaN or infinite value" + (bad == 1 ? "" : "s") +
-               "; parameters and buffers must be finite";
-    }
+    if (weight && params)
+      if (std::string e = checkWeight(in, *params, o, used_params, warnings); !e.empty()) return e;
     if (weight) continue;
     // A user input: from --batch, else generated.
     const int64_t rows = inferIntBound(phs[i], /*embeddings_only=*/true);
@@ -252,47 +309,8 @@ std::string checkInputData(const Graph& g, const std::vector<GraphInput>& inputs
                " rows of the embedding input '" + in.name + "' indexes";
       continue;
     }
-    const SafetensorsEntry* e = batch->find(in.name);
-    if (!e) {
-      std::vector<std::string> have;
-      for (const auto& x : batch->entries())
-        have.push_back(x.name);
-      return o.batch + ": no tensor '" + in.name + "' (a user input of the graph); the file has " +
-             namesText(have);
-    }
-    used_batch.insert(e->name);
-    bool warn = false;
-    if (std::string d = dtypeMismatch(e->dtype, m.dtype, &warn); !d.empty()) {
-      std::string what = o.batch + ": input '" + in.name + "' is " + d;
-      if (!warn)
-        return what + (isIntegral(m.dtype) ? " (token ids and labels must be integers)" : "");
-      warnings.push_back(what);
-    }
-    // The local batch, or the global one along dim 0 (k local batches).
-    bool fits = e->shape.size() == m.shape.size();
-    for (size_t d = 0; fits && d < m.shape.size(); ++d)
-      fits = d == 0 ? (m.shape[0] > 0 ? e->shape[0] > 0 && e->shape[0] % m.shape[0] == 0
-                                      : e->shape[0] == 0)
-                    : e->shape[d] == m.shape[d];
-    if (!fits) {
-      std::string have = "[", want = "[";
-      for (size_t d = 0; d < e->shape.size(); ++d)
-        have += (d ? ", " : "") + std::to_string(e->shape[d]);
-      for (size_t d = 0; d < m.shape.size(); ++d)
-        want += (d ? ", " : "") + std::to_string(m.shape[d]);
-      return o.batch + ": input '" + in.name + "' has shape " + have + "], not the graph's " +
-             want + "] (or a multiple of it along dim 0)";
-    }
-    at::Tensor t = readTensor(*batch, *e);
-    if (int64_t bad = nonFinite(t); bad > 0)
-      return o.batch + ": input '" + in.name + "' holds " + std::to_string(bad) +
-             " NaN or infinite value" + (bad == 1 ? "" : "s");
-    if (rows > 0 && isIntegral(e->dtype) && t.numel() > 0) {
-      int64_t lo = t.min().item<int64_t>(), hi = t.max().item<int64_t>();
-      if (lo < 0 || hi >= rows)
-        return o.batch + ": input '" + in.name + "' holds " + std::to_string(lo < 0 ? lo : hi) +
-               ", outside [0, " + std::to_string(rows) + "): the rows of the embedding it indexes";
-    }
+    if (std::string e = checkBatchInput(in, rows, *batch, o, used_batch, warnings); !e.empty())
+      return e;
   }
   auto unused = [&](const std::optional<SafetensorsFile>& f, const std::set<std::string>& used,
                     const std::string& path, const char* what) {
