@@ -6,7 +6,6 @@
 #include <limits>
 #include <map>
 #include <memory>
-#include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
 #include <tuple>
@@ -128,11 +127,12 @@ NodeMeta sharedMeta(const NodeMeta& from, Phase phase, const std::vector<Member>
   return m;
 }
 
-std::string withBucketMeta(const std::string& extra, const char* key, std::string_view kind,
-                           const std::string& plan, size_t members) {
-  nlohmann::json j = extra.empty() ? nlohmann::json::object() : nlohmann::json::parse(extra);
-  j[key] = {{"kind", kind}, {"plan", plan}, {"members", members}};
-  return j.dump();
+// The bucket record a bucketed collective carries: attribute `key` = {kind, members, plan}.
+void setBucketMeta(NodeMeta& meta, Symbol key, std::string_view kind, const std::string& plan,
+                   size_t members) {
+  meta.attrs.set(key, AttrValue{AttrValue::Dict{{"kind", std::string(kind)},
+                                                {"members", static_cast<int64_t>(members)},
+                                                {"plan", plan}}});
 }
 
 class Bucketer {
@@ -588,9 +588,9 @@ void Bucketer::finalizeGather(Bucket& b, const KeyTuple& key) {
   Node* cat = make("aten.cat.default", {Arg::ofList(std::move(flats))}, first, "ag_bucket_cat",
                    ValueMeta::ofTensor(contiguousLike(like, {total})), shared);
   NodeMeta coll_meta = shared;
-  coll_meta.extra_json = withBucketMeta(
-      shared.extra_json, fsdp_.roleOf(first) == CollectiveRole::Other ? "bucket" : "fsdp_bucket",
-      collectiveKindName(key.kind), plan, b.members.size());
+  setBucketMeta(coll_meta,
+                fsdp_.roleOf(first) == CollectiveRole::Other ? attr::bucket() : attr::fsdpBucket(),
+                collectiveKindName(key.kind), plan, b.members.size());
   Node* ag =
       make(first->target().str(), {Arg::ofNode(cat), Arg::ofInt(G), Arg::ofStr(key.group)}, first,
            "ag_bucket", ValueMeta::ofTensor(contiguousLike(like, {G * total})), coll_meta);
@@ -693,9 +693,9 @@ void Bucketer::finalizeData(Bucket& b, const KeyTuple& key) {
                         ValueMeta::ofTensor(contiguousLike(like, {total})), shared);
   }
   NodeMeta coll_meta = shared;
-  coll_meta.extra_json = withBucketMeta(
-      shared.extra_json, fsdp_.roleOf(last) == CollectiveRole::Other ? "bucket" : "fsdp_bucket",
-      collectiveKindName(key.kind), plan, b.members.size());
+  setBucketMeta(coll_meta,
+                fsdp_.roleOf(last) == CollectiveRole::Other ? attr::bucket() : attr::fsdpBucket(),
+                collectiveKindName(key.kind), plan, b.members.size());
   std::vector<Arg> args;
   if (rs)
     args = {Arg::ofNode(payload_node), Arg::ofStr(key.reduce_op), Arg::ofInt(G),
@@ -780,10 +780,7 @@ void placeBefore(Graph& g, const std::vector<Node*>& nodes, Node* anchor) {
 }
 
 bool hasFsdpBucketMeta(const Node& n) {
-  const std::string& extra = n.meta().extra_json;
-  if (extra.find("\"fsdp_bucket\"") == std::string::npos) return false;
-  auto j = nlohmann::json::parse(extra, nullptr, false);
-  return j.is_object() && j.contains("fsdp_bucket");
+  return n.meta().attrs.has(attr::fsdpBucket());
 }
 
 namespace {
