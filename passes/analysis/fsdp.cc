@@ -1,7 +1,8 @@
 #include "passes/analysis/fsdp.h"
 
 #include <algorithm>
-#include <nlohmann/json.hpp>
+
+#include "ir/attributes.h"
 
 namespace jfx {
 namespace {
@@ -305,10 +306,7 @@ std::string AnalysisTraits<FsdpAnalysis>::fingerprint(const FsdpAnalysis& a) {
 }
 
 bool hasFsdpBucketMeta(const Node& n) {
-  const std::string& extra = n.meta().extra_json;
-  if (extra.find("\"fsdp_bucket\"") == std::string::npos) return false;
-  auto j = nlohmann::json::parse(extra, nullptr, false);
-  return j.is_object() && j.contains("fsdp_bucket");
+  return n.meta().attrs.has(attr::fsdpBucket());
 }
 
 }  // namespace jfx

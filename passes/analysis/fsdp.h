@@ -95,9 +95,9 @@ struct AnalysisTraits<FsdpAnalysis> {
   static std::string fingerprint(const FsdpAnalysis& a);
 };
 
-// True for a collective `bucket` made from FSDP members: its extra meta carries "fsdp_bucket"
-// ({"kind", "plan", "members"}), which schedule and split-comm-groups read, since a bucketed
-// all-gather no longer has the single-parameter shape this analysis matches.
+// True for a collective `bucket` made from FSDP members: it carries the fsdp_bucket attribute
+// ({"kind", "plan", "members"}; ir/attributes.h), which schedule and split-comm-groups read, since
+// a bucketed all-gather no longer has the single-parameter shape this analysis matches.
 bool hasFsdpBucketMeta(const Node& n);
 
 }  // namespace jfx

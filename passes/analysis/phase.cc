@@ -1,7 +1,5 @@
 #include "passes/analysis/phase.h"
 
-#include <nlohmann/json.hpp>
-
 namespace jfx {
 namespace {
 
@@ -43,13 +41,7 @@ void classifyOutputs(const Graph& g, Node*& loss, std::vector<Node*>& grads) {
 }  // namespace
 
 bool hasAutogradBackwardFlag(const Node& n) {
-  const std::string& extra = n.meta().extra_json;
-  // Cheap filter first: parsing every node's extra meta would dominate on large graphs.
-  if (extra.find("\"autograd_backward\"") == std::string::npos) return false;
-  nlohmann::json j = nlohmann::json::parse(extra, nullptr, /*allow_exceptions=*/false);
-  if (!j.is_object()) return false;
-  auto it = j.find("autograd_backward");
-  return it != j.end() && it->is_boolean() && it->get<bool>();
+  return n.meta().attrs.getBool(attr::autogradBackward()).value_or(false);
 }
 
 PhaseInfo computePhases(const Graph& g) {
