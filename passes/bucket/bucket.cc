@@ -952,6 +952,7 @@ bool bucketAuto(Graph& g, const BucketOptions& opts, PassContext& ctx) {
     ScheduleOptions sched;
     sched.prefetch = 1;
     sched.memory_limit = bound;
+    sched.report = false;
     scheduleCollectives(*copy, sched, quiet);
     const double step = simulate(*copy, *opts.cost, so).step;
     char buf[64];

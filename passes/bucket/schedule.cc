@@ -13,7 +13,6 @@
 #include <optional>
 #include <vector>
 
-#include "ir/clone.h"
 #include "ir/error.h"
 #include "passes/analysis/blocks.h"
 #include "passes/analysis/cost_model.h"
@@ -123,16 +122,28 @@ struct Unit {
   Node* wait;
 };
 
+// What a Scheduler reads from its input besides the order: prefetch=auto runs every candidate
+// distance on the input itself and puts the order back in between, so one set serves them all.
+struct ScheduleAnalyses {
+  explicit ScheduleAnalyses(const Graph& g)
+      : phases(computePhases(g)), fsdp(analyzeFsdp(g, phases)), written(g) {}
+  PhaseInfo phases;
+  FsdpAnalysis fsdp;
+  WrittenStorage written;  // values written in place: their readers stay where they are
+};
+
 class Scheduler {
  public:
   Scheduler(Graph& g, const ScheduleOptions& opts, PassContext& ctx)
-      : g_(g),
-        opts_(opts),
-        ctx_(ctx),
-        phases_(computePhases(g)),
-        fsdp_(analyzeFsdp(g, phases_)),
-        written_(g) {}
+      : Scheduler(g, opts, ctx, std::make_unique<ScheduleAnalyses>(g), nullptr, nullptr, nullptr) {}
+  // With the input's analyses, its memory profile (default options) and its block analysis
+  // computed by the caller on this very graph and order.
+  Scheduler(Graph& g, const ScheduleOptions& opts, PassContext& ctx, const ScheduleAnalyses& a,
+            const MemoryProfile* input_memory, const BlockAnalysis* blocks)
+      : Scheduler(g, opts, ctx, nullptr, &a, input_memory, blocks) {}
   bool run();
+  // Every node run() moved, in the order they were first moved.
+  const std::vector<Node*>& movedNodes() const { return moved_list_; }
 
  private:
   // The original step of the first node at or after `x` that this pass has not moved.
@@ -153,15 +164,35 @@ class Scheduler {
   bool deferWaits(const std::vector<Unit>& seq);
   // The launch chain of `coll` if it moved before `at`; `at` moves down past non-movable producers.
   std::vector<Node*> launchChain(Node* coll, Node*& at) const;
+  Scheduler(Graph& g, const ScheduleOptions& opts, PassContext& ctx,
+            std::unique_ptr<ScheduleAnalyses> own, const ScheduleAnalyses* shared,
+            const MemoryProfile* input_memory, const BlockAnalysis* blocks)
+      : g_(g),
+        opts_(opts),
+        ctx_(ctx),
+        own_(std::move(own)),
+        phases_(shared ? shared->phases : own_->phases),
+        fsdp_(shared ? shared->fsdp : own_->fsdp),
+        written_(shared ? shared->written : own_->written),
+        input_memory_(input_memory),
+        blocks_(blocks) {}
+  void markMoved(Node* x) {
+    if (!moved_[x->id()]) moved_list_.push_back(x);
+    moved_[x->id()] = 1;
+  }
 
   Graph& g_;
   const ScheduleOptions& opts_;
   PassContext& ctx_;
-  PhaseInfo phases_;
-  FsdpAnalysis fsdp_;
-  WrittenStorage written_;      // values written in place: their readers stay where they are
-  std::vector<size_t> idx_;     // original step by node id
-  std::vector<uint8_t> moved_;  // by node id
+  std::unique_ptr<ScheduleAnalyses> own_;
+  const PhaseInfo& phases_;
+  const FsdpAnalysis& fsdp_;
+  const WrittenStorage& written_;
+  const MemoryProfile* input_memory_;  // the caller's, or nullptr: computed here
+  const BlockAnalysis* blocks_;        // the caller's, or nullptr: computed here
+  std::vector<size_t> idx_;            // original step by node id
+  std::vector<uint8_t> moved_;         // by node id
+  std::vector<Node*> moved_list_;
   std::vector<Node*> prev_same_group_;  // by node id: the previous collective of its group
   std::optional<MaxTree> tree_;
   int64_t limit_ = 0;  // bytes, when tree_ is set
@@ -223,7 +254,7 @@ bool Scheduler::prefetch(const std::vector<Unit>& seq) {
       }
       placeBefore(g_, movers, at);
       for (Node* x : movers)
-        moved_[x->id()] = 1;
+        markMoved(x);
       charge(lo, hi, delta);
       ctx_.stat("prefetched");
       ctx_.stat("moved-nodes", static_cast<int64_t>(movers.size()));
@@ -282,7 +313,7 @@ bool Scheduler::deferWaits(const std::vector<Unit>& seq) {
     }
     placeBefore(g_, movers, at);
     for (Node* x : movers)
-      moved_[x->id()] = 1;
+      markMoved(x);
     charge(lo, hi, delta);
     ctx_.stat("waits-deferred");
     ctx_.stat("moved-nodes", static_cast<int64_t>(movers.size()));
@@ -325,8 +356,10 @@ bool Scheduler::run() {
       reductions[{static_cast<int>(kind), group}].push_back(u);
   }
 
-  {
-    BlockAnalysis blocks = analyzeBlocks(g_);
+  if (opts_.report) {
+    std::optional<BlockAnalysis> own_blocks;
+    if (!blocks_) own_blocks.emplace(analyzeBlocks(g_));
+    const BlockAnalysis& blocks = blocks_ ? *blocks_ : *own_blocks;
     ctx_.stat("blocks", static_cast<int64_t>(blocks.blocks.size()));
     bool any_gather = false;
     for (auto& [key, seq] : gathers)
@@ -339,7 +372,9 @@ bool Scheduler::run() {
   }
 
   if (opts_.memory_limit != 0) {
-    MemoryProfile prof = analyzeMemory(g_, phases_);
+    std::optional<MemoryProfile> own_prof;
+    if (!input_memory_) own_prof.emplace(analyzeMemory(g_, phases_));
+    const MemoryProfile& prof = input_memory_ ? *input_memory_ : *own_prof;
     // The default: never above the input's own estimated peak.
     limit_ = opts_.memory_limit < 0 ? prof.peak_bytes : opts_.memory_limit;
     std::vector<int64_t> base(order.size(), 0);
@@ -485,27 +520,59 @@ void SchedulePass::configure(PassOptions& options) {
   }
 }
 
+namespace {
+
+// Puts `order` back after a run that moved only the nodes in `moved` (every other node kept its
+// place relative to the others): from the back of the order, each moved node goes right before
+// its successor in `order`, which is in place by then. O(moved log moved) plus the moves.
+void restoreOrder(Graph& g, const std::vector<Node*>& order, const std::vector<size_t>& step_of,
+                  std::vector<Node*> moved) {
+  std::sort(moved.begin(), moved.end(),
+            [&](const Node* a, const Node* b) { return step_of[a->id()] > step_of[b->id()]; });
+  for (Node* x : moved) {
+    const size_t i = step_of[x->id()];
+    Node* next = i + 1 < order.size() ? order[i + 1] : nullptr;
+    if (x->next() != next) g.moveBefore(x, next);
+  }
+}
+
+}  // namespace
+
 bool scheduleCollectives(Graph& g, const ScheduleOptions& opts, PassContext& ctx) {
   if (!opts.auto_prefetch) return Scheduler(g, opts, ctx).run();
   if (!opts.cost) throw JfxError({}, "pass 'schedule': prefetch=auto needs a hardware profile");
-  // prefetch=auto: every K on a copy, the shortest simulated step within the limit; ties to the
-  // smaller K. The limit check is the memory analysis of the copy: the same estimate the caller
-  // would measure on the output (when the input already exceeds the limit, the input's peak).
-  const int64_t peak_before = analyzeMemory(g, computePhases(g)).peak_bytes;
+  // prefetch=auto: every K on the input itself, the order put back after each, so every K starts
+  // from the same graph and shares its analyses (phases, FSDP chains, in-place writes, the input's
+  // memory curve: a schedule only moves nodes, and none of these depends on the order but the
+  // memory curve, which each K reads from the input's order). The shortest simulated step within
+  // the limit wins; ties to the smaller K. The limit check is the memory analysis of the
+  // scheduled order: the same estimate the caller would measure on the output (when the input
+  // already exceeds the limit, the input's peak).
+  const ScheduleAnalyses analyses(g);
+  const MemoryProfile input_memory = analyzeMemory(g, analyses.phases);
+  const int64_t peak_before = input_memory.peak_bytes;
   const int64_t limit = opts.memory_limit == 0  ? 0
                         : opts.memory_limit < 0 ? peak_before
                                                 : std::max(opts.memory_limit, peak_before);
+  const std::vector<Node*> order = g.nodes();
+  std::vector<size_t> step_of(g.maxId(), 0);
+  for (size_t i = 0; i < order.size(); ++i)
+    step_of[order[i]->id()] = i;
+  SimOptions so;
+  so.phases = &analyses.phases;
   int64_t best = -1;
   double best_step = std::numeric_limits<double>::infinity();
   std::string report;
   for (int64_t k = 0; k <= opts.max_prefetch; ++k) {
-    std::unique_ptr<Graph> copy = cloneGraph(g);
     ScheduleOptions fixed = opts;
     fixed.auto_prefetch = false;
     fixed.prefetch = k;
+    fixed.report = false;
     PassContext quiet;
-    scheduleCollectives(*copy, fixed, quiet);
-    const SimResult sim = simulate(*copy, *opts.cost);
+    Scheduler sched(g, fixed, quiet, analyses, &input_memory, nullptr);
+    sched.run();
+    const SimResult sim = simulate(g, *opts.cost, so);
+    restoreOrder(g, order, step_of, sched.movedNodes());
     char buf[96];
     std::snprintf(buf, sizeof buf, "%sK=%lld %.1f us", report.empty() ? "" : ", ",
                   static_cast<long long>(k), sim.step * 1e6);
@@ -526,7 +593,7 @@ bool scheduleCollectives(Graph& g, const ScheduleOptions& opts, PassContext& ctx
   ScheduleOptions fixed = opts;
   fixed.auto_prefetch = false;
   fixed.prefetch = best;
-  return Scheduler(g, fixed, ctx).run();
+  return Scheduler(g, fixed, ctx, analyses, &input_memory, nullptr).run();
 }
 
 }  // namespace jfx
