@@ -137,8 +137,11 @@ std::string withBucketMeta(const std::string& extra, const char* key, std::strin
 
 class Bucketer {
  public:
+  // `blocks`: the block analysis of `g` or of a graph it is a copy of (it speaks of FQNs only),
+  // when the caller has it; else it is computed here, for plan=blocks only (no other plan reads
+  // it).
   Bucketer(Graph& g, const BucketOptions& opts, PassContext& ctx,
-           const std::set<std::string>& excluded)
+           const std::set<std::string>& excluded, const BlockAnalysis* blocks = nullptr)
       : excluded_(excluded),
         g_(g),
         opts_(opts),
@@ -146,7 +149,12 @@ class Bucketer {
         phases_(computePhases(g)),
         fsdp_(analyzeFsdp(g, phases_)),
         written_(g),
-        blocks_(analyzeBlocks(g)) {}
+        own_blocks_(blocks || opts.plan != BucketOptions::Plan::Blocks
+                        ? std::nullopt
+                        : std::optional<BlockAnalysis>(analyzeBlocks(g))),
+        blocks_(blocks        ? blocks
+                : own_blocks_ ? &*own_blocks_
+                              : nullptr) {}
 
   bool run();
 
@@ -192,8 +200,9 @@ class Bucketer {
   PhaseInfo phases_;
   FsdpAnalysis fsdp_;
   WrittenStorage written_;  // values written in place: their readers stay where they are
-  BlockAnalysis blocks_;
-  std::vector<int64_t> pos_;  // program index by node id, at scan time
+  std::optional<BlockAnalysis> own_blocks_;
+  const BlockAnalysis* blocks_;  // plan=blocks only (or when the caller gave it)
+  std::vector<int64_t> pos_;     // program index by node id, at scan time
   std::vector<KeyTuple> keys_;
   std::map<KeyTuple, size_t> key_index_;
   std::unordered_map<std::string, int64_t> param_ordinal_by_fqn_;  // lookups only
@@ -289,14 +298,14 @@ std::optional<Candidate> Bucketer::candidate(Node* n) {
   }
   if (fqn.empty()) fqn = std::string(n->meta().module_fqn.str());
   if (opts_.plan == BucketOptions::Plan::Blocks) {
-    c.block = blockOfFqn(fqn, blocks_, opts_.head);
+    c.block = blockOfFqn(fqn, *blocks_, opts_.head);
     // group=N: N consecutive blocks (in forward order) share one bucket, named by its range.
-    if (const int32_t bi = blocks_.blockOfFqn(fqn); opts_.group_blocks > 1 && bi >= 0) {
+    if (const int32_t bi = blocks_->blockOfFqn(fqn); opts_.group_blocks > 1 && bi >= 0) {
       const size_t first = static_cast<size_t>(bi / opts_.group_blocks * opts_.group_blocks);
       const size_t last =
-          std::min(first + static_cast<size_t>(opts_.group_blocks), blocks_.blocks.size()) - 1;
-      c.block = blocks_.blocks[first].name;
-      if (last > first) c.block += ".." + blocks_.blocks[last].name;
+          std::min(first + static_cast<size_t>(opts_.group_blocks), blocks_->blocks.size()) - 1;
+      c.block = blocks_->blocks[first].name;
+      if (last > first) c.block += ".." + blocks_->blocks[last].name;
     }
   }
   return c;
@@ -441,11 +450,11 @@ bool Bucketer::run() {
     return false;
   }
   if (opts_.plan == BucketOptions::Plan::Blocks) {
-    if (blocks_.blocks.empty())
-      ctx_.warn(blocks_.noBlocksMessage("bucket") +
+    if (blocks_->blocks.empty())
+      ctx_.warn(blocks_->noBlocksMessage("bucket") +
                 "; plan=blocks makes one bucket per top-level module instead");
     else
-      ctx_.remark("bucket: " + blocks_.summary());
+      ctx_.remark("bucket: " + blocks_->summary());
   }
 
   // taint[id * nkeys + k]: the newest bucket of key k that node id depends on (0 = none). Bucket
@@ -910,9 +919,16 @@ int64_t boundFor(const BucketOptions& opts, int64_t peak_before) {
 }
 
 bool bucketFixed(Graph& g, const BucketOptions& opts, PassContext& ctx);
+// What boundedCopy settled on besides the copy: the copy's phase analysis and memory profile,
+// for a planner that goes on with it.
+struct SettledAnalyses {
+  std::optional<PhaseInfo> phases;
+  std::optional<MemoryProfile> memory;
+};
 std::unique_ptr<Graph> boundedCopy(const Graph& g, const BucketOptions& opts, int64_t bound,
-                                   std::set<std::string>& excluded, PassContext& ctx,
-                                   int64_t* peak);
+                                   std::set<std::string>& excluded, PassContext& ctx, int64_t* peak,
+                                   const BlockAnalysis* blocks = nullptr,
+                                   SettledAnalyses* settled = nullptr);
 
 // plan=auto (bucket.h): every candidate on a copy, bucketed under the same bound, then
 // split-comm-groups and schedule{prefetch=1} under that bound, simulated; the shortest step
@@ -922,6 +938,8 @@ bool bucketAuto(Graph& g, const BucketOptions& opts, PassContext& ctx) {
   const int64_t peak_before = analyzeMemory(g, computePhases(g)).peak_bytes;
   const int64_t bound = boundFor(opts, peak_before);
   const std::vector<BucketCandidate> cands = bucketAutoCandidates(opts);
+  // Every copy is a clone of `g`, whose block analysis (FQNs only) is theirs too.
+  const BlockAnalysis blocks = analyzeBlocks(g);
   SimOptions so;
   so.memory = false;
   size_t best = 0;
@@ -934,14 +952,16 @@ bool bucketAuto(Graph& g, const BucketOptions& opts, PassContext& ctx) {
     std::unique_ptr<Graph> copy;
     int64_t peak = peak_before;
     std::set<std::string> excluded;
+    SettledAnalyses settled;
     if (bound > 0) {
-      copy = boundedCopy(g, cands[i].opts, bound, excluded, quiet, &peak);
+      copy = boundedCopy(g, cands[i].opts, bound, excluded, quiet, &peak, &blocks, &settled);
     } else {
       copy = cloneGraph(g);
-      Bucketer(*copy, cands[i].opts, quiet, excluded).run();
-      peak = analyzeMemory(*copy, computePhases(*copy)).peak_bytes;
+      Bucketer(*copy, cands[i].opts, quiet, excluded, &blocks).run();
+      settled.phases.emplace(computePhases(*copy));
+      peak = analyzeMemory(*copy, *settled.phases).peak_bytes;
     }
-    if (!copy) copy = cloneGraph(g), peak = peak_before;
+    if (!copy) copy = cloneGraph(g), peak = peak_before, settled = {};
     if (bound > 0 && peak > bound) {  // cannot happen (bucketFixed keeps the bound); be safe
       report += "; " + cands[i].name + ": over the bound";
       continue;
@@ -953,7 +973,11 @@ bool bucketAuto(Graph& g, const BucketOptions& opts, PassContext& ctx) {
     sched.prefetch = 1;
     sched.memory_limit = bound;
     sched.report = false;
-    scheduleCollectives(*copy, sched, quiet);
+    if (settled.phases && (bound == 0 || settled.memory))
+      scheduleCollectives(*copy, sched, quiet, *settled.phases,
+                          settled.memory ? &*settled.memory : nullptr);
+    else
+      scheduleCollectives(*copy, sched, quiet);
     const double step = simulate(*copy, *opts.cost, so).step;
     char buf[64];
     std::snprintf(buf, sizeof buf, "%.1f", step * 1e6);
@@ -981,7 +1005,7 @@ bool bucketAuto(Graph& g, const BucketOptions& opts, PassContext& ctx) {
                  " collectives left unbucketed to stay within the estimated peak " +
                  formatBytes(bound));
   }
-  return Bucketer(g, cands[best].opts, ctx, best_excluded).run();
+  return Bucketer(g, cands[best].opts, ctx, best_excluded, &blocks).run();
 }
 
 }  // namespace
@@ -1017,20 +1041,25 @@ namespace {
 // peak is within it. Fills `excluded` with the collectives left out; returns the settled copy
 // (nullptr when no round settled: then every collective is excluded) and its peak in `*peak`.
 std::unique_ptr<Graph> boundedCopy(const Graph& g, const BucketOptions& opts, int64_t bound,
-                                   std::set<std::string>& excluded, PassContext& ctx,
-                                   int64_t* peak) {
+                                   std::set<std::string>& excluded, PassContext& ctx, int64_t* peak,
+                                   const BlockAnalysis* blocks, SettledAnalyses* settled) {
   constexpr int kRounds = 8;
   for (int round = 0; round < kRounds; ++round) {
     std::unique_ptr<Graph> trial = cloneGraph(g);
     PassContext quiet;
-    Bucketer b(*trial, opts, quiet, excluded);
+    Bucketer b(*trial, opts, quiet, excluded, blocks);
     b.run();
     MemoryOptions mo;
     mo.top_k = 0;
     mo.lifetimes = true;
-    MemoryProfile prof = analyzeMemory(*trial, computePhases(*trial), mo);
+    PhaseInfo phases = computePhases(*trial);
+    MemoryProfile prof = analyzeMemory(*trial, phases, mo);
     if (prof.peak_bytes <= bound) {
       *peak = prof.peak_bytes;
+      if (settled) {
+        settled->phases.emplace(std::move(phases));
+        settled->memory.emplace(std::move(prof));
+      }
       return trial;
     }
     // over[t]: steps up to t that are above the bound (prefix count).
@@ -1074,12 +1103,16 @@ bool bucketFixed(Graph& g, const BucketOptions& opts, PassContext& ctx) {
   ctx.stat("memory-peak-before", peak_before);
   ctx.stat("memory-limit", bound);
   int64_t peak = 0;
-  boundedCopy(g, opts, bound, excluded, ctx, &peak);
+  // The copies are clones of `g`: one block analysis serves every round and the final rewrite.
+  std::optional<BlockAnalysis> blocks;
+  if (opts.plan == BucketOptions::Plan::Blocks) blocks.emplace(analyzeBlocks(g));
+  const BlockAnalysis* shared = blocks ? &*blocks : nullptr;
+  boundedCopy(g, opts, bound, excluded, ctx, &peak, shared);
   if (!excluded.empty())
     ctx.remark("bucket: " + std::to_string(excluded.size()) +
                " collectives left unbucketed to stay within the estimated peak " +
                formatBytes(bound));
-  return Bucketer(g, opts, ctx, excluded).run();
+  return Bucketer(g, opts, ctx, excluded, shared).run();
 }
 
 }  // namespace

@@ -125,8 +125,9 @@ struct Unit {
 // What a Scheduler reads from its input besides the order: prefetch=auto runs every candidate
 // distance on the input itself and puts the order back in between, so one set serves them all.
 struct ScheduleAnalyses {
-  explicit ScheduleAnalyses(const Graph& g)
-      : phases(computePhases(g)), fsdp(analyzeFsdp(g, phases)), written(g) {}
+  explicit ScheduleAnalyses(const Graph& g) : ScheduleAnalyses(g, computePhases(g)) {}
+  ScheduleAnalyses(const Graph& g, PhaseInfo p)
+      : phases(std::move(p)), fsdp(analyzeFsdp(g, phases)), written(g) {}
   PhaseInfo phases;
   FsdpAnalysis fsdp;
   WrittenStorage written;  // values written in place: their readers stay where they are
@@ -537,6 +538,13 @@ void restoreOrder(Graph& g, const std::vector<Node*>& order, const std::vector<s
 }
 
 }  // namespace
+
+bool scheduleCollectives(Graph& g, const ScheduleOptions& opts, PassContext& ctx,
+                         const PhaseInfo& phases, const MemoryProfile* memory) {
+  if (opts.auto_prefetch) return scheduleCollectives(g, opts, ctx);
+  const ScheduleAnalyses analyses(g, phases);
+  return Scheduler(g, opts, ctx, analyses, memory, nullptr).run();
+}
 
 bool scheduleCollectives(Graph& g, const ScheduleOptions& opts, PassContext& ctx) {
   if (!opts.auto_prefetch) return Scheduler(g, opts, ctx).run();

@@ -56,6 +56,16 @@ struct ScheduleOptions {
 // memory-peak-before, memory-limit, memory-peak-estimate, blocks.
 bool scheduleCollectives(Graph& g, const ScheduleOptions& opts, PassContext& ctx);
 
+class PhaseInfo;
+struct MemoryProfile;
+// The same for a planner that already holds the phase analysis of `g` as it is and, when
+// opts.memory_limit is not 0, its memory profile (any MemoryOptions): the schedule reads phases
+// and the memory curve, and split-comm-groups changes neither (it renames groups only), so a
+// planner's copy analysed before that pass serves after it. Fixed prefetch only (auto ignores
+// them). Same result as the call above.
+bool scheduleCollectives(Graph& g, const ScheduleOptions& opts, PassContext& ctx,
+                         const PhaseInfo& phases, const MemoryProfile* memory);
+
 // "80GiB", "512M", "1000000" -> bytes. Throws JfxError on anything else.
 int64_t parseByteSize(const std::string& text);
 
