@@ -135,20 +135,35 @@ std::string withBucketMeta(const std::string& extra, const char* key, std::strin
   return j.dump();
 }
 
+// What a Bucketer reads from its graph before any rewrite. Every lookup goes by node id (or FQN),
+// so the analyses of one copy made by cloneGraph from a graph serve every other copy of that
+// graph (same nodes, ids, order and use lists): plan=auto analyses one copy for all candidates.
+struct BucketAnalyses {
+  explicit BucketAnalyses(const Graph& g)
+      : phases(computePhases(g)), fsdp(analyzeFsdp(g, phases)), written(g) {}
+  PhaseInfo phases;
+  FsdpAnalysis fsdp;
+  WrittenStorage written;  // values written in place: their readers stay where they are
+};
+
 class Bucketer {
  public:
   // `blocks`: the block analysis of `g` or of a graph it is a copy of (it speaks of FQNs only),
   // when the caller has it; else it is computed here, for plan=blocks only (no other plan reads
   // it).
+  // `shared`: the analyses of another clone of the graph `g` is a clone of (see BucketAnalyses),
+  // else computed here.
   Bucketer(Graph& g, const BucketOptions& opts, PassContext& ctx,
-           const std::set<std::string>& excluded, const BlockAnalysis* blocks = nullptr)
+           const std::set<std::string>& excluded, const BlockAnalysis* blocks = nullptr,
+           const BucketAnalyses* shared = nullptr)
       : excluded_(excluded),
         g_(g),
         opts_(opts),
         ctx_(ctx),
-        phases_(computePhases(g)),
-        fsdp_(analyzeFsdp(g, phases_)),
-        written_(g),
+        own_(shared ? nullptr : std::make_unique<BucketAnalyses>(g)),
+        phases_(shared ? shared->phases : own_->phases),
+        fsdp_(shared ? shared->fsdp : own_->fsdp),
+        written_(shared ? shared->written : own_->written),
         own_blocks_(blocks || opts.plan != BucketOptions::Plan::Blocks
                         ? std::nullopt
                         : std::optional<BlockAnalysis>(analyzeBlocks(g))),
@@ -197,9 +212,10 @@ class Bucketer {
   Graph& g_;
   const BucketOptions& opts_;
   PassContext& ctx_;
-  PhaseInfo phases_;
-  FsdpAnalysis fsdp_;
-  WrittenStorage written_;  // values written in place: their readers stay where they are
+  std::unique_ptr<BucketAnalyses> own_;
+  const PhaseInfo& phases_;
+  const FsdpAnalysis& fsdp_;
+  const WrittenStorage& written_;
   std::optional<BlockAnalysis> own_blocks_;
   const BlockAnalysis* blocks_;  // plan=blocks only (or when the caller gave it)
   std::vector<int64_t> pos_;     // program index by node id, at scan time
@@ -928,7 +944,8 @@ struct SettledAnalyses {
 std::unique_ptr<Graph> boundedCopy(const Graph& g, const BucketOptions& opts, int64_t bound,
                                    std::set<std::string>& excluded, PassContext& ctx, int64_t* peak,
                                    const BlockAnalysis* blocks = nullptr,
-                                   SettledAnalyses* settled = nullptr);
+                                   SettledAnalyses* settled = nullptr,
+                                   const BucketAnalyses* shared = nullptr);
 
 // plan=auto (bucket.h): every candidate on a copy, bucketed under the same bound, then
 // split-comm-groups and schedule{prefetch=1} under that bound, simulated; the shortest step
@@ -938,8 +955,11 @@ bool bucketAuto(Graph& g, const BucketOptions& opts, PassContext& ctx) {
   const int64_t peak_before = analyzeMemory(g, computePhases(g)).peak_bytes;
   const int64_t bound = boundFor(opts, peak_before);
   const std::vector<BucketCandidate> cands = bucketAutoCandidates(opts);
-  // Every copy is a clone of `g`, whose block analysis (FQNs only) is theirs too.
+  // Every copy is a clone of `g`, whose block analysis (FQNs only) is theirs too; and the
+  // analyses of one pristine clone serve every candidate's copy (BucketAnalyses).
   const BlockAnalysis blocks = analyzeBlocks(g);
+  const std::unique_ptr<Graph> pristine = cloneGraph(g);
+  const BucketAnalyses shared(*pristine);
   SimOptions so;
   so.memory = false;
   size_t best = 0;
@@ -954,10 +974,11 @@ bool bucketAuto(Graph& g, const BucketOptions& opts, PassContext& ctx) {
     std::set<std::string> excluded;
     SettledAnalyses settled;
     if (bound > 0) {
-      copy = boundedCopy(g, cands[i].opts, bound, excluded, quiet, &peak, &blocks, &settled);
+      copy =
+          boundedCopy(g, cands[i].opts, bound, excluded, quiet, &peak, &blocks, &settled, &shared);
     } else {
       copy = cloneGraph(g);
-      Bucketer(*copy, cands[i].opts, quiet, excluded, &blocks).run();
+      Bucketer(*copy, cands[i].opts, quiet, excluded, &blocks, &shared).run();
       settled.phases.emplace(computePhases(*copy));
       peak = analyzeMemory(*copy, *settled.phases).peak_bytes;
     }
@@ -1042,12 +1063,13 @@ namespace {
 // (nullptr when no round settled: then every collective is excluded) and its peak in `*peak`.
 std::unique_ptr<Graph> boundedCopy(const Graph& g, const BucketOptions& opts, int64_t bound,
                                    std::set<std::string>& excluded, PassContext& ctx, int64_t* peak,
-                                   const BlockAnalysis* blocks, SettledAnalyses* settled) {
+                                   const BlockAnalysis* blocks, SettledAnalyses* settled,
+                                   const BucketAnalyses* shared) {
   constexpr int kRounds = 8;
   for (int round = 0; round < kRounds; ++round) {
     std::unique_ptr<Graph> trial = cloneGraph(g);
     PassContext quiet;
-    Bucketer b(*trial, opts, quiet, excluded, blocks);
+    Bucketer b(*trial, opts, quiet, excluded, blocks, shared);
     b.run();
     MemoryOptions mo;
     mo.top_k = 0;
