@@ -548,9 +548,10 @@ bool Bucketer::run() {
     finalize(b);
   finishOutputs();
 
-  int64_t after = 0;
-  for (Node* n = g_.first(); n; n = n->next())
-    if (n->isCollective()) ++after;
+  // Each bucket replaced its members' collectives with one (no second walk over the graph).
+  int64_t after = before;
+  for (const Bucket& b : done)
+    after -= static_cast<int64_t>(b.members.size()) - 1;
   ctx_.stat("collectives-after", after);
   return !done.empty();
 }
