@@ -21,8 +21,8 @@ Results: <out>/planner.txt and planner.json.
     python3 bench/planner.py --time-only [--before OLD/jointfx] [--repeat 5]
 
 times the planning alone (no grid), at each shape's middle limit: CPU seconds (user + sys of the
-child, the smallest of --repeat runs, which is the least disturbed by other jobs on a shared box)
-of `bucket{plan=auto}` on the graph tag-fsdp, remat and dedup-fsdp-unshard leave, and of
+child; the median of --repeat runs, and the smallest, the least disturbed by other jobs on a
+shared box) of `bucket{plan=auto}` on the graph tag-fsdp, remat and dedup-fsdp-unshard leave, and of
 `schedule{prefetch=auto}` on what bucket and split-comm-groups leave, each minus the same
 `jointfx opt` running `dce` on that graph (load, a scan, save), and of the whole auto.json run
 with verification. With --before, an older build is timed too, run for run interleaved with
@@ -36,6 +36,7 @@ import argparse
 import json
 import re
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -91,7 +92,7 @@ def time_only(args: argparse.Namespace, jfx: str) -> None:
     if args.before:
         builds["before"] = str(Path(args.before).resolve())
     load = Path("/proc/loadavg").read_text().split()[:3]
-    lines = [f"planning time, CPU s (min of {args.repeat} runs); load average at start"
+    lines = [f"planning time, CPU s: median (min) of {args.repeat} runs; load average at start"
              f" {' '.join(load)}"]
     report: dict = {"load_average_start": load, "repeat": args.repeat, "shapes": {}}
     with tempfile.TemporaryDirectory() as tmp:
@@ -124,22 +125,25 @@ def time_only(args: argparse.Namespace, jfx: str) -> None:
                         outs[b] = out.read_bytes()
                     if len(builds) > 1 and outs["before"] != outs["after"]:
                         sys.exit(f"{preset} {job}: the two builds' outputs differ")
-            best = {b: {j: min(v) for j, v in cpu[b].items()} for b in builds}
             row = {}
             for b in builds:
-                m = best[b]
-                row[b] = {"bucket_s": m["bucket plan=auto"] - m["load+dce (pre)"],
-                          "schedule_s": m["schedule prefetch=auto"] - m["load+dce (mid)"],
-                          "whole_opt_s": m["whole auto.json"], "raw": cpu[b]}
-                row[b]["planning_s"] = row[b]["bucket_s"] + row[b]["schedule_s"]
+                row[b] = {"raw": cpu[b]}
+                for stat, f in (("median", statistics.median), ("min", min)):
+                    m = {j: f(v) for j, v in cpu[b].items()}
+                    r = {"bucket_s": m["bucket plan=auto"] - m["load+dce (pre)"],
+                         "schedule_s": m["schedule prefetch=auto"] - m["load+dce (mid)"],
+                         "whole_opt_s": m["whole auto.json"]}
+                    r["planning_s"] = r["bucket_s"] + r["schedule_s"]
+                    row[b][stat] = r
             report["shapes"][preset] = {"world": world, "limit": limit, **row}
             lines.append(f"{preset} world {world}, memory-limit {gib(limit)} GiB:")
             for b in builds:
-                r = row[b]
-                lines.append(f"  {b:>6}: bucket{{plan=auto}} {r['bucket_s']:.3f} +"
-                             f" schedule{{prefetch=auto}} {r['schedule_s']:.3f} ="
-                             f" {r['planning_s']:.3f} s; whole auto.json opt"
-                             f" {r['whole_opt_s']:.3f} s")
+                md, mn = row[b]["median"], row[b]["min"]
+                lines.append(
+                    f"  {b:>6}: bucket{{plan=auto}} {md['bucket_s']:.3f} ({mn['bucket_s']:.3f}) +"
+                    f" schedule{{prefetch=auto}} {md['schedule_s']:.3f} ({mn['schedule_s']:.3f}) ="
+                    f" {md['planning_s']:.3f} ({mn['planning_s']:.3f}) s; whole auto.json opt"
+                    f" {md['whole_opt_s']:.3f} ({mn['whole_opt_s']:.3f}) s")
     lines.append(f"load average at end {' '.join(Path('/proc/loadavg').read_text().split()[:3])}")
     report["load_average_end"] = Path("/proc/loadavg").read_text().split()[:3]
     Path(args.out).mkdir(parents=True, exist_ok=True)
