@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "ir/arg.h"
+#include "ir/attributes.h"
 #include "ir/op_info.h"
 #include "ir/symbol.h"
 #include "ir/types.h"
@@ -62,7 +63,8 @@ std::optional<InputKind> inputKindFromName(std::string_view s);
 std::string_view outputKindName(OutputKind k);  // "loss", "gradient", "buffer_mutation", "other"
 std::optional<OutputKind> outputKindFromName(std::string_view s);
 
-// Node meta that passes read is typed; every other key rides along in extra_json.
+// Node meta that passes read is typed: fields for FX's own keys, `attrs` for the facts passes
+// exchange (ir/attributes.h); every other key rides along in extra_json.
 struct NodeMeta {
   Phase phase = Phase::Unknown;
   Recompute recompute = Recompute::Unset;
@@ -73,6 +75,7 @@ struct NodeMeta {
   // Every other meta key as a canonical compact JSON object (sorted keys), or empty. "custom"
   // appears here without its "module_fqn" key, which lives in module_fqn above.
   std::string extra_json;
+  AttrMap attrs;  // declared keys (Note [Attributes and the formats])
   friend bool operator==(const NodeMeta&, const NodeMeta&) = default;
 };
 

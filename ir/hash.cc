@@ -136,7 +136,11 @@ class Hasher {
     integer(m.seq_nr.value_or(0));
     str(m.module_fqn.str());
     str(m.stack_trace);
-    str(m.extra_json);
+    // Attributes hash as the formats write them: the same graph hashes the same either way.
+    if (m.attrs.empty())
+      str(m.extra_json);
+    else
+      str(mergeAttrs(m.extra_json, m.attrs));
     if (n.op() == OpKind::Placeholder) {  // the formats carry input info on placeholders only
       word(static_cast<uint64_t>(n.inputKind()));
       str(n.inputFqn());

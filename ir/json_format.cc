@@ -756,8 +756,11 @@ class JsonWriter {
     bool first = true;
     size_t next_typed = 0;
     JView custom;
-    if (!n.meta().extra_json.empty()) {
-      JView extra = parseExtra(n.meta().extra_json, n.name());
+    const std::string& extra_json =
+        n.meta().attrs.empty() ? n.meta().extra_json
+                               : (merged_ = mergeAttrs(n.meta().extra_json, n.meta().attrs));
+    if (!extra_json.empty()) {
+      JView extra = parseExtra(extra_json, n.name());
       if (auto dup = sortMembers(extra, members_))
         throw JfxError(SourceLocation::atNode(n.name()),
                        "extra meta: duplicate key '" + std::string(*dup) + "'");
@@ -783,6 +786,7 @@ class JsonWriter {
   std::string& out_;
   std::vector<const std::pair<Symbol, Arg>*> sorted_kwargs_;
   TreeBuilder extra_;           // reused for every node's extra meta
+  std::string merged_;          // extra meta with the attributes merged in
   std::vector<JView> members_;  // its members, sorted
 };
 
@@ -1329,7 +1333,10 @@ class JsonReader : public TreeBuilder {
         canonical(extra, v);
       }
     }
-    if (!extra.empty()) m.extra_json = extra + "}";
+    if (!extra.empty()) {
+      m.extra_json = extra + "}";
+      liftAttrs(m.extra_json, m.attrs);
+    }
   }
 
   // ---- header

@@ -359,7 +359,10 @@ class Printer {
       key("stack");
       appendJsonString(out_, m.stack_trace);
     }
-    if (!m.extra_json.empty()) {
+    if (!m.attrs.empty()) {
+      key("extra");
+      out_ += mergeAttrs(m.extra_json, m.attrs);
+    } else if (!m.extra_json.empty()) {
       key("extra");
       out_ += m.extra_json;
     }
@@ -1254,9 +1257,11 @@ class Parser {
       skipSpaces();
     }
     // Read last: whether extra may hold custom.module_fqn depends on module=, wherever it is.
-    if (extra_start)
+    if (extra_start) {
       f.meta.extra_json =
           jsonObject(extra_start, extra_stop, "extra", true, !f.meta.module_fqn.empty());
+      liftAttrs(f.meta.extra_json, f.meta.attrs);
+    }
   }
 
   // extra={...}: one JSON object; its end is found by matching brackets outside strings.

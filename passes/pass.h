@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "ir/graph.h"
+#include "passes/analysis_manager.h"
 
 namespace jfx {
 
@@ -102,6 +103,17 @@ struct PassContext {
   // Warnings: a pass that cannot do its job on this graph (and so does less, or nothing) says so
   // here whether or not remarks are on. The pass manager points this at stderr.
   std::ostream* warnings = nullptr;
+  // Analyses shared along the pipeline (passes/analysis_manager.h): `analyses.get<PhaseInfo>(g)`.
+  // The pass manager hands the same cache from pass to pass; a context made by hand starts empty.
+  AnalysisManager analyses;
+  // What this run leaves valid if it reports a change (default: nothing; no change keeps all).
+  PreservedAnalyses preserved;
+  template <class A>
+  void preserve() {
+    preserved.preserve<A>();
+  }
+  void preserveAll() { preserved.preserveAll(); }
+
   void stat(const std::string& name, int64_t delta = 1) { stats[name] += delta; }
   void remark(const std::string& text) {
     if (log) *log << text << "\n";

@@ -208,6 +208,16 @@ void printTiming(std::ostream& out, const PipelineResult& r) {
         << pad(pct(r.verify_seconds), 6, false) << "  " << what << "\n";
   }
   if (r.hash_runs) row("(hash)", r.hash_seconds, r.hash_runs);
+  // Inside the pass rows above: which analyses the passes computed, and reused from the cache.
+  if (!r.analyses.empty()) {
+    out << "analyses computed/reused:";
+    const char* sep = " ";
+    for (const auto& [name, c] : r.analyses) {
+      out << sep << name << " " << c.computed << "/" << c.reused;
+      sep = ", ";
+    }
+    out << "\n";
+  }
 }
 
 // Writes a failing pass's input as a reproducer; returns the line for the error message.
@@ -444,7 +454,8 @@ PipelineResult runPasses(Graph& g, std::vector<ConfiguredPass>& passes,
   after_hooks.insert(after_hooks.end(), opts.after_pass.begin(), opts.after_pass.end());
 
   const bool reproducers = !opts.reproducer_dir.empty();
-  uint64_t hash = 0;  // the current graph's hash, when hash_known
+  AnalysisManager analyses;  // handed from pass to pass through PassContext
+  uint64_t hash = 0;         // the current graph's hash, when hash_known
   bool hash_known = false;
   size_t count = passes.size();
   if (opts.stop_after >= 0 && static_cast<size_t>(opts.stop_after) < count)
@@ -468,6 +479,7 @@ PipelineResult runPasses(Graph& g, std::vector<ConfiguredPass>& passes,
     };
 
     PassContext ctx;
+    ctx.analyses = std::move(analyses);
     ctx.log = opts.remarks ? &out : nullptr;
     ctx.warnings = &out;
     PassRecord rec;
@@ -483,6 +495,8 @@ PipelineResult runPasses(Graph& g, std::vector<ConfiguredPass>& passes,
     }
     rec.seconds = std::chrono::duration<double>(Clock::now() - start).count();
     rec.stats = std::move(ctx.stats);
+    analyses = std::move(ctx.analyses);
+    if (rec.changed) analyses.invalidate(ctx.preserved);
     // A pass that declares statistics declares all of them (`jointfx passes NAME` lists them).
     if (std::span<const StatisticDecl> decls = pass.statistics(); !decls.empty()) {
       for (const auto& [stat, value] : rec.stats) {
@@ -510,6 +524,18 @@ PipelineResult runPasses(Graph& g, std::vector<ConfiguredPass>& passes,
                                   "verification failed after " + label + ":" +
                                       issuesText(issues, kIssuesShown) + repro());
     }
+    // A preserved analysis is a promise that recomputing it would agree; --verify-full checks it.
+    if (rec.changed && opts.verify_each && full_each && !ctx.preserved.empty()) {
+      auto broken = analyses.verifyPreserved(g);
+      if (!broken.empty()) {
+        std::string names;
+        for (std::string_view b : broken)
+          names += (names.empty() ? "" : ", ") + std::string(b);
+        throw JfxError({}, label + " failed: internal error: it declares the analyses {" + names +
+                               "} preserved, but recomputing them on its output disagrees" +
+                               repro());
+      }
+    }
     for (const auto& hook : after_hooks)
       hook(name, i, g, rec.changed);
     result.passes.push_back(std::move(rec));
@@ -524,6 +550,7 @@ PipelineResult runPasses(Graph& g, std::vector<ConfiguredPass>& passes,
               issuesText(issues, kIssuesShown));
   }
   result.total_seconds = std::chrono::duration<double>(Clock::now() - pipeline_start).count();
+  result.analyses = analyses.counts();
 
   if (count < passes.size())
     out << "# stop-after=" << count << ": skipped " << passes.size() - count << " of "

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <ostream>
 #include <string>
@@ -89,6 +90,8 @@ struct PipelineResult {
   size_t verify_node_runs = 0;  // touched-node checks
   double hash_seconds = 0;      // structural hashes behind check_unchanged_hash
   size_t hash_runs = 0;
+  // Per analysis (passes/analysis_manager.h): computed and served from the cache.
+  std::map<std::string_view, AnalysisManager::Counts> analyses;
 };
 
 // Thrown when the graph fails verification (before the first pass, or after a changing pass), so

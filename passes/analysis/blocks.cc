@@ -123,13 +123,16 @@ std::string BlockAnalysis::noBlocksMessage(std::string_view pass) const {
 }
 
 BlockAnalysis analyzeBlocks(const Graph& g) {
+  return analyzeBlocks(g, computePhases(g));
+}
+
+BlockAnalysis analyzeBlocks(const Graph& g, const PhaseInfo& phases) {
   BlockAnalysis a;
   const std::vector<Node*> order = g.nodes();
   const size_t n_ids = g.maxId();
   std::vector<size_t> pos(n_ids, 0);
   for (size_t i = 0; i < order.size(); ++i)
     pos[order[i]->id()] = i;
-  PhaseInfo phases = computePhases(g);
 
   // Parameters and their FQNs.
   std::vector<Node*> params;
@@ -286,6 +289,22 @@ BlockAnalysis analyzeBlocks(const Graph& g) {
       a.of_param_[p->id()] = static_cast<int32_t>(i);
   }
   return a;
+}
+
+std::string AnalysisTraits<BlockAnalysis>::fingerprint(const BlockAnalysis& a) {
+  std::string s;
+  for (const Block& b : a.blocks) {
+    s += b.name + "|" + b.container + "|" + std::to_string(b.index) + "|" +
+         std::to_string(b.first_use) + "[";
+    for (const Node* p : b.params)
+      s += std::to_string(p->id()) + ",";
+    s += "];";
+  }
+  for (const auto& c : a.containers)
+    s += "c:" + c + ";";
+  for (const auto& c : a.parallel_containers)
+    s += "p:" + c + ";";
+  return s + std::to_string(a.parameters) + "/" + std::to_string(a.parameters_in_blocks);
 }
 
 }  // namespace jfx

@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "ir/graph.h"
+#include "passes/analysis/phase.h"
 
 namespace jfx {
 
@@ -65,12 +66,13 @@ class BlockAnalysis {
   std::string noBlocksMessage(std::string_view pass) const;
 
  private:
-  friend BlockAnalysis analyzeBlocks(const Graph& g);
+  friend BlockAnalysis analyzeBlocks(const Graph& g, const PhaseInfo& phases);
   std::vector<int32_t> of_param_;  // by node id
   std::unordered_map<std::string, int32_t> by_name_;
 };
 
-BlockAnalysis analyzeBlocks(const Graph& g);
+BlockAnalysis analyzeBlocks(const Graph& g, const PhaseInfo& phases);
+BlockAnalysis analyzeBlocks(const Graph& g);  // computes the phases itself
 
 // The naming rule alone, on a set of FQNs (for tests and tools): which containers name blocks and
 // each FQN's block ("" when none). `parallel(container)` marks containers whose blocks run side
@@ -84,5 +86,14 @@ BlockNaming nameBlocks(const std::vector<std::string>& fqns,
 
 // The block an FQN lies in among `containers` (innermost), "" when none.
 std::string blockNameOf(std::string_view fqn, const std::vector<std::string>& containers);
+
+template <>
+struct AnalysisTraits<BlockAnalysis> {
+  static constexpr std::string_view name = "blocks";
+  static BlockAnalysis compute(const Graph& g, AnalysisManager& am) {
+    return analyzeBlocks(g, am.get<PhaseInfo>(g));
+  }
+  static std::string fingerprint(const BlockAnalysis& a);
+};
 
 }  // namespace jfx

@@ -272,4 +272,39 @@ FsdpAnalysis analyzeFsdp(const Graph& g, const PhaseInfo& phases) {
   return a;
 }
 
+namespace {
+void appendIds(std::string& s, const std::vector<Node*>& nodes) {
+  s += '[';
+  for (const Node* n : nodes)
+    s += std::to_string(n->id()) + ',';
+  s += ']';
+}
+std::string idOf(const Node* n) {
+  return n ? std::to_string(n->id()) : std::string("-");
+}
+}  // namespace
+
+std::string AnalysisTraits<FsdpAnalysis>::fingerprint(const FsdpAnalysis& a) {
+  std::string s;
+  for (const FsdpUnshardChain& c : a.unshard) {
+    s += "u" + idOf(c.param);
+    appendIds(s, c.pre);
+    s += idOf(c.all_gather) + "/" + idOf(c.wait) + "/" + std::string(phaseName(c.phase));
+    appendIds(s, c.post);
+    appendIds(s, c.save_points);
+    s += ';';
+  }
+  for (const FsdpGradChain& c : a.grads) {
+    s += "g";
+    appendIds(s, c.pre);
+    s += idOf(c.reduce_scatter) + "/" + idOf(c.wait) + "/" + idOf(c.all_reduce) + "/" +
+         std::to_string(c.output_index) + "/" + c.param_fqn;
+    appendIds(s, c.post);
+    s += ';';
+  }
+  s += "o";
+  appendIds(s, a.other_collectives);
+  return s;
+}
+
 }  // namespace jfx

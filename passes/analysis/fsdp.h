@@ -86,4 +86,13 @@ FsdpAnalysis analyzeFsdp(const Graph& g, const PhaseInfo& phases);
 // returns the placeholder it reaches, or nullptr. Exposed for tests and for other passes.
 Node* singleInputRoot(Node* n);
 
+template <>
+struct AnalysisTraits<FsdpAnalysis> {
+  static constexpr std::string_view name = "fsdp";
+  static FsdpAnalysis compute(const Graph& g, AnalysisManager& am) {
+    return analyzeFsdp(g, am.get<PhaseInfo>(g));
+  }
+  static std::string fingerprint(const FsdpAnalysis& a);
+};
+
 }  // namespace jfx

@@ -194,4 +194,18 @@ std::string formatBytes(int64_t bytes) {
   return buf;
 }
 
+std::string AnalysisTraits<MemoryProfile>::fingerprint(const MemoryProfile& m) {
+  auto id = [](const Node* n) { return n ? std::to_string(n->id()) : std::string("-"); };
+  std::string s = std::to_string(m.peak_bytes) + "@" + id(m.peak_node) + " in " +
+                  std::to_string(m.input_bytes) + ";";
+  for (const PhasePeak& p : m.phase_peaks)
+    s += std::to_string(p.bytes) + "@" + id(p.node) + ",";
+  for (const LiveTensor& t : m.largest_at_peak)
+    s += id(t.owner) + "." + std::to_string(t.element) + "=" + std::to_string(t.bytes) + ",";
+  s += ";";
+  for (const MemoryProfile::Point& p : m.curve)
+    s += id(p.node) + ":" + std::to_string(p.live_bytes) + ",";
+  return s;
+}
+
 }  // namespace jfx

@@ -74,4 +74,14 @@ MemoryProfile analyzeMemory(const Graph& g, const PhaseInfo& phases,
 // Bytes for people: "512 B", "1.50 KiB", ... "2.00 TiB" (two decimals above 1 KiB).
 std::string formatBytes(int64_t bytes);
 
+// The default-options profile (MemoryOptions{}).
+template <>
+struct AnalysisTraits<MemoryProfile> {
+  static constexpr std::string_view name = "memory";
+  static MemoryProfile compute(const Graph& g, AnalysisManager& am) {
+    return analyzeMemory(g, am.get<PhaseInfo>(g));
+  }
+  static std::string fingerprint(const MemoryProfile& m);
+};
+
 }  // namespace jfx

@@ -1,7 +1,5 @@
 #include "passes/analysis/phase.h"
 
-#include <nlohmann/json.hpp>
-
 namespace jfx {
 namespace {
 
@@ -43,13 +41,7 @@ void classifyOutputs(const Graph& g, Node*& loss, std::vector<Node*>& grads) {
 }  // namespace
 
 bool hasAutogradBackwardFlag(const Node& n) {
-  const std::string& extra = n.meta().extra_json;
-  // Cheap filter first: parsing every node's extra meta would dominate on large graphs.
-  if (extra.find("\"autograd_backward\"") == std::string::npos) return false;
-  nlohmann::json j = nlohmann::json::parse(extra, nullptr, /*allow_exceptions=*/false);
-  if (!j.is_object()) return false;
-  auto it = j.find("autograd_backward");
-  return it != j.end() && it->is_boolean() && it->get<bool>();
+  return n.meta().attrs.getBool(attr::autogradBackward()).value_or(false);
 }
 
 PhaseInfo computePhases(const Graph& g) {
@@ -125,6 +117,15 @@ PhaseInfo computePhases(const Graph& g) {
     info.phases_[n->id()] = p;
   }
   return info;
+}
+
+std::string AnalysisTraits<PhaseInfo>::fingerprint(const PhaseInfo& p) {
+  std::string s;
+  s.reserve(p.byId().size() + 16);
+  for (Phase ph : p.byId())
+    s += static_cast<char>('0' + static_cast<int>(ph));
+  s += " loss=" + (p.lossNode() ? p.lossNode()->name() : std::string("-"));
+  return s;
 }
 
 }  // namespace jfx

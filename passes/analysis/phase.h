@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "ir/graph.h"
+#include "passes/analysis_manager.h"
 
 namespace jfx {
 
@@ -42,6 +43,8 @@ class PhaseInfo {
   int64_t fromMeta() const { return from_meta_; }
   int64_t fromAutogradFlag() const { return from_flag_; }
   int64_t fromStructure() const { return from_structure_; }
+  // Phase by node id, for the nodes that existed when the analysis ran.
+  const std::vector<Phase>& byId() const { return phases_; }
 
  private:
   friend PhaseInfo computePhases(const Graph& g);
@@ -56,5 +59,12 @@ PhaseInfo computePhases(const Graph& g);
 
 // True when the node's extra meta carries "autograd_backward": true.
 bool hasAutogradBackwardFlag(const Node& n);
+
+template <>
+struct AnalysisTraits<PhaseInfo> {
+  static constexpr std::string_view name = "phases";
+  static PhaseInfo compute(const Graph& g, AnalysisManager&) { return computePhases(g); }
+  static std::string fingerprint(const PhaseInfo& p);
+};
 
 }  // namespace jfx

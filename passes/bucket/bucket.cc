@@ -3,15 +3,16 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <limits>
 #include <map>
 #include <memory>
-#include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
 #include <tuple>
 #include <unordered_map>
 
+#include "ir/builder.h"
 #include "ir/clone.h"
 #include "ir/error.h"
 #include "passes/analysis/blocks.h"
@@ -89,15 +90,6 @@ struct Bucket {
   int64_t min_hard_use = kNever;
 };
 
-TensorMeta contiguousLike(const TensorMeta& like, std::vector<int64_t> shape) {
-  TensorMeta t;
-  t.dtype = like.dtype;
-  t.device = like.device;
-  t.stride = TensorMeta::contiguousStride(shape);
-  t.shape = std::move(shape);
-  return t;
-}
-
 std::string commonModulePrefix(const std::vector<Member>& members) {
   std::string prefix(members.front().coll->meta().module_fqn.str());
   for (const Member& m : members) {
@@ -128,11 +120,12 @@ NodeMeta sharedMeta(const NodeMeta& from, Phase phase, const std::vector<Member>
   return m;
 }
 
-std::string withBucketMeta(const std::string& extra, const char* key, std::string_view kind,
-                           const std::string& plan, size_t members) {
-  nlohmann::json j = extra.empty() ? nlohmann::json::object() : nlohmann::json::parse(extra);
-  j[key] = {{"kind", kind}, {"plan", plan}, {"members", members}};
-  return j.dump();
+// The bucket record a bucketed collective carries: attribute `key` = {kind, members, plan}.
+void setBucketMeta(NodeMeta& meta, Symbol key, std::string_view kind, const std::string& plan,
+                   size_t members) {
+  meta.attrs.set(key, AttrValue{AttrValue::Dict{{"kind", std::string(kind)},
+                                                {"members", static_cast<int64_t>(members)},
+                                                {"plan", plan}}});
 }
 
 // What a Bucketer reads from its graph before any rewrite. Every lookup goes by node id (or FQN),
@@ -149,10 +142,9 @@ struct BucketAnalyses {
 class Bucketer {
  public:
   // `blocks`: the block analysis of `g` or of a graph it is a copy of (it speaks of FQNs only),
-  // when the caller has it; else it is computed here, for plan=blocks only (no other plan reads
-  // it).
+  // when the caller has it; else the context's, for plan=blocks only (no other plan reads it).
   // `shared`: the analyses of another clone of the graph `g` is a clone of (see BucketAnalyses),
-  // else computed here.
+  // else the context's.
   Bucketer(Graph& g, const BucketOptions& opts, PassContext& ctx,
            const std::set<std::string>& excluded, const BlockAnalysis* blocks = nullptr,
            const BucketAnalyses* shared = nullptr)
@@ -160,16 +152,15 @@ class Bucketer {
         g_(g),
         opts_(opts),
         ctx_(ctx),
-        own_(shared ? nullptr : std::make_unique<BucketAnalyses>(g)),
-        phases_(shared ? shared->phases : own_->phases),
-        fsdp_(shared ? shared->fsdp : own_->fsdp),
-        written_(shared ? shared->written : own_->written),
-        own_blocks_(blocks || opts.plan != BucketOptions::Plan::Blocks
-                        ? std::nullopt
-                        : std::optional<BlockAnalysis>(analyzeBlocks(g))),
-        blocks_(blocks        ? blocks
-                : own_blocks_ ? &*own_blocks_
-                              : nullptr) {}
+        phases_(shared ? shared->phases : ctx.analyses.get<PhaseInfo>(g)),
+        fsdp_(shared ? shared->fsdp : ctx.analyses.get<FsdpAnalysis>(g)),
+        own_written_(shared ? std::nullopt : std::optional<WrittenStorage>(std::in_place, g)),
+        written_(shared ? shared->written : *own_written_),
+        blocks_(blocks                                     ? blocks
+                : opts.plan == BucketOptions::Plan::Blocks ? &ctx.analyses.get<BlockAnalysis>(g)
+                                                           : nullptr) {
+    builder_.onCreate([this](Node* n) { staged_.emplace_back(n, anchor_); });
+  }
 
   bool run();
 
@@ -196,8 +187,19 @@ class Bucketer {
   void finalize(Bucket& b);
   void finalizeGather(Bucket& b, const KeyTuple& key);
   void finalizeData(Bucket& b, const KeyTuple& key);
-  Node* make(std::string_view target, std::vector<Arg> args, Node* before, std::string_view name,
-             ValueMeta val, const NodeMeta& meta);
+  // The builder, set to give the next nodes `meta` and to stage them before `anchor`.
+  OpBuilder& at(Node* anchor, const NodeMeta& meta) {
+    anchor_ = anchor;
+    builder_.setMeta(meta);
+    return builder_;
+  }
+  // Splits a bucket's waited value `packed` along `dim` into `sizes` and gives each payload
+  // member its piece in the member's own shape (`copy`: reshape, for pieces that are not
+  // contiguous; otherwise view), staged before `anchor`. `done(member, value)` runs after each.
+  void unpack(Node* packed, int64_t dim, const std::vector<int64_t>& sizes,
+              const std::vector<Member>& payload, Node* anchor, const NodeMeta& wait_meta,
+              Phase phase, std::string_view split_name, bool copy,
+              const std::function<void(const Member&, Node*)>& done);
   // Moves every staged node before its anchor; consecutive nodes with one anchor keep their order.
   void flush();
   // Points the uses of a member's wait at its replacement. Uses by the output node are batched
@@ -212,13 +214,16 @@ class Bucketer {
   Graph& g_;
   const BucketOptions& opts_;
   PassContext& ctx_;
-  std::unique_ptr<BucketAnalyses> own_;
+  // New nodes are made at the end of the graph and put in place by flush() (see placeBefore()).
+  OpBuilder builder_{g_};
+  Node* anchor_ = nullptr;
+  // Of the graph before this pass edits it (cached along the pipeline, or shared by the caller).
   const PhaseInfo& phases_;
   const FsdpAnalysis& fsdp_;
-  const WrittenStorage& written_;
-  std::optional<BlockAnalysis> own_blocks_;
-  const BlockAnalysis* blocks_;  // plan=blocks only (or when the caller gave it)
-  std::vector<int64_t> pos_;     // program index by node id, at scan time
+  std::optional<WrittenStorage> own_written_;
+  const WrittenStorage& written_;  // values written in place: their readers stay where they are
+  const BlockAnalysis* blocks_;    // plan=blocks only (or when the caller gave it)
+  std::vector<int64_t> pos_;       // program index by node id, at scan time
   std::vector<KeyTuple> keys_;
   std::map<KeyTuple, size_t> key_index_;
   std::unordered_map<std::string, int64_t> param_ordinal_by_fqn_;  // lookups only
@@ -367,14 +372,22 @@ int64_t Bucketer::hardUse(Node* wait) const {
   return first;
 }
 
-// New nodes are made at the end of the graph and put in place by flush() (see placeBefore()).
-Node* Bucketer::make(std::string_view target, std::vector<Arg> args, Node* before,
-                     std::string_view name, ValueMeta val, const NodeMeta& meta) {
-  Node* n = g_.createCall(target, std::move(args), {}, nullptr, name);
-  n->val() = std::move(val);
-  n->meta() = meta;
-  staged_.emplace_back(n, before);
-  return n;
+void Bucketer::unpack(Node* packed, int64_t dim, const std::vector<int64_t>& sizes,
+                      const std::vector<Member>& payload, Node* anchor, const NodeMeta& wait_meta,
+                      Phase phase, std::string_view split_name, bool copy,
+                      const std::function<void(const Member&, Node*)>& done) {
+  Node* split = at(anchor, wait_meta).splitWithSizes(packed, sizes, dim, split_name);
+  for (size_t i = 0; i < payload.size(); ++i) {
+    const Member& m = payload[i];
+    NodeMeta meta = m.wait->meta();
+    meta.phase = phase;
+    OpBuilder& b = at(anchor, meta);
+    Node* piece = b.getitem(split, static_cast<int64_t>(i), m.wait->name() + "_piece");
+    const std::vector<int64_t>& shape = m.coll->val().tensor.shape;
+    Node* out = copy ? b.reshape(piece, shape, m.wait->name() + "_out")
+                     : b.view(piece, shape, m.wait->name() + "_out");
+    done(m, out);
+  }
 }
 
 void Bucketer::replaceMember(Node* wait, Node* replacement) {
@@ -589,69 +602,40 @@ void Bucketer::finalizeGather(Bucket& b, const KeyTuple& key) {
   std::stable_sort(payload.begin(), payload.end(),
                    [](const Member& a, const Member& c) { return a.order < c.order; });
   const int64_t G = key.group_size;
-  const TensorMeta& like = first->input(0)->val().tensor;
 
   NodeMeta shared = sharedMeta(first->meta(), key.phase, b.members);
   const std::string plan = opts_.plan == BucketOptions::Plan::Blocks ? b.block : "size";
 
-  std::vector<Arg> flats;
+  std::vector<Node*> flats;
   std::vector<int64_t> sizes;
-  int64_t total = 0;
   for (const Member& m : payload) {
     Node* in = m.coll->input(0);
     const TensorMeta& t = in->val().tensor;
     NodeMeta meta = m.coll->meta();
     meta.phase = key.phase;
     // view when the shard is contiguous (a free alias); reshape copies otherwise.
-    Node* flat = make(t.isContiguous() ? "aten.view.default" : "aten.reshape.default",
-                      {Arg::ofNode(in), Arg::ofInts({-1})}, first, in->name() + "_flat",
-                      ValueMeta::ofTensor(contiguousLike(t, {t.numel()})), meta);
-    flats.push_back(Arg::ofNode(flat));
+    OpBuilder& bl = at(first, meta);
+    flats.push_back(t.isContiguous() ? bl.view(in, {-1}, in->name() + "_flat")
+                                     : bl.reshape(in, {-1}, in->name() + "_flat"));
     sizes.push_back(t.numel());
-    total += t.numel();
   }
-  Node* cat = make("aten.cat.default", {Arg::ofList(std::move(flats))}, first, "ag_bucket_cat",
-                   ValueMeta::ofTensor(contiguousLike(like, {total})), shared);
+  Node* cat = at(first, shared).cat(flats, 0, "ag_bucket_cat");
   NodeMeta coll_meta = shared;
-  coll_meta.extra_json = withBucketMeta(
-      shared.extra_json, fsdp_.roleOf(first) == CollectiveRole::Other ? "bucket" : "fsdp_bucket",
-      collectiveKindName(key.kind), plan, b.members.size());
-  Node* ag =
-      make(first->target().str(), {Arg::ofNode(cat), Arg::ofInt(G), Arg::ofStr(key.group)}, first,
-           "ag_bucket", ValueMeta::ofTensor(contiguousLike(like, {G * total})), coll_meta);
+  setBucketMeta(coll_meta,
+                fsdp_.roleOf(first) == CollectiveRole::Other ? attr::bucket() : attr::fsdpBucket(),
+                collectiveKindName(key.kind), plan, b.members.size());
+  Node* ag = at(first, coll_meta).allGather(first->target(), cat, G, key.group, "ag_bucket");
 
   Node* w0 = b.members.front().wait;
   for (const Member& m : b.members)
     if (m.wait->isBefore(w0)) w0 = m.wait;
   NodeMeta wait_meta = sharedMeta(w0->meta(), key.phase, b.members);
-  Node* wait = make(w0->target().str(), {Arg::ofNode(ag)}, w0, "ag_bucket_wait",
-                    ValueMeta::ofTensor(contiguousLike(like, {G * total})), wait_meta);
-  Node* rows =
-      make("aten.view.default", {Arg::ofNode(wait), Arg::ofInts({G, -1})}, w0, "ag_bucket_rows",
-           ValueMeta::ofTensor(contiguousLike(like, {G, total})), wait_meta);
-  std::vector<ValueMeta> pieces;
-  for (int64_t s : sizes) {
-    TensorMeta t = contiguousLike(like, {G, s});
-    t.stride = {total, 1};  // columns of the [G, total] rows: not contiguous
-    pieces.push_back(ValueMeta::ofTensor(t));
-  }
-  Node* split =
-      make("aten.split_with_sizes.default", {Arg::ofNode(rows), Arg::ofInts(sizes), Arg::ofInt(1)},
-           w0, "ag_bucket_split", ValueMeta::ofList(pieces), wait_meta);
-  for (size_t i = 0; i < payload.size(); ++i) {
-    const Member& m = payload[i];
-    NodeMeta meta = m.wait->meta();
-    meta.phase = key.phase;
-    Node* piece =
-        make("operator.getitem", {Arg::ofNode(split), Arg::ofInt(static_cast<int64_t>(i))}, w0,
-             m.wait->name() + "_piece", pieces[i], meta);
-    // Each piece is rank-major ([G, numel_i]); reshape copies it into the gathered layout.
-    const TensorMeta& out = m.coll->val().tensor;
-    Node* full =
-        make("aten.reshape.default", {Arg::ofNode(piece), Arg::ofInts(out.shape)}, w0,
-             m.wait->name() + "_out", ValueMeta::ofTensor(contiguousLike(out, out.shape)), meta);
-    replaceMember(m.wait, full);
-  }
+  Node* wait = at(w0, wait_meta).wait(w0->target(), ag, "ag_bucket_wait");
+  Node* rows = at(w0, wait_meta).view(wait, {G, -1}, "ag_bucket_rows");
+  // Each piece is a column block of the [G, total] rows (rank-major, not contiguous): reshape
+  // copies it into the gathered layout.
+  unpack(rows, 1, sizes, payload, w0, wait_meta, key.phase, "ag_bucket_split", /*copy=*/true,
+         [&](const Member& m, Node* full) { replaceMember(m.wait, full); });
   flush();
   for (const Member& m : b.members)
     retire(m);
@@ -673,7 +657,7 @@ void Bucketer::finalizeData(Bucket& b, const KeyTuple& key) {
 
   // Reduce-scatter: rank r's output is row r of every input viewed as [G, numel_i / G], so the
   // inputs are concatenated along dim 1. All-reduce: plain flatten and concatenate.
-  std::vector<Arg> parts;
+  std::vector<Node*> parts;
   std::vector<int64_t> sizes;
   int64_t total = 0;
   for (const Member& m : payload) {
@@ -682,19 +666,16 @@ void Bucketer::finalizeData(Bucket& b, const KeyTuple& key) {
     NodeMeta meta = m.coll->meta();
     meta.phase = key.phase;
     int64_t cols = rs ? t.numel() / G : t.numel();
-    std::vector<int64_t> shape = rs ? std::vector<int64_t>{G, cols} : std::vector<int64_t>{cols};
     std::vector<int64_t> view_arg = rs ? std::vector<int64_t>{G, -1} : std::vector<int64_t>{-1};
-    Node* v = make(t.isContiguous() ? "aten.view.default" : "aten.reshape.default",
-                   {Arg::ofNode(in), Arg::ofInts(view_arg)}, last, in->name() + "_rows",
-                   ValueMeta::ofTensor(contiguousLike(t, shape)), meta);
-    parts.push_back(Arg::ofNode(v));
+    OpBuilder& bl = at(last, meta);
+    parts.push_back(t.isContiguous() ? bl.view(in, view_arg, in->name() + "_rows")
+                                     : bl.reshape(in, view_arg, in->name() + "_rows"));
     sizes.push_back(cols);
     total += cols;
   }
   Node* payload_node = nullptr;
   if (rs) {
-    Node* cat = make("aten.cat.default", {Arg::ofList(std::move(parts)), Arg::ofInt(1)}, last,
-                     p + "_cat", ValueMeta::ofTensor(contiguousLike(like, {G, total})), shared);
+    Node* cat = at(last, shared).cat(parts, 1, p + "_cat");
     // Pad every rank's row so the bucket's gloo ring chunks are its rank rows (bucket.h,
     // summation order); the pad columns are zeros and their sums are dropped.
     if (opts_.exact_rs_order && G >= 3) {
@@ -705,30 +686,21 @@ void Bucketer::finalizeData(Bucket& b, const KeyTuple& key) {
         ctx_.stat("rs-pad-elements", padded - total);
         sizes.push_back(padded - total);
         total = padded;
-        cat = make("aten.constant_pad_nd.default",
-                   {Arg::ofNode(cat), Arg::ofInts({0, sizes.back()}), Arg::ofFloat(0.0)}, last,
-                   p + "_pad", ValueMeta::ofTensor(contiguousLike(like, {G, total})), shared);
+        cat = at(last, shared).constantPadNd(cat, {0, sizes.back()}, 0.0, p + "_pad");
       }
     }
-    payload_node =
-        make("aten.view.default", {Arg::ofNode(cat), Arg::ofInts({-1})}, last, p + "_flat",
-             ValueMeta::ofTensor(contiguousLike(like, {G * total})), shared);
+    payload_node = at(last, shared).view(cat, {-1}, p + "_flat");
   } else {
-    payload_node = make("aten.cat.default", {Arg::ofList(std::move(parts))}, last, p + "_cat",
-                        ValueMeta::ofTensor(contiguousLike(like, {total})), shared);
+    payload_node = at(last, shared).cat(parts, 0, p + "_cat");
   }
   NodeMeta coll_meta = shared;
-  coll_meta.extra_json = withBucketMeta(
-      shared.extra_json, fsdp_.roleOf(last) == CollectiveRole::Other ? "bucket" : "fsdp_bucket",
-      collectiveKindName(key.kind), plan, b.members.size());
-  std::vector<Arg> args;
-  if (rs)
-    args = {Arg::ofNode(payload_node), Arg::ofStr(key.reduce_op), Arg::ofInt(G),
-            Arg::ofStr(key.group)};
-  else
-    args = {Arg::ofNode(payload_node), Arg::ofStr(key.reduce_op), Arg::ofStr(key.group)};
-  Node* coll = make(last->target().str(), std::move(args), last, p,
-                    ValueMeta::ofTensor(contiguousLike(like, {total})), coll_meta);
+  setBucketMeta(coll_meta,
+                fsdp_.roleOf(last) == CollectiveRole::Other ? attr::bucket() : attr::fsdpBucket(),
+                collectiveKindName(key.kind), plan, b.members.size());
+  Node* coll =
+      rs ? at(last, coll_meta)
+               .reduceScatter(last->target(), payload_node, key.reduce_op, G, key.group, p)
+         : at(last, coll_meta).allReduce(last->target(), payload_node, key.reduce_op, key.group, p);
 
   Node* w0 = b.members.front().wait;
   for (const Member& m : b.members)
@@ -737,45 +709,32 @@ void Bucketer::finalizeData(Bucket& b, const KeyTuple& key) {
   // be issued: then right after the bucket (the schedule pass defers it).
   Node* anchor = last->isBefore(w0) ? w0 : last;
   NodeMeta wait_meta = sharedMeta(w0->meta(), key.phase, b.members);
-  Node* wait = make(w0->target().str(), {Arg::ofNode(coll)}, anchor, p + "_wait",
-                    ValueMeta::ofTensor(contiguousLike(like, {total})), wait_meta);
-  std::vector<ValueMeta> pieces;
-  for (int64_t s : sizes)
-    pieces.push_back(ValueMeta::ofTensor(contiguousLike(like, {s})));
-  Node* split = make("aten.split_with_sizes.default", {Arg::ofNode(wait), Arg::ofInts(sizes)},
-                     anchor, p + "_split", ValueMeta::ofList(pieces), wait_meta);
-  for (size_t i = 0; i < payload.size(); ++i) {
-    const Member& m = payload[i];
-    NodeMeta meta = m.wait->meta();
-    meta.phase = key.phase;
-    Node* piece =
-        make("operator.getitem", {Arg::ofNode(split), Arg::ofInt(static_cast<int64_t>(i))}, anchor,
-             m.wait->name() + "_piece", pieces[i], meta);
-    const TensorMeta& out = m.coll->val().tensor;
-    Node* shaped =
-        make("aten.view.default", {Arg::ofNode(piece), Arg::ofInts(out.shape)}, anchor,
-             m.wait->name() + "_out", ValueMeta::ofTensor(contiguousLike(out, out.shape)), meta);
-    // Pure users of the old wait that ran before the new one move below it, in program order.
-    if (anchor == last) {
-      std::vector<Node*> movers;
-      std::vector<Node*> work{m.wait};
-      while (!work.empty()) {
-        Node* x = work.back();
-        work.pop_back();
-        for (Node* u : x->users())
-          if (u->isBefore(last) && std::find(movers.begin(), movers.end(), u) == movers.end()) {
-            movers.push_back(u);
-            work.push_back(u);
+  Node* wait = at(anchor, wait_meta).wait(w0->target(), coll, p + "_wait");
+  unpack(
+      wait, 0, sizes, payload, anchor, wait_meta, key.phase, p + "_split", /*copy=*/false,
+      [&](const Member& m, Node* shaped) {
+        // Pure users of the old wait that ran before the new one move below it, in program
+        // order.
+        if (anchor == last) {
+          std::vector<Node*> movers;
+          std::vector<Node*> work{m.wait};
+          while (!work.empty()) {
+            Node* x = work.back();
+            work.pop_back();
+            for (Node* u : x->users())
+              if (u->isBefore(last) && std::find(movers.begin(), movers.end(), u) == movers.end()) {
+                movers.push_back(u);
+                work.push_back(u);
+              }
           }
-      }
-      std::sort(movers.begin(), movers.end(),
-                [](const Node* a, const Node* c) { return a->isBefore(c); });
-      for (Node* u : movers)
-        staged_.emplace_back(u, last);
-      ctx_.stat("moved-down", static_cast<int64_t>(movers.size()));
-    }
-    replaceMember(m.wait, shaped);
-  }
+          std::sort(movers.begin(), movers.end(),
+                    [](const Node* a, const Node* c) { return a->isBefore(c); });
+          for (Node* u : movers)
+            staged_.emplace_back(u, last);
+          ctx_.stat("moved-down", static_cast<int64_t>(movers.size()));
+        }
+        replaceMember(m.wait, shaped);
+      });
   flush();
   for (const Member& m : b.members)
     retire(m);
@@ -805,10 +764,7 @@ void placeBefore(Graph& g, const std::vector<Node*>& nodes, Node* anchor) {
 }
 
 bool hasFsdpBucketMeta(const Node& n) {
-  const std::string& extra = n.meta().extra_json;
-  if (extra.find("\"fsdp_bucket\"") == std::string::npos) return false;
-  auto j = nlohmann::json::parse(extra, nullptr, false);
-  return j.is_object() && j.contains("fsdp_bucket");
+  return n.meta().attrs.has(attr::fsdpBucket());
 }
 
 namespace {
@@ -953,12 +909,12 @@ std::unique_ptr<Graph> boundedCopy(const Graph& g, const BucketOptions& opts, in
 // wins, ties to the earlier candidate.
 bool bucketAuto(Graph& g, const BucketOptions& opts, PassContext& ctx) {
   if (!opts.cost) throw JfxError({}, "pass 'bucket': plan=auto needs a hardware profile");
-  const int64_t peak_before = analyzeMemory(g, computePhases(g)).peak_bytes;
+  const int64_t peak_before = ctx.analyses.get<MemoryProfile>(g).peak_bytes;
   const int64_t bound = boundFor(opts, peak_before);
   const std::vector<BucketCandidate> cands = bucketAutoCandidates(opts);
   // Every copy is a clone of `g`, whose block analysis (FQNs only) is theirs too; and the
   // analyses of one pristine clone serve every candidate's copy (BucketAnalyses).
-  const BlockAnalysis blocks = analyzeBlocks(g);
+  const BlockAnalysis& blocks = ctx.analyses.get<BlockAnalysis>(g);
   const std::unique_ptr<Graph> pristine = cloneGraph(g);
   const BucketAnalyses shared(*pristine);
   SimOptions so;
@@ -1121,15 +1077,14 @@ bool bucketFixed(Graph& g, const BucketOptions& opts, PassContext& ctx) {
   // Memory bound: bucket a copy, and while its estimated peak is above the bound, leave out the
   // buckets whose new or moved storages are live at an over-bound step. A few rounds settle it
   // (each drops every offending bucket at once); past 8 rounds nothing is bucketed.
-  const int64_t peak_before = analyzeMemory(g, computePhases(g)).peak_bytes;
+  const int64_t peak_before = ctx.analyses.get<MemoryProfile>(g).peak_bytes;
   const int64_t bound = boundFor(opts, peak_before);
   ctx.stat("memory-peak-before", peak_before);
   ctx.stat("memory-limit", bound);
   int64_t peak = 0;
   // The copies are clones of `g`: one block analysis serves every round and the final rewrite.
-  std::optional<BlockAnalysis> blocks;
-  if (opts.plan == BucketOptions::Plan::Blocks) blocks.emplace(analyzeBlocks(g));
-  const BlockAnalysis* shared = blocks ? &*blocks : nullptr;
+  const BlockAnalysis* shared =
+      opts.plan == BucketOptions::Plan::Blocks ? &ctx.analyses.get<BlockAnalysis>(g) : nullptr;
   boundedCopy(g, opts, bound, excluded, ctx, &peak, shared);
   if (!excluded.empty())
     ctx.remark("bucket: " + std::to_string(excluded.size()) +

@@ -122,26 +122,28 @@ struct Unit {
   Node* wait;
 };
 
-// What a Scheduler reads from its input besides the order: prefetch=auto runs every candidate
-// distance on the input itself and puts the order back in between, so one set serves them all.
-struct ScheduleAnalyses {
-  explicit ScheduleAnalyses(const Graph& g) : ScheduleAnalyses(g, computePhases(g)) {}
-  ScheduleAnalyses(const Graph& g, PhaseInfo p)
-      : phases(std::move(p)), fsdp(analyzeFsdp(g, phases)), written(g) {}
-  PhaseInfo phases;
-  FsdpAnalysis fsdp;
-  WrittenStorage written;  // values written in place: their readers stay where they are
+// What a caller that already holds them gives a Scheduler instead of its context's cached
+// analyses: prefetch=auto runs every candidate distance on the input itself and puts the order
+// back in between, so one set serves them all; a planner's copy gives the phase analysis and
+// memory profile it already had. Each must be of the graph as the Scheduler finds it.
+struct ScheduleInputs {
+  const PhaseInfo* phases = nullptr;
+  const FsdpAnalysis* fsdp = nullptr;
+  const WrittenStorage* written = nullptr;
+  const MemoryProfile* memory = nullptr;  // default options (or any: the curve is the same)
 };
 
 class Scheduler {
  public:
-  Scheduler(Graph& g, const ScheduleOptions& opts, PassContext& ctx)
-      : Scheduler(g, opts, ctx, std::make_unique<ScheduleAnalyses>(g), nullptr, nullptr, nullptr) {}
-  // With the input's analyses, its memory profile (default options) and its block analysis
-  // computed by the caller on this very graph and order.
-  Scheduler(Graph& g, const ScheduleOptions& opts, PassContext& ctx, const ScheduleAnalyses& a,
-            const MemoryProfile* input_memory, const BlockAnalysis* blocks)
-      : Scheduler(g, opts, ctx, nullptr, &a, input_memory, blocks) {}
+  Scheduler(Graph& g, const ScheduleOptions& opts, PassContext& ctx, const ScheduleInputs& in = {})
+      : g_(g),
+        opts_(opts),
+        ctx_(ctx),
+        phases_(in.phases ? *in.phases : ctx.analyses.get<PhaseInfo>(g)),
+        fsdp_(in.fsdp ? *in.fsdp : ctx.analyses.get<FsdpAnalysis>(g)),
+        own_written_(in.written ? std::nullopt : std::optional<WrittenStorage>(std::in_place, g)),
+        written_(in.written ? *in.written : *own_written_),
+        input_memory_(in.memory) {}
   bool run();
   // Every node run() moved, in the order they were first moved.
   const std::vector<Node*>& movedNodes() const { return moved_list_; }
@@ -165,18 +167,6 @@ class Scheduler {
   bool deferWaits(const std::vector<Unit>& seq);
   // The launch chain of `coll` if it moved before `at`; `at` moves down past non-movable producers.
   std::vector<Node*> launchChain(Node* coll, Node*& at) const;
-  Scheduler(Graph& g, const ScheduleOptions& opts, PassContext& ctx,
-            std::unique_ptr<ScheduleAnalyses> own, const ScheduleAnalyses* shared,
-            const MemoryProfile* input_memory, const BlockAnalysis* blocks)
-      : g_(g),
-        opts_(opts),
-        ctx_(ctx),
-        own_(std::move(own)),
-        phases_(shared ? shared->phases : own_->phases),
-        fsdp_(shared ? shared->fsdp : own_->fsdp),
-        written_(shared ? shared->written : own_->written),
-        input_memory_(input_memory),
-        blocks_(blocks) {}
   void markMoved(Node* x) {
     if (!moved_[x->id()]) moved_list_.push_back(x);
     moved_[x->id()] = 1;
@@ -185,12 +175,12 @@ class Scheduler {
   Graph& g_;
   const ScheduleOptions& opts_;
   PassContext& ctx_;
-  std::unique_ptr<ScheduleAnalyses> own_;
+  // Of the graph before this pass edits it (cached along the pipeline, or the caller's).
   const PhaseInfo& phases_;
   const FsdpAnalysis& fsdp_;
-  const WrittenStorage& written_;
-  const MemoryProfile* input_memory_;  // the caller's, or nullptr: computed here
-  const BlockAnalysis* blocks_;        // the caller's, or nullptr: computed here
+  std::optional<WrittenStorage> own_written_;
+  const WrittenStorage& written_;      // values written in place: their readers stay where they are
+  const MemoryProfile* input_memory_;  // the caller's, or nullptr: the context's
   std::vector<size_t> idx_;            // original step by node id
   std::vector<uint8_t> moved_;         // by node id
   std::vector<Node*> moved_list_;
@@ -358,9 +348,7 @@ bool Scheduler::run() {
   }
 
   if (opts_.report) {
-    std::optional<BlockAnalysis> own_blocks;
-    if (!blocks_) own_blocks.emplace(analyzeBlocks(g_));
-    const BlockAnalysis& blocks = blocks_ ? *blocks_ : *own_blocks;
+    const BlockAnalysis& blocks = ctx_.analyses.get<BlockAnalysis>(g_);
     ctx_.stat("blocks", static_cast<int64_t>(blocks.blocks.size()));
     bool any_gather = false;
     for (auto& [key, seq] : gathers)
@@ -373,9 +361,8 @@ bool Scheduler::run() {
   }
 
   if (opts_.memory_limit != 0) {
-    std::optional<MemoryProfile> own_prof;
-    if (!input_memory_) own_prof.emplace(analyzeMemory(g_, phases_));
-    const MemoryProfile& prof = input_memory_ ? *input_memory_ : *own_prof;
+    const MemoryProfile& prof =
+        input_memory_ ? *input_memory_ : ctx_.analyses.get<MemoryProfile>(g_);
     // The default: never above the input's own estimated peak.
     limit_ = opts_.memory_limit < 0 ? prof.peak_bytes : opts_.memory_limit;
     std::vector<int64_t> base(order.size(), 0);
@@ -542,8 +529,10 @@ void restoreOrder(Graph& g, const std::vector<Node*>& order, const std::vector<s
 bool scheduleCollectives(Graph& g, const ScheduleOptions& opts, PassContext& ctx,
                          const PhaseInfo& phases, const MemoryProfile* memory) {
   if (opts.auto_prefetch) return scheduleCollectives(g, opts, ctx);
-  const ScheduleAnalyses analyses(g, phases);
-  return Scheduler(g, opts, ctx, analyses, memory, nullptr).run();
+  ScheduleInputs in;
+  in.phases = &phases;
+  in.memory = memory;
+  return Scheduler(g, opts, ctx, in).run();
 }
 
 bool scheduleCollectives(Graph& g, const ScheduleOptions& opts, PassContext& ctx) {
@@ -556,9 +545,13 @@ bool scheduleCollectives(Graph& g, const ScheduleOptions& opts, PassContext& ctx
   // the limit wins; ties to the smaller K. The limit check is the memory analysis of the
   // scheduled order: the same estimate the caller would measure on the output (when the input
   // already exceeds the limit, the input's peak).
-  const ScheduleAnalyses analyses(g);
-  const MemoryProfile input_memory = analyzeMemory(g, analyses.phases);
-  const int64_t peak_before = input_memory.peak_bytes;
+  const WrittenStorage written(g);
+  ScheduleInputs in;
+  in.phases = &ctx.analyses.get<PhaseInfo>(g);
+  in.fsdp = &ctx.analyses.get<FsdpAnalysis>(g);
+  in.written = &written;
+  in.memory = &ctx.analyses.get<MemoryProfile>(g);
+  const int64_t peak_before = in.memory->peak_bytes;
   const int64_t limit = opts.memory_limit == 0  ? 0
                         : opts.memory_limit < 0 ? peak_before
                                                 : std::max(opts.memory_limit, peak_before);
@@ -567,7 +560,7 @@ bool scheduleCollectives(Graph& g, const ScheduleOptions& opts, PassContext& ctx
   for (size_t i = 0; i < order.size(); ++i)
     step_of[order[i]->id()] = i;
   SimOptions so;
-  so.phases = &analyses.phases;
+  so.phases = in.phases;
   int64_t best = -1;
   double best_step = std::numeric_limits<double>::infinity();
   std::string report;
@@ -577,7 +570,7 @@ bool scheduleCollectives(Graph& g, const ScheduleOptions& opts, PassContext& ctx
     fixed.prefetch = k;
     fixed.report = false;
     PassContext quiet;
-    Scheduler sched(g, fixed, quiet, analyses, &input_memory, nullptr);
+    Scheduler sched(g, fixed, quiet, in);
     sched.run();
     const SimResult sim = simulate(g, *opts.cost, so);
     restoreOrder(g, order, step_of, sched.movedNodes());
@@ -601,7 +594,7 @@ bool scheduleCollectives(Graph& g, const ScheduleOptions& opts, PassContext& ctx
   ScheduleOptions fixed = opts;
   fixed.auto_prefetch = false;
   fixed.prefetch = best;
-  return Scheduler(g, fixed, ctx, analyses, &input_memory, nullptr).run();
+  return Scheduler(g, fixed, ctx, in).run();
 }
 
 }  // namespace jfx

@@ -47,8 +47,7 @@ void SplitCommGroupsPass::configure(PassOptions& options) {
 }
 
 bool SplitCommGroupsPass::run(Graph& g, PassContext& ctx) {
-  PhaseInfo phases = computePhases(g);
-  FsdpAnalysis fsdp = analyzeFsdp(g, phases);
+  const FsdpAnalysis& fsdp = ctx.analyses.get<FsdpAnalysis>(g);
 
   struct Use {
     bool gather = false;

@@ -86,8 +86,8 @@ std::span<const StatisticDecl> DedupFsdpUnshardPass::statistics() const {
 }
 
 bool DedupFsdpUnshardPass::run(Graph& g, PassContext& ctx) {
-  PhaseInfo phases = computePhases(g);
-  FsdpAnalysis fsdp = analyzeFsdp(g, phases);
+  const PhaseInfo& phases = ctx.analyses.get<PhaseInfo>(g);
+  const FsdpAnalysis& fsdp = ctx.analyses.get<FsdpAnalysis>(g);
   // A gathered value some op writes in place is that reader's own copy: sharing it would let the
   // write reach the other chain's readers.
   const WrittenStorage written(g);

@@ -76,7 +76,7 @@ std::span<const StatisticDecl> RematPass::statistics() const {
 }
 
 bool RematPass::run(Graph& g, PassContext& ctx) {
-  PhaseInfo phases = computePhases(g);
+  const PhaseInfo& phases = ctx.analyses.get<PhaseInfo>(g);
   const size_t n_ids = g.maxId();
 
   // Tagged forward nodes; untagged getitems inherit from their producer (program order makes the

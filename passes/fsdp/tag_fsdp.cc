@@ -40,7 +40,7 @@ std::string topLevelModule(const std::string& fqn) {
 std::vector<bool> keepDecisions(const Graph& g, const std::vector<const FsdpUnshardChain*>& chains,
                                 int64_t k, PassContext& ctx, int64_t* units = nullptr) {
   std::vector<bool> keep(chains.size(), false);
-  const BlockAnalysis blocks = analyzeBlocks(g);
+  const BlockAnalysis& blocks = ctx.analyses.get<BlockAnalysis>(g);
   std::vector<int32_t> block(chains.size(), -1);
   std::set<int32_t> gathered;
   const Node* last_block_gather = nullptr;
@@ -104,8 +104,8 @@ std::vector<bool> keepDecisions(const Graph& g, const std::vector<const FsdpUnsh
 // (MUST_RECOMPUTE on the chain). `keep_last` < 0: reshard=never; otherwise reshard=default with
 // that K (0 is reshard=always). Returns whether a tag changed; `units` as in keepDecisions.
 bool tagChains(Graph& g, int64_t keep_last, PassContext& ctx, int64_t* units = nullptr) {
-  PhaseInfo phases = computePhases(g);
-  FsdpAnalysis fsdp = analyzeFsdp(g, phases);
+  const PhaseInfo& phases = ctx.analyses.get<PhaseInfo>(g);
+  const FsdpAnalysis& fsdp = ctx.analyses.get<FsdpAnalysis>(g);
   ctx.stat("non-fsdp-collectives", static_cast<int64_t>(fsdp.other_collectives.size()));
 
   std::vector<const FsdpUnshardChain*> chains;
@@ -214,6 +214,8 @@ void TagFsdpPass::configure(PassOptions& options) {
 }
 
 bool TagFsdpPass::run(Graph& g, PassContext& ctx) {
+  // Recompute tags are all this pass changes, and no analysis reads them.
+  ctx.preserveAll();
   switch (reshard_) {
     case Reshard::Always:
       return tagChains(g, 0, ctx);

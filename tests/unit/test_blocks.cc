@@ -257,8 +257,8 @@ TEST_CASE("blocks: tag-fsdp, bucket, schedule and analyze agree on every fixture
     std::set<std::string> bucket_plans;
     g->forEach([&](const Node* n) {
       if (!hasFsdpBucketMeta(*n)) return;
-      auto j = nlohmann::json::parse(n->meta().extra_json);
-      bucket_plans.insert(j["fsdp_bucket"]["plan"].get<std::string>());
+      for (const auto& [key, value] : *n->meta().attrs.getDict(attr::fsdpBucket()))
+        if (key == "plan") bucket_plans.insert(std::get<std::string>(value));
     });
     for (const std::string& b : expected)
       CHECK(bucket_plans.count(b) == 1);

@@ -48,12 +48,15 @@ TEST_CASE("phase: meta wins, then the autograd_backward flag", "[fsdp]") {
   Graph g;
   buildWorkedExample(g, false);
   at(g, "t1")->meta().phase = Phase::Backward;  // whatever the exporter says
-  at(g, "h")->meta().extra_json = R"({"autograd_backward":true,"seq_nr_x":1})";
-  at(g, "y")->meta().extra_json = R"({"autograd_backward":false})";
+  at(g, "h")->meta().attrs.set(attr::autogradBackward(), AttrValue{true});
+  at(g, "y")->meta().attrs.set(attr::autogradBackward(), AttrValue{false});
+  // The flag is a typed attribute: the same key in hand-built extra JSON is not read.
+  at(g, "t2")->meta().extra_json = R"({"autograd_backward":true})";
   PhaseInfo p = computePhases(g);
   CHECK(p.of(at(g, "t1")) == Phase::Backward);
   CHECK(p.of(at(g, "h")) == Phase::Backward);
   CHECK(p.of(at(g, "y")) == Phase::Forward);
+  CHECK(p.of(at(g, "t2")) == Phase::Forward);
   CHECK(p.fromMeta() == 1);
   CHECK(p.fromAutogradFlag() == 1);
 }

@@ -90,8 +90,9 @@ void addOptCommand(CLI::App& app, int& exit_code) {
   cmd->add_flag("--no-verify", args->no_verify,
                 "Do not verify the input, the output and the graph after each changing pass");
   cmd->add_flag("--verify-full", args->verify_full,
-                "Verify the whole graph after each changing pass (default: the whole input and "
-                "output, and between passes the nodes each pass touched)");
+                "Verify the whole graph, and recompute the analyses a pass declares preserved, "
+                "after each changing pass (default: the whole input and output, and between "
+                "passes the nodes each pass touched)");
   cmd->add_flag("--verify-one-gather", args->verify_one_gather,
                 "Verification also requires one all-gather per parameter per phase");
   cmd->add_flag("--print-ir-after-all", args->print_ir_after_all,

@@ -1,0 +1,65 @@
+#include "passes/analysis_manager.h"
+
+#include "ir/error.h"
+
+namespace jfx {
+
+std::vector<std::string_view> AnalysisManager::cachedNames() const {
+  std::vector<std::string_view> names;
+  for (const auto& [name, entry] : entries_)
+    names.push_back(name);
+  return names;
+}
+
+void AnalysisManager::invalidate(const PreservedAnalyses& keep) {
+  if (keep.preservesAll()) return;
+  std::set<std::string_view> dropped;
+  for (const auto& [name, entry] : entries_)
+    if (!keep.preserves(name)) dropped.insert(name);
+  // Analyses computed from a dropped one go too, transitively; a few analyses, so a fixpoint.
+  for (bool grew = true; grew;) {
+    grew = false;
+    for (const auto& [name, entry] : entries_) {
+      if (dropped.count(name)) continue;
+      for (std::string_view dep : entry.deps)
+        if (dropped.count(dep)) {
+          dropped.insert(name);
+          grew = true;
+          break;
+        }
+    }
+  }
+  for (std::string_view name : dropped)
+    entries_.erase(name);
+}
+
+void AnalysisManager::clear() {
+  entries_.clear();
+  graph_ = nullptr;
+}
+
+std::vector<std::string_view> AnalysisManager::verifyPreserved(const Graph& g) const {
+  std::vector<std::string_view> broken;
+  if (graph_ != &g) return broken;  // nothing cached for this graph
+  for (const auto& [name, entry] : entries_)
+    if (entry.fingerprint_cached(entry.value.get()) != entry.fingerprint_fresh(g))
+      broken.push_back(name);
+  return broken;
+}
+
+void AnalysisManager::throwOtherGraph() {
+  throw JfxError({},
+                 "internal error: an analysis manager (PassContext) asked about a second "
+                 "graph; a pass working on a copy needs a PassContext of its own");
+}
+
+void AnalysisManager::throwCycle(std::string_view name) const {
+  std::string chain;
+  for (std::string_view s : stack_)
+    chain += std::string(s) + " -> ";
+  throw JfxError({}, "internal error: analysis '" + std::string(name) +
+                         "' asks for itself while being computed (" + chain + std::string(name) +
+                         ")");
+}
+
+}  // namespace jfx

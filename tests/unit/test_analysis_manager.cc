@@ -1,0 +1,209 @@
+// The analysis manager: caching, invalidation by preservation and dependency, the pass manager
+// handing the cache along a pipeline, and the --verify-full check of preservation promises.
+#include <catch2/catch.hpp>
+#include <functional>
+#include <sstream>
+
+#include "ir/io.h"
+#include "passes/analysis/blocks.h"
+#include "passes/analysis/fsdp.h"
+#include "passes/analysis/memory.h"
+#include "passes/analysis/phase.h"
+#include "passes/pass_manager.h"
+
+using namespace jfx;
+
+namespace {
+
+std::unique_ptr<Graph> traced(const std::string& name) {
+  return loadGraph(std::string(JFX_SOURCE_DIR) + "/tests/data/traced/" + name + ".json");
+}
+
+class LambdaPass : public Pass {
+ public:
+  LambdaPass(std::string name, std::function<bool(Graph&, PassContext&)> body)
+      : name_(std::move(name)), body_(std::move(body)) {}
+  std::string_view name() const override { return name_; }
+  bool run(Graph& g, PassContext& ctx) override { return body_(g, ctx); }
+
+ private:
+  std::string name_;
+  std::function<bool(Graph&, PassContext&)> body_;
+};
+
+std::string errorOf(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "<no error>";
+}
+
+PassManagerOptions quiet(std::ostream& sink) {
+  PassManagerOptions o;
+  o.out = &sink;
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("analysis manager: results are cached and equal the direct computation",
+          "[analysis-manager]") {
+  for (const char* name : {"fsdp_w2", "gpt2_w2", "moe_w2", "convbn_w2"}) {
+    INFO(name);
+    auto g = traced(name);
+    AnalysisManager am;
+    const FsdpAnalysis& fsdp = am.get<FsdpAnalysis>(*g);
+    const BlockAnalysis& blocks = am.get<BlockAnalysis>(*g);
+    const MemoryProfile& mem = am.get<MemoryProfile>(*g);
+    // The same objects on a second request, computed once each (phases once, shared by three).
+    CHECK(&am.get<FsdpAnalysis>(*g) == &fsdp);
+    CHECK(&am.get<BlockAnalysis>(*g) == &blocks);
+    CHECK(&am.get<MemoryProfile>(*g) == &mem);
+    CHECK(am.counts().at("phases").computed == 1);
+    CHECK(am.counts().at("phases").reused == 2);
+    CHECK(am.counts().at("fsdp").computed == 1);
+    CHECK(am.counts().at("fsdp").reused == 1);
+
+    const PhaseInfo direct = computePhases(*g);
+    CHECK(AnalysisTraits<PhaseInfo>::fingerprint(am.get<PhaseInfo>(*g)) ==
+          AnalysisTraits<PhaseInfo>::fingerprint(direct));
+    CHECK(AnalysisTraits<FsdpAnalysis>::fingerprint(fsdp) ==
+          AnalysisTraits<FsdpAnalysis>::fingerprint(analyzeFsdp(*g, direct)));
+    CHECK(AnalysisTraits<BlockAnalysis>::fingerprint(blocks) ==
+          AnalysisTraits<BlockAnalysis>::fingerprint(analyzeBlocks(*g)));
+    CHECK(AnalysisTraits<MemoryProfile>::fingerprint(mem) ==
+          AnalysisTraits<MemoryProfile>::fingerprint(analyzeMemory(*g, direct)));
+    CHECK_FALSE(fsdp.unshard.empty());
+  }
+}
+
+TEST_CASE("analysis manager: invalidation keeps what is preserved, drops what depends on the rest",
+          "[analysis-manager]") {
+  auto g = traced("fsdp_w2");
+  AnalysisManager am;
+  auto fill = [&] {
+    am.get<FsdpAnalysis>(*g);  // and phases, as its dependency
+    am.get<BlockAnalysis>(*g);
+    am.get<MemoryProfile>(*g);
+  };
+  using Names = std::vector<std::string_view>;
+  fill();
+  CHECK(am.cachedNames() == Names{"blocks", "fsdp", "memory", "phases"});
+
+  am.invalidate(PreservedAnalyses());
+  CHECK(am.cachedNames().empty());
+
+  fill();
+  am.invalidate(PreservedAnalyses().preserveAll());
+  CHECK(am.cachedNames() == Names{"blocks", "fsdp", "memory", "phases"});
+
+  // Phases kept: the others were dropped.
+  am.invalidate(PreservedAnalyses().preserve<PhaseInfo>());
+  CHECK(am.cachedNames() == Names{"phases"});
+
+  // fsdp, blocks and memory were computed from phases: preserving them without phases drops them.
+  fill();
+  am.invalidate(PreservedAnalyses().preserve<FsdpAnalysis>().preserve<BlockAnalysis>());
+  CHECK(am.cachedNames().empty());
+
+  fill();
+  am.invalidate(PreservedAnalyses().preserve<PhaseInfo>().preserve<FsdpAnalysis>());
+  CHECK(am.cachedNames() == Names{"fsdp", "phases"});
+  CHECK(am.counts().at("fsdp").computed == 4);  // one per fill()
+}
+
+TEST_CASE("analysis manager: one graph per manager", "[analysis-manager]") {
+  auto a = traced("fsdp_w2");
+  auto b = traced("fsdp_w2");
+  AnalysisManager am;
+  am.get<PhaseInfo>(*a);
+  CHECK_THAT(errorOf([&] { am.get<PhaseInfo>(*b); }),
+             Catch::Contains("asked about a second graph"));
+  am.clear();
+  CHECK_NOTHROW(am.get<PhaseInfo>(*b));
+}
+
+TEST_CASE("analysis manager: the pass manager hands the cache along and invalidates on change",
+          "[analysis-manager]") {
+  auto g = traced("fsdp_w2");
+  std::ostringstream sink;
+  // tag-fsdp only sets recompute tags and preserves everything; remat then reuses its phases.
+  PipelineResult r =
+      runPipeline(*g, resolvePipeline("tag-fsdp{reshard=always},remat"), quiet(sink));
+  REQUIRE(r.passes[0].changed);
+  CHECK(r.analyses.at("phases").computed == 1);
+  CHECK(r.analyses.at("phases").reused >= 2);  // fsdp and blocks in tag-fsdp, remat
+
+  // A changing pass that preserves nothing: the next pass computes again.
+  auto h = traced("fsdp_w2");
+  int computed_in_second = -1;
+  std::vector<ConfiguredPass> passes;
+  passes.push_back({std::make_unique<LambdaPass>("touch",
+                                                 [](Graph& graph, PassContext& ctx) {
+                                                   ctx.analyses.get<PhaseInfo>(graph);
+                                                   graph.rename(graph.first(), "touched_input");
+                                                   return true;
+                                                 }),
+                    ""});
+  passes.push_back({std::make_unique<LambdaPass>("look",
+                                                 [&](Graph& graph, PassContext& ctx) {
+                                                   ctx.analyses.get<PhaseInfo>(graph);
+                                                   computed_in_second = static_cast<int>(
+                                                       ctx.analyses.counts().at("phases").computed);
+                                                   return false;
+                                                 }),
+                    ""});
+  PassManagerOptions o = quiet(sink);
+  o.verify_each = false;
+  runPasses(*h, passes, o);
+  CHECK(computed_in_second == 2);
+
+  // The same, but the first pass declares phases preserved: no second computation.
+  auto k = traced("fsdp_w2");
+  passes[0] = {std::make_unique<LambdaPass>("touch",
+                                            [](Graph& graph, PassContext& ctx) {
+                                              ctx.analyses.get<PhaseInfo>(graph);
+                                              ctx.preserve<PhaseInfo>();
+                                              graph.rename(graph.first(), "renamed_input");
+                                              return true;
+                                            }),
+               ""};
+  runPasses(*k, passes, o);
+  CHECK(computed_in_second == 1);
+}
+
+TEST_CASE("analysis manager: --verify-full catches a broken preservation promise",
+          "[analysis-manager]") {
+  // The pass moves a forward node's phase to backward, which the phase analysis reads, and
+  // claims phases preserved.
+  auto lying = [](Graph& g, PassContext& ctx) {
+    const PhaseInfo& phases = ctx.analyses.get<PhaseInfo>(g);
+    for (Node* n = g.first(); n; n = n->next())
+      if (n->op() == OpKind::CallFunction && phases.isForwardOrLoss(n)) {
+        n->meta().phase = Phase::Backward;
+        break;
+      }
+    ctx.preserve<PhaseInfo>();
+    return true;
+  };
+  std::ostringstream sink;
+  PassManagerOptions o = quiet(sink);
+  o.verify_full_each = true;
+  {
+    auto g = traced("fsdp_w2");
+    std::vector<ConfiguredPass> passes;
+    passes.push_back({std::make_unique<LambdaPass>("lying", lying), ""});
+    CHECK_THAT(errorOf([&] { runPasses(*g, passes, o); }),
+               Catch::Contains("pass 'lying' (#1) failed: internal error: it declares the "
+                               "analyses {phases} preserved"));
+  }
+  // The real passes keep their promises on traced graphs of several families.
+  for (const char* name : {"fsdp_w2", "gpt2_w2", "moe_w2", "vit_w2", "sac_w2"}) {
+    INFO(name);
+    auto g = traced(name);
+    CHECK_NOTHROW(runPipeline(
+        *g, resolvePipeline(std::string(JFX_SOURCE_DIR) + "/configs/pipelines/default.json"), o));
+  }
+}
