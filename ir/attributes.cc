@@ -287,7 +287,9 @@ void liftAttrs(std::string& extra_json, AttrMap& attrs) {
   // Cheap filter: most nodes carry no declared key.
   bool any = false;
   for (const AttrDecl& d : kAttrDecls) {
-    std::string quoted = "\"" + std::string(d.name) + "\"";
+    std::string quoted(1, '"');
+    quoted += d.name;
+    quoted += '"';
     any = any || extra_json.find(quoted) != std::string::npos;
   }
   if (!any) return;

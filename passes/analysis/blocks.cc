@@ -294,17 +294,34 @@ BlockAnalysis analyzeBlocks(const Graph& g, const PhaseInfo& phases) {
 std::string AnalysisTraits<BlockAnalysis>::fingerprint(const BlockAnalysis& a) {
   std::string s;
   for (const Block& b : a.blocks) {
-    s += b.name + "|" + b.container + "|" + std::to_string(b.index) + "|" +
-         std::to_string(b.first_use) + "[";
-    for (const Node* p : b.params)
-      s += std::to_string(p->id()) + ",";
+    for (const std::string* part : {&b.name, &b.container}) {
+      s += *part;
+      s += '|';
+    }
+    s += std::to_string(b.index);
+    s += '|';
+    s += std::to_string(b.first_use);
+    s += '[';
+    for (const Node* p : b.params) {
+      s += std::to_string(p->id());
+      s += ',';
+    }
     s += "];";
   }
-  for (const auto& c : a.containers)
-    s += "c:" + c + ";";
-  for (const auto& c : a.parallel_containers)
-    s += "p:" + c + ";";
-  return s + std::to_string(a.parameters) + "/" + std::to_string(a.parameters_in_blocks);
+  for (const auto& c : a.containers) {
+    s += "c:";
+    s += c;
+    s += ';';
+  }
+  for (const auto& c : a.parallel_containers) {
+    s += "p:";
+    s += c;
+    s += ';';
+  }
+  s += std::to_string(a.parameters);
+  s += '/';
+  s += std::to_string(a.parameters_in_blocks);
+  return s;
 }
 
 }  // namespace jfx

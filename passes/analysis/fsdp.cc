@@ -275,34 +275,47 @@ FsdpAnalysis analyzeFsdp(const Graph& g, const PhaseInfo& phases) {
 namespace {
 void appendIds(std::string& s, const std::vector<Node*>& nodes) {
   s += '[';
-  for (const Node* n : nodes)
-    s += std::to_string(n->id()) + ',';
+  for (const Node* n : nodes) {
+    s += std::to_string(n->id());
+    s += ',';
+  }
   s += ']';
 }
-std::string idOf(const Node* n) {
-  return n ? std::to_string(n->id()) : std::string("-");
+void appendId(std::string& s, const Node* n, char sep) {
+  if (n)
+    s += std::to_string(n->id());
+  else
+    s += '-';
+  s += sep;
 }
 }  // namespace
 
 std::string AnalysisTraits<FsdpAnalysis>::fingerprint(const FsdpAnalysis& a) {
   std::string s;
   for (const FsdpUnshardChain& c : a.unshard) {
-    s += "u" + idOf(c.param);
+    s += 'u';
+    appendId(s, c.param, '/');
     appendIds(s, c.pre);
-    s += idOf(c.all_gather) + "/" + idOf(c.wait) + "/" + std::string(phaseName(c.phase));
+    appendId(s, c.all_gather, '/');
+    appendId(s, c.wait, '/');
+    s += phaseName(c.phase);
     appendIds(s, c.post);
     appendIds(s, c.save_points);
     s += ';';
   }
   for (const FsdpGradChain& c : a.grads) {
-    s += "g";
+    s += 'g';
     appendIds(s, c.pre);
-    s += idOf(c.reduce_scatter) + "/" + idOf(c.wait) + "/" + idOf(c.all_reduce) + "/" +
-         std::to_string(c.output_index) + "/" + c.param_fqn;
+    appendId(s, c.reduce_scatter, '/');
+    appendId(s, c.wait, '/');
+    appendId(s, c.all_reduce, '/');
+    s += std::to_string(c.output_index);
+    s += '/';
+    s += c.param_fqn;
     appendIds(s, c.post);
     s += ';';
   }
-  s += "o";
+  s += 'o';
   appendIds(s, a.other_collectives);
   return s;
 }

@@ -195,16 +195,35 @@ std::string formatBytes(int64_t bytes) {
 }
 
 std::string AnalysisTraits<MemoryProfile>::fingerprint(const MemoryProfile& m) {
-  auto id = [](const Node* n) { return n ? std::to_string(n->id()) : std::string("-"); };
-  std::string s = std::to_string(m.peak_bytes) + "@" + id(m.peak_node) + " in " +
-                  std::to_string(m.input_bytes) + ";";
-  for (const PhasePeak& p : m.phase_peaks)
-    s += std::to_string(p.bytes) + "@" + id(p.node) + ",";
-  for (const LiveTensor& t : m.largest_at_peak)
-    s += id(t.owner) + "." + std::to_string(t.element) + "=" + std::to_string(t.bytes) + ",";
-  s += ";";
-  for (const MemoryProfile::Point& p : m.curve)
-    s += id(p.node) + ":" + std::to_string(p.live_bytes) + ",";
+  std::string s;
+  auto num = [&](int64_t v, char sep) {
+    s += std::to_string(v);
+    s += sep;
+  };
+  auto id = [&](const Node* n, char sep) {
+    if (n)
+      s += std::to_string(n->id());
+    else
+      s += '-';
+    s += sep;
+  };
+  num(m.peak_bytes, '@');
+  id(m.peak_node, ';');
+  num(m.input_bytes, ';');
+  for (const PhasePeak& p : m.phase_peaks) {
+    num(p.bytes, '@');
+    id(p.node, ',');
+  }
+  for (const LiveTensor& t : m.largest_at_peak) {
+    id(t.owner, '.');
+    num(t.element, '=');
+    num(t.bytes, ',');
+  }
+  s += ';';
+  for (const MemoryProfile::Point& p : m.curve) {
+    id(p.node, ':');
+    num(p.live_bytes, ',');
+  }
   return s;
 }
 

@@ -124,7 +124,8 @@ std::string AnalysisTraits<PhaseInfo>::fingerprint(const PhaseInfo& p) {
   s.reserve(p.byId().size() + 16);
   for (Phase ph : p.byId())
     s += static_cast<char>('0' + static_cast<int>(ph));
-  s += " loss=" + (p.lossNode() ? p.lossNode()->name() : std::string("-"));
+  s += " loss=";
+  s += p.lossNode() ? p.lossNode()->name() : std::string("-");
   return s;
 }
 
