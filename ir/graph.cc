@@ -278,11 +278,11 @@ const ProcessGroupInfo* Graph::findProcessGroup(std::string_view name) const {
 
 std::string Graph::uniqueName(std::string_view hint) const {
   std::string base(hint);
-  if (!by_name_.count(base)) return base;
+  if (!by_name_.contains(base)) return base;
   uint64_t& k = next_suffix_[base];
   for (;;) {
     std::string candidate = base + "_" + std::to_string(++k);
-    if (!by_name_.count(candidate)) return candidate;
+    if (!by_name_.contains(candidate)) return candidate;
   }
 }
 
@@ -297,7 +297,7 @@ Node* Graph::create(OpKind op, Symbol target, std::vector<Arg> args, Kwargs kwar
   n.name_ = uniqueName(name.empty() ? nameFromTarget(target.str()) : name);
   n.args_ = std::move(args);
   n.kwargs_ = std::move(kwargs);
-  by_name_.emplace(std::string_view(n.name_), &n);
+  by_name_.insert(&n);
   rebuildInputs(&n);
   addUses(&n);
   link(&n, before);
@@ -514,7 +514,7 @@ void Graph::erase(Node* n) {
         "cannot erase a node that still has " + std::to_string(n->uses_.size()) + " use(s)");
   dropUses(n);
   unlink(n);
-  by_name_.erase(std::string_view(n->name_));
+  by_name_.erase(n->name_);
   n->dead_ = true;
   n->args_.clear();
   n->kwargs_.clear();
@@ -548,7 +548,7 @@ void Graph::eraseAll(const std::vector<Node*>& dead) {
     if (n->dead_) continue;
     n->uses_.clear();  // every one came from a node erased here
     unlink(n);
-    by_name_.erase(std::string_view(n->name_));
+    by_name_.erase(n->name_);
     n->dead_ = true;
     n->args_.clear();
     n->kwargs_.clear();
@@ -559,12 +559,12 @@ void Graph::eraseAll(const std::vector<Node*>& dead) {
 
 void Graph::rename(Node* n, std::string_view name) {
   if (n->name_ == name) return;
-  if (by_name_.count(std::string(name)))
+  if (by_name_.contains(name))
     throw JfxError(SourceLocation::atNode(std::string(name)),
                    "a node with this name already exists");
-  by_name_.erase(std::string_view(n->name_));
+  by_name_.erase(n->name_);
   n->name_ = std::string(name);
-  by_name_.emplace(std::string_view(n->name_), n);
+  by_name_.insert(n);
   touch(n);
 }
 
@@ -582,8 +582,7 @@ std::vector<const Node*> Graph::takeTouched() {
 }
 
 Node* Graph::findNode(std::string_view name) const {
-  auto it = by_name_.find(name);
-  return it == by_name_.end() ? nullptr : it->second;
+  return by_name_.find(name);
 }
 
 std::vector<Node*> Graph::nodes() const {

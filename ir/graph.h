@@ -29,6 +29,7 @@
 
 #include "ir/arg.h"
 #include "ir/attributes.h"
+#include "ir/name_index.h"
 #include "ir/op_info.h"
 #include "ir/symbol.h"
 #include "ir/types.h"
@@ -304,7 +305,7 @@ class Graph {
   std::vector<uint32_t> touched_;  // ids, in first-touch order
   std::vector<bool> touched_mark_;
   mutable std::deque<Node> nodes_;  // indexed by id; std::deque keeps addresses stable
-  std::unordered_map<std::string_view, Node*> by_name_;
+  NameIndex<Node> by_name_;
   mutable std::unordered_map<std::string, uint64_t> next_suffix_;
   Node* head_ = nullptr;
   Node* tail_ = nullptr;

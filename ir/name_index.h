@@ -1,0 +1,98 @@
+// The graph's node-name index: an open-addressing hash table (linear probing, backward-shift
+// deletion) of Node pointers, keyed by the node's own name. It replaces a node-based
+// std::unordered_map, whose one heap allocation and pointer chase per node were a tenth of
+// loading a graph (bench/README.md, "bench_core"). Slots hold the full hash, so probing compares
+// names only on a hash match.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <functional>
+#include <string_view>
+#include <vector>
+
+namespace jfx {
+
+template <class NodeT>
+class NameIndex {
+ public:
+  NodeT* find(std::string_view name) const {
+    if (slots_.empty()) return nullptr;
+    const uint64_t h = hashOf(name);
+    for (size_t i = h & mask_;; i = (i + 1) & mask_) {
+      const Slot& s = slots_[i];
+      if (!s.node) return nullptr;
+      if (s.hash == h && s.node->name() == name) return s.node;
+    }
+  }
+  bool contains(std::string_view name) const { return find(name) != nullptr; }
+  size_t size() const { return size_; }
+
+  // `n`'s name must not be in the index.
+  void insert(NodeT* n) {
+    if ((size_ + 1) * 2 > slots_.size()) rehash(std::max<size_t>(16, slots_.size() * 2));
+    place({hashOf(n->name()), n});
+    ++size_;
+  }
+
+  // Removes the node named `name`, if any.
+  void erase(std::string_view name) {
+    if (slots_.empty()) return;
+    const uint64_t h = hashOf(name);
+    size_t i = h & mask_;
+    for (;; i = (i + 1) & mask_) {
+      if (!slots_[i].node) return;
+      if (slots_[i].hash == h && slots_[i].node->name() == name) break;
+    }
+    // Backward-shift: pull later entries of the probe run into the hole, so lookups never need
+    // tombstones.
+    for (size_t j = (i + 1) & mask_; slots_[j].node; j = (j + 1) & mask_) {
+      const size_t home = slots_[j].hash & mask_;
+      // Move j into the hole at i unless its home lies cyclically in (i, j].
+      const bool home_in_between = i <= j ? (i < home && home <= j) : (i < home || home <= j);
+      if (!home_in_between) {
+        slots_[i] = slots_[j];
+        i = j;
+      }
+    }
+    slots_[i] = {};
+    --size_;
+  }
+
+  // Room for `n` names without rehashing.
+  void reserve(size_t n) {
+    size_t want = 16;
+    while (want < n * 2)
+      want *= 2;
+    if (want > slots_.size()) rehash(want);
+  }
+
+ private:
+  struct Slot {
+    uint64_t hash = 0;
+    NodeT* node = nullptr;
+  };
+
+  static uint64_t hashOf(std::string_view s) { return std::hash<std::string_view>()(s); }
+
+  void place(Slot s) {
+    size_t i = s.hash & mask_;
+    while (slots_[i].node)
+      i = (i + 1) & mask_;
+    slots_[i] = s;
+  }
+
+  void rehash(size_t capacity) {  // a power of two
+    std::vector<Slot> old = std::move(slots_);
+    slots_.assign(capacity, Slot{});
+    mask_ = capacity - 1;
+    for (const Slot& s : old)
+      if (s.node) place(s);
+  }
+
+  std::vector<Slot> slots_;
+  size_t mask_ = 0;
+  size_t size_ = 0;
+};
+
+}  // namespace jfx
