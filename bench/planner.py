@@ -17,6 +17,17 @@ as `jointfx analyze --hardware` prints it). Planning time: CPU time of `jointfx 
 pipeline (load, passes, verification, save), and the bucket and schedule rows of `--timing`
 (wall time on a shared box).
 Results: <out>/planner.txt and planner.json.
+
+    python3 bench/planner.py --time-only [--before OLD/jointfx] [--repeat 5]
+
+times the planning alone (no grid), at each shape's middle limit: CPU seconds (user + sys of the
+child; the median of --repeat runs, and the smallest, the least disturbed by other jobs on a
+shared box) of `bucket{plan=auto}` on the graph tag-fsdp, remat and dedup-fsdp-unshard leave, and of
+`schedule{prefetch=auto}` on what bucket and split-comm-groups leave, each minus the same
+`jointfx opt` running `dce` on that graph (load, a scan, save), and of the whole auto.json run
+with verification. With --before, an older build is timed too, run for run interleaved with
+this one so both see the same load, and its outputs must be byte-identical. Results:
+<out>/planner_time.txt and planner_time.json.
 """
 
 from __future__ import annotations
@@ -25,6 +36,7 @@ import argparse
 import json
 import re
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -60,14 +72,102 @@ def gib(b: int) -> str:
     return f"{b / 2**30:.2f}"
 
 
+def limits(jfx: str, graph: Path, tmp: str) -> tuple[int, int, int]:
+    """Units, and the default pipeline's peaks at keep-last 0 and units (the limits' range)."""
+    text, _ = run([jfx, "opt", str(graph), "-o", str(Path(tmp) / "probe.json"), "-p",
+                   "dce,tag-fsdp{reshard=budget,memory-limit=1000000G}", "--remarks"])
+    units = int(re.search(r"keeping the last \d+ of (\d+) units", text).group(1))
+    peaks = []
+    for k in (0, units):
+        out = Path(tmp) / f"peak{k}.json"
+        run([jfx, "opt", str(graph), "-o", str(out), "-p",
+             str(REPO / "configs/pipelines/default.json"), "--set", f"tag-fsdp.keep-last={k}"])
+        peaks.append(simulate(jfx, out)["peak"])
+    return units, peaks[0], peaks[1]
+
+
+def time_only(args: argparse.Namespace, jfx: str) -> None:
+    """Planning time of bucket{plan=auto} and schedule{prefetch=auto} (module docstring)."""
+    builds = {"after": jfx}
+    if args.before:
+        builds["before"] = str(Path(args.before).resolve())
+    load = Path("/proc/loadavg").read_text().split()[:3]
+    lines = [f"planning time, CPU s: median (min) of {args.repeat} runs; load average at start"
+             f" {' '.join(load)}"]
+    report: dict = {"load_average_start": load, "repeat": args.repeat, "shapes": {}}
+    with tempfile.TemporaryDirectory() as tmp:
+        for preset, world in (("llama3-8b", 8), ("llama3-70b", 64)):
+            graph = Path(tmp) / f"{preset}.json"
+            run([jfx, "synth", "--preset", preset, "--world-size", str(world), "-o", str(graph)])
+            _, lo, hi = limits(jfx, graph, tmp)
+            limit = (lo + hi) // 2
+            pre, mid = Path(tmp) / "pre.jfx", Path(tmp) / "mid.jfx"
+            run([jfx, "opt", str(graph), "-o", str(pre), "-p",
+                 f"dce,tag-fsdp{{reshard=budget,memory-limit={limit}}},remat,dedup-fsdp-unshard"])
+            bucket = f"bucket{{plan=auto,kinds=ag,rs,ar,memory-limit={limit},hardware={H100}}}"
+            sched = f"schedule{{prefetch=auto,memory-limit={limit},hardware={H100}}}"
+            run([jfx, "opt", str(pre), "-o", str(mid), "-p", f"{bucket},split-comm-groups"])
+            jobs = {"load+dce (pre)": (pre, "dce", ["--no-verify"]),
+                    "bucket plan=auto": (pre, bucket, ["--no-verify"]),
+                    "load+dce (mid)": (mid, "dce", ["--no-verify"]),
+                    "schedule prefetch=auto": (mid, sched, ["--no-verify"]),
+                    "whole auto.json": (graph, str(REPO / "configs/pipelines/auto.json"),
+                                        ["--set", f"memory-limit={limit}",
+                                         "--set", f"hardware={H100}"])}
+            cpu = {b: {j: [] for j in jobs} for b in builds}
+            outs: dict = {}
+            for _ in range(args.repeat):
+                for job, (src, pipeline, extra) in jobs.items():
+                    for b, exe in builds.items():
+                        out = Path(tmp) / f"{b}.jfx"
+                        _, c = run([exe, "opt", str(src), "-o", str(out), "-p", pipeline, *extra])
+                        cpu[b][job].append(c)
+                        outs[b] = out.read_bytes()
+                    if len(builds) > 1 and outs["before"] != outs["after"]:
+                        sys.exit(f"{preset} {job}: the two builds' outputs differ")
+            row = {}
+            for b in builds:
+                row[b] = {"raw": cpu[b]}
+                for stat, f in (("median", statistics.median), ("min", min)):
+                    m = {j: f(v) for j, v in cpu[b].items()}
+                    r = {"bucket_s": m["bucket plan=auto"] - m["load+dce (pre)"],
+                         "schedule_s": m["schedule prefetch=auto"] - m["load+dce (mid)"],
+                         "whole_opt_s": m["whole auto.json"]}
+                    r["planning_s"] = r["bucket_s"] + r["schedule_s"]
+                    row[b][stat] = r
+            report["shapes"][preset] = {"world": world, "limit": limit, **row}
+            lines.append(f"{preset} world {world}, memory-limit {gib(limit)} GiB:")
+            for b in builds:
+                md, mn = row[b]["median"], row[b]["min"]
+                lines.append(
+                    f"  {b:>6}: bucket{{plan=auto}} {md['bucket_s']:.3f} ({mn['bucket_s']:.3f}) +"
+                    f" schedule{{prefetch=auto}} {md['schedule_s']:.3f} ({mn['schedule_s']:.3f}) ="
+                    f" {md['planning_s']:.3f} ({mn['planning_s']:.3f}) s; whole auto.json opt"
+                    f" {md['whole_opt_s']:.3f} ({mn['whole_opt_s']:.3f}) s")
+    lines.append(f"load average at end {' '.join(Path('/proc/loadavg').read_text().split()[:3])}")
+    report["load_average_end"] = Path("/proc/loadavg").read_text().split()[:3]
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    Path(args.out, "planner_time.txt").write_text("\n".join(lines) + "\n")
+    Path(args.out, "planner_time.json").write_text(json.dumps(report, indent=1) + "\n")
+    print("\n".join(lines))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--jointfx", default=str(REPO / "build/tools/jointfx"))
     ap.add_argument("--out", default=str(REPO / "bench/results"))
     ap.add_argument("--k-step", type=int, default=0,
                     help="keep-last sampling step (default: units / 8, at least 1)")
+    ap.add_argument("--time-only", action="store_true",
+                    help="time the planning passes only (no grid): planner_time.txt")
+    ap.add_argument("--before", default="",
+                    help="--time-only: an older jointfx build to time beside this one")
+    ap.add_argument("--repeat", type=int, default=5, help="--time-only: runs per figure")
     args = ap.parse_args()
     jfx = str(Path(args.jointfx).resolve())
+    if args.time_only:
+        time_only(args, jfx)
+        return
     lines: list[str] = []
     report: dict = {}
     with tempfile.TemporaryDirectory() as tmp:

@@ -139,6 +139,7 @@ FsdpAnalysis analyzeFsdp(const Graph& g, const PhaseInfo& phases) {
     }
   }
 
+  std::vector<Node*> collectives;  // program order
   for (Node* n = g.first(); n; n = n->next()) {
     if (n->op() == OpKind::Placeholder) {
       root[n->id()] = n;
@@ -146,6 +147,7 @@ FsdpAnalysis analyzeFsdp(const Graph& g, const PhaseInfo& phases) {
       root[n->id()] = root[soleDataInput(n)->id()];
     }
     if (!n->isCollective()) continue;
+    collectives.push_back(n);
     // Until a chain claims it. An HSDP all-reduce was claimed by its reduce-scatter already.
     if (a.role_[n->id()] == CollectiveRole::None) a.role_[n->id()] = CollectiveRole::Other;
 
@@ -265,7 +267,9 @@ FsdpAnalysis analyzeFsdp(const Graph& g, const PhaseInfo& phases) {
       a.grads.push_back(std::move(c));
     }
   }
-  for (Node* n = g.first(); n; n = n->next())
+  // Only collectives get a role, so the ones left Other are read off the sweep's list of them (in
+  // program order, with their final roles) instead of a second walk over every node.
+  for (Node* n : collectives)
     if (a.role_[n->id()] == CollectiveRole::Other) a.other_collectives.push_back(n);
   return a;
 }

@@ -54,32 +54,43 @@ PhaseInfo computePhases(const Graph& g) {
   classifyOutputs(g, loss, grads);
   info.loss_ = loss;
 
-  // Ancestors of the loss and of the gradients: one reverse sweep each marks operands of marked
-  // nodes, which visits every edge once because operands precede their users.
-  std::vector<uint8_t> reaches_loss(n_ids, 0), feeds_grad(n_ids, 0), after_loss(n_ids, 0);
-  if (loss) reaches_loss[loss->id()] = 1;
-  for (Node* gr : grads)
-    feeds_grad[gr->id()] = 1;
-  for (Node* n = g.last(); n; n = n->prev()) {
-    if (n->op() == OpKind::Output) continue;
-    bool rl = reaches_loss[n->id()], fg = feeds_grad[n->id()];
-    if (!rl && !fg) continue;
-    for (Node* p : n->inputs()) {
-      if (rl) reaches_loss[p->id()] = 1;
-      if (fg) feeds_grad[p->id()] = 1;
-    }
-  }
-  // Descendants of the loss: one forward sweep.
-  if (loss) {
-    for (Node* n = loss->next(); n; n = n->next()) {
+  // The structural rule needs the ancestors of the loss and of the gradients and the descendants
+  // of the loss. Graphs whose nodes all carry meta.phase (the exporter's and synth's) never ask,
+  // so the sweeps run only when the first node without one is reached: a planner that analyses
+  // many candidate copies of a graph pays one walk per analysis instead of four.
+  std::vector<uint8_t> reaches_loss, feeds_grad, after_loss;
+  bool swept = false;
+  auto sweep = [&] {
+    swept = true;
+    reaches_loss.assign(n_ids, 0);
+    feeds_grad.assign(n_ids, 0);
+    after_loss.assign(n_ids, 0);
+    // Ancestors: one reverse sweep each marks operands of marked nodes, which visits every edge
+    // once because operands precede their users.
+    if (loss) reaches_loss[loss->id()] = 1;
+    for (Node* gr : grads)
+      feeds_grad[gr->id()] = 1;
+    for (Node* n = g.last(); n; n = n->prev()) {
+      if (n->op() == OpKind::Output) continue;
+      bool rl = reaches_loss[n->id()], fg = feeds_grad[n->id()];
+      if (!rl && !fg) continue;
       for (Node* p : n->inputs()) {
-        if (p == loss || after_loss[p->id()]) {
-          after_loss[n->id()] = 1;
-          break;
+        if (rl) reaches_loss[p->id()] = 1;
+        if (fg) feeds_grad[p->id()] = 1;
+      }
+    }
+    // Descendants of the loss: one forward sweep.
+    if (loss) {
+      for (Node* n = loss->next(); n; n = n->next()) {
+        for (Node* p : n->inputs()) {
+          if (p == loss || after_loss[p->id()]) {
+            after_loss[n->id()] = 1;
+            break;
+          }
         }
       }
     }
-  }
+  };
 
   for (Node* n = g.first(); n; n = n->next()) {
     if (n->op() != OpKind::CallFunction) continue;
@@ -91,6 +102,7 @@ PhaseInfo computePhases(const Graph& g) {
       ++info.from_flag_;
     } else {
       ++info.from_structure_;
+      if (!swept) sweep();
       Node* producer = n->info().category == OpCategory::Getitem ? n->input(0) : nullptr;
       if (producer && info.phases_[producer->id()] != Phase::Unknown) {
         p = info.phases_[producer->id()];

@@ -122,7 +122,8 @@ SimResult simulate(const Graph& g, const CostModel& cost, const SimOptions& opts
     r.lower_bound = std::max(r.lower_bound, s.busy);
 
   if (opts.memory) {
-    MemoryProfile mem = analyzeMemory(g, computePhases(g));
+    MemoryProfile mem =
+        opts.phases ? analyzeMemory(g, *opts.phases) : analyzeMemory(g, computePhases(g));
     r.peak_memory_bytes = mem.peak_bytes;
     if (opts.record_trace) {
       int64_t last = -1;

@@ -26,9 +26,14 @@
 
 namespace jfx {
 
+class PhaseInfo;
+
 struct SimOptions {
   bool record_trace = false;  // keep per-node events for chromeTrace()
   bool memory = true;         // run the memory analysis for peak_memory_bytes
+  // The graph's phase analysis for the memory analysis, when the caller has it: phases do not
+  // depend on the program order, so a planner that only reorders a graph computes them once.
+  const PhaseInfo* phases = nullptr;
 };
 
 struct SimStream {

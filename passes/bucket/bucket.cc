@@ -129,18 +129,37 @@ void setBucketMeta(NodeMeta& meta, Symbol key, std::string_view kind, const std:
                                                 {"plan", plan}}});
 }
 
+// What a Bucketer reads from its graph before any rewrite. Every lookup goes by node id (or FQN),
+// so the analyses of one copy made by cloneGraph from a graph serve every other copy of that
+// graph (same nodes, ids, order and use lists): plan=auto analyses one copy for all candidates.
+struct BucketAnalyses {
+  explicit BucketAnalyses(const Graph& g)
+      : phases(computePhases(g)), fsdp(analyzeFsdp(g, phases)), written(g) {}
+  PhaseInfo phases;
+  FsdpAnalysis fsdp;
+  WrittenStorage written;  // values written in place: their readers stay where they are
+};
+
 class Bucketer {
  public:
+  // `blocks`: the block analysis of `g` or of a graph it is a copy of (it speaks of FQNs only),
+  // when the caller has it; else the context's, for plan=blocks only (no other plan reads it).
+  // `shared`: the analyses of another clone of the graph `g` is a clone of (see BucketAnalyses),
+  // else the context's.
   Bucketer(Graph& g, const BucketOptions& opts, PassContext& ctx,
-           const std::set<std::string>& excluded)
+           const std::set<std::string>& excluded, const BlockAnalysis* blocks = nullptr,
+           const BucketAnalyses* shared = nullptr)
       : excluded_(excluded),
         g_(g),
         opts_(opts),
         ctx_(ctx),
-        phases_(ctx.analyses.get<PhaseInfo>(g)),
-        fsdp_(ctx.analyses.get<FsdpAnalysis>(g)),
-        written_(g),
-        blocks_(ctx.analyses.get<BlockAnalysis>(g)) {
+        phases_(shared ? shared->phases : ctx.analyses.get<PhaseInfo>(g)),
+        fsdp_(shared ? shared->fsdp : ctx.analyses.get<FsdpAnalysis>(g)),
+        own_written_(shared ? std::nullopt : std::optional<WrittenStorage>(std::in_place, g)),
+        written_(shared ? shared->written : *own_written_),
+        blocks_(blocks                                     ? blocks
+                : opts.plan == BucketOptions::Plan::Blocks ? &ctx.analyses.get<BlockAnalysis>(g)
+                                                           : nullptr) {
     builder_.onCreate([this](Node* n) { staged_.emplace_back(n, anchor_); });
   }
 
@@ -200,12 +219,13 @@ class Bucketer {
   // Graph::placeBefore()).
   OpBuilder builder_{g_};
   Node* anchor_ = nullptr;
-  // Of the graph before this pass edits it (cached along the pipeline).
+  // Of the graph before this pass edits it (cached along the pipeline, or shared by the caller).
   const PhaseInfo& phases_;
   const FsdpAnalysis& fsdp_;
-  WrittenStorage written_;  // values written in place: their readers stay where they are
-  const BlockAnalysis& blocks_;
-  std::vector<int64_t> pos_;  // program index by node id, at scan time
+  std::optional<WrittenStorage> own_written_;
+  const WrittenStorage& written_;  // values written in place: their readers stay where they are
+  const BlockAnalysis* blocks_;    // plan=blocks only (or when the caller gave it)
+  std::vector<int64_t> pos_;       // program index by node id, at scan time
   std::vector<KeyTuple> keys_;
   std::map<KeyTuple, size_t> key_index_;
   std::unordered_map<std::string, int64_t> param_ordinal_by_fqn_;  // lookups only
@@ -301,14 +321,14 @@ std::optional<Candidate> Bucketer::candidate(Node* n) {
   }
   if (fqn.empty()) fqn = std::string(n->meta().module_fqn.str());
   if (opts_.plan == BucketOptions::Plan::Blocks) {
-    c.block = blockOfFqn(fqn, blocks_, opts_.head);
+    c.block = blockOfFqn(fqn, *blocks_, opts_.head);
     // group=N: N consecutive blocks (in forward order) share one bucket, named by its range.
-    if (const int32_t bi = blocks_.blockOfFqn(fqn); opts_.group_blocks > 1 && bi >= 0) {
+    if (const int32_t bi = blocks_->blockOfFqn(fqn); opts_.group_blocks > 1 && bi >= 0) {
       const size_t first = static_cast<size_t>(bi / opts_.group_blocks * opts_.group_blocks);
       const size_t last =
-          std::min(first + static_cast<size_t>(opts_.group_blocks), blocks_.blocks.size()) - 1;
-      c.block = blocks_.blocks[first].name;
-      if (last > first) c.block += ".." + blocks_.blocks[last].name;
+          std::min(first + static_cast<size_t>(opts_.group_blocks), blocks_->blocks.size()) - 1;
+      c.block = blocks_->blocks[first].name;
+      if (last > first) c.block += ".." + blocks_->blocks[last].name;
     }
   }
   return c;
@@ -461,11 +481,11 @@ bool Bucketer::run() {
     return false;
   }
   if (opts_.plan == BucketOptions::Plan::Blocks) {
-    if (blocks_.blocks.empty())
-      ctx_.warn(blocks_.noBlocksMessage("bucket") +
+    if (blocks_->blocks.empty())
+      ctx_.warn(blocks_->noBlocksMessage("bucket") +
                 "; plan=blocks makes one bucket per top-level module instead");
     else
-      ctx_.remark("bucket: " + blocks_.summary());
+      ctx_.remark("bucket: " + blocks_->summary());
   }
 
   // taint[id * nkeys + k]: the newest bucket of key k that node id depends on (0 = none). Bucket
@@ -543,9 +563,10 @@ bool Bucketer::run() {
     finalize(b);
   finishOutputs();
 
-  int64_t after = 0;
-  for (Node* n = g_.first(); n; n = n->next())
-    if (n->isCollective()) ++after;
+  // Each bucket replaced its members' collectives with one (no second walk over the graph).
+  int64_t after = before;
+  for (const Bucket& b : done)
+    after -= static_cast<int64_t>(b.members.size()) - 1;
   ctx_.stat("collectives-after", after);
   return !done.empty();
 }
@@ -857,9 +878,17 @@ int64_t boundFor(const BucketOptions& opts, int64_t peak_before) {
 }
 
 bool bucketFixed(Graph& g, const BucketOptions& opts, PassContext& ctx);
+// What boundedCopy settled on besides the copy: the copy's phase analysis and memory profile,
+// for a planner that goes on with it.
+struct SettledAnalyses {
+  std::optional<PhaseInfo> phases;
+  std::optional<MemoryProfile> memory;
+};
 std::unique_ptr<Graph> boundedCopy(const Graph& g, const BucketOptions& opts, int64_t bound,
-                                   std::set<std::string>& excluded, PassContext& ctx,
-                                   int64_t* peak);
+                                   std::set<std::string>& excluded, PassContext& ctx, int64_t* peak,
+                                   const BlockAnalysis* blocks = nullptr,
+                                   SettledAnalyses* settled = nullptr,
+                                   const BucketAnalyses* shared = nullptr);
 
 // plan=auto (bucket.h): every candidate on a copy, bucketed under the same bound, then
 // split-comm-groups and schedule{prefetch=1} under that bound, simulated; the shortest step
@@ -869,6 +898,11 @@ bool bucketAuto(Graph& g, const BucketOptions& opts, PassContext& ctx) {
   const int64_t peak_before = ctx.analyses.get<MemoryProfile>(g).peak_bytes;
   const int64_t bound = boundFor(opts, peak_before);
   const std::vector<BucketCandidate> cands = bucketAutoCandidates(opts);
+  // Every copy is a clone of `g`, whose block analysis (FQNs only) is theirs too; and the
+  // analyses of one pristine clone serve every candidate's copy (BucketAnalyses).
+  const BlockAnalysis& blocks = ctx.analyses.get<BlockAnalysis>(g);
+  const std::unique_ptr<Graph> pristine = cloneGraph(g);
+  const BucketAnalyses shared(*pristine);
   SimOptions so;
   so.memory = false;
   size_t best = 0;
@@ -881,14 +915,17 @@ bool bucketAuto(Graph& g, const BucketOptions& opts, PassContext& ctx) {
     std::unique_ptr<Graph> copy;
     int64_t peak = peak_before;
     std::set<std::string> excluded;
+    SettledAnalyses settled;
     if (bound > 0) {
-      copy = boundedCopy(g, cands[i].opts, bound, excluded, quiet, &peak);
+      copy =
+          boundedCopy(g, cands[i].opts, bound, excluded, quiet, &peak, &blocks, &settled, &shared);
     } else {
       copy = cloneGraph(g);
-      Bucketer(*copy, cands[i].opts, quiet, excluded).run();
-      peak = analyzeMemory(*copy, computePhases(*copy)).peak_bytes;
+      Bucketer(*copy, cands[i].opts, quiet, excluded, &blocks, &shared).run();
+      settled.phases.emplace(computePhases(*copy));
+      peak = analyzeMemory(*copy, *settled.phases).peak_bytes;
     }
-    if (!copy) copy = cloneGraph(g), peak = peak_before;
+    if (!copy) copy = cloneGraph(g), peak = peak_before, settled = {};
     if (bound > 0 && peak > bound) {  // cannot happen (bucketFixed keeps the bound); be safe
       report += "; " + cands[i].name + ": over the bound";
       continue;
@@ -899,7 +936,12 @@ bool bucketAuto(Graph& g, const BucketOptions& opts, PassContext& ctx) {
     ScheduleOptions sched;
     sched.prefetch = 1;
     sched.memory_limit = bound;
-    scheduleCollectives(*copy, sched, quiet);
+    sched.report = false;
+    if (settled.phases && (bound == 0 || settled.memory))
+      scheduleCollectives(*copy, sched, quiet, *settled.phases,
+                          settled.memory ? &*settled.memory : nullptr);
+    else
+      scheduleCollectives(*copy, sched, quiet);
     const double step = simulate(*copy, *opts.cost, so).step;
     char buf[64];
     std::snprintf(buf, sizeof buf, "%.1f", step * 1e6);
@@ -927,7 +969,7 @@ bool bucketAuto(Graph& g, const BucketOptions& opts, PassContext& ctx) {
                  " collectives left unbucketed to stay within the estimated peak " +
                  formatBytes(bound));
   }
-  return Bucketer(g, cands[best].opts, ctx, best_excluded).run();
+  return Bucketer(g, cands[best].opts, ctx, best_excluded, &blocks).run();
 }
 
 }  // namespace
@@ -963,20 +1005,26 @@ namespace {
 // peak is within it. Fills `excluded` with the collectives left out; returns the settled copy
 // (nullptr when no round settled: then every collective is excluded) and its peak in `*peak`.
 std::unique_ptr<Graph> boundedCopy(const Graph& g, const BucketOptions& opts, int64_t bound,
-                                   std::set<std::string>& excluded, PassContext& ctx,
-                                   int64_t* peak) {
+                                   std::set<std::string>& excluded, PassContext& ctx, int64_t* peak,
+                                   const BlockAnalysis* blocks, SettledAnalyses* settled,
+                                   const BucketAnalyses* shared) {
   constexpr int kRounds = 8;
   for (int round = 0; round < kRounds; ++round) {
     std::unique_ptr<Graph> trial = cloneGraph(g);
     PassContext quiet;
-    Bucketer b(*trial, opts, quiet, excluded);
+    Bucketer b(*trial, opts, quiet, excluded, blocks, shared);
     b.run();
     MemoryOptions mo;
     mo.top_k = 0;
     mo.lifetimes = true;
-    MemoryProfile prof = analyzeMemory(*trial, computePhases(*trial), mo);
+    PhaseInfo phases = computePhases(*trial);
+    MemoryProfile prof = analyzeMemory(*trial, phases, mo);
     if (prof.peak_bytes <= bound) {
       *peak = prof.peak_bytes;
+      if (settled) {
+        settled->phases.emplace(std::move(phases));
+        settled->memory.emplace(std::move(prof));
+      }
       return trial;
     }
     // over[t]: steps up to t that are above the bound (prefix count).
@@ -1020,12 +1068,15 @@ bool bucketFixed(Graph& g, const BucketOptions& opts, PassContext& ctx) {
   ctx.stat("memory-peak-before", peak_before);
   ctx.stat("memory-limit", bound);
   int64_t peak = 0;
-  boundedCopy(g, opts, bound, excluded, ctx, &peak);
+  // The copies are clones of `g`: one block analysis serves every round and the final rewrite.
+  const BlockAnalysis* shared =
+      opts.plan == BucketOptions::Plan::Blocks ? &ctx.analyses.get<BlockAnalysis>(g) : nullptr;
+  boundedCopy(g, opts, bound, excluded, ctx, &peak, shared);
   if (!excluded.empty())
     ctx.remark("bucket: " + std::to_string(excluded.size()) +
                " collectives left unbucketed to stay within the estimated peak " +
                formatBytes(bound));
-  return Bucketer(g, opts, ctx, excluded).run();
+  return Bucketer(g, opts, ctx, excluded, shared).run();
 }
 
 }  // namespace

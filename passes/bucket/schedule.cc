@@ -13,7 +13,6 @@
 #include <optional>
 #include <vector>
 
-#include "ir/clone.h"
 #include "ir/collectives.h"
 #include "ir/error.h"
 #include "passes/analysis/blocks.h"
@@ -123,16 +122,31 @@ struct Unit {
   Node* wait;
 };
 
+// What a caller that already holds them gives a Scheduler instead of its context's cached
+// analyses: prefetch=auto runs every candidate distance on the input itself and puts the order
+// back in between, so one set serves them all; a planner's copy gives the phase analysis and
+// memory profile it already had. Each must be of the graph as the Scheduler finds it.
+struct ScheduleInputs {
+  const PhaseInfo* phases = nullptr;
+  const FsdpAnalysis* fsdp = nullptr;
+  const WrittenStorage* written = nullptr;
+  const MemoryProfile* memory = nullptr;  // default options (or any: the curve is the same)
+};
+
 class Scheduler {
  public:
-  Scheduler(Graph& g, const ScheduleOptions& opts, PassContext& ctx)
+  Scheduler(Graph& g, const ScheduleOptions& opts, PassContext& ctx, const ScheduleInputs& in = {})
       : g_(g),
         opts_(opts),
         ctx_(ctx),
-        phases_(ctx.analyses.get<PhaseInfo>(g)),
-        fsdp_(ctx.analyses.get<FsdpAnalysis>(g)),
-        written_(g) {}
+        phases_(in.phases ? *in.phases : ctx.analyses.get<PhaseInfo>(g)),
+        fsdp_(in.fsdp ? *in.fsdp : ctx.analyses.get<FsdpAnalysis>(g)),
+        own_written_(in.written ? std::nullopt : std::optional<WrittenStorage>(std::in_place, g)),
+        written_(in.written ? *in.written : *own_written_),
+        input_memory_(in.memory) {}
   bool run();
+  // Every node run() moved, in the order they were first moved.
+  const std::vector<Node*>& movedNodes() const { return moved_list_; }
 
  private:
   // The original step of the first node at or after `x` that this pass has not moved.
@@ -153,16 +167,23 @@ class Scheduler {
   bool deferWaits(const std::vector<Unit>& seq);
   // The launch chain of `coll` if it moved before `at`; `at` moves down past non-movable producers.
   std::vector<Node*> launchChain(Node* coll, Node*& at) const;
+  void markMoved(Node* x) {
+    if (!moved_[x->id()]) moved_list_.push_back(x);
+    moved_[x->id()] = 1;
+  }
 
   Graph& g_;
   const ScheduleOptions& opts_;
   PassContext& ctx_;
-  // Of the graph before this pass edits it (cached along the pipeline).
+  // Of the graph before this pass edits it (cached along the pipeline, or the caller's).
   const PhaseInfo& phases_;
   const FsdpAnalysis& fsdp_;
-  WrittenStorage written_;      // values written in place: their readers stay where they are
-  std::vector<size_t> idx_;     // original step by node id
-  std::vector<uint8_t> moved_;  // by node id
+  std::optional<WrittenStorage> own_written_;
+  const WrittenStorage& written_;      // values written in place: their readers stay where they are
+  const MemoryProfile* input_memory_;  // the caller's, or nullptr: the context's
+  std::vector<size_t> idx_;            // original step by node id
+  std::vector<uint8_t> moved_;         // by node id
+  std::vector<Node*> moved_list_;
   std::vector<Node*> prev_same_group_;  // by node id: the previous collective of its group
   std::optional<MaxTree> tree_;
   int64_t limit_ = 0;  // bytes, when tree_ is set
@@ -224,7 +245,7 @@ bool Scheduler::prefetch(const std::vector<Unit>& seq) {
       }
       g_.placeBefore(movers, at);
       for (Node* x : movers)
-        moved_[x->id()] = 1;
+        markMoved(x);
       charge(lo, hi, delta);
       ctx_.stat("prefetched");
       ctx_.stat("moved-nodes", static_cast<int64_t>(movers.size()));
@@ -283,7 +304,7 @@ bool Scheduler::deferWaits(const std::vector<Unit>& seq) {
     }
     g_.placeBefore(movers, at);
     for (Node* x : movers)
-      moved_[x->id()] = 1;
+      markMoved(x);
     charge(lo, hi, delta);
     ctx_.stat("waits-deferred");
     ctx_.stat("moved-nodes", static_cast<int64_t>(movers.size()));
@@ -326,7 +347,7 @@ bool Scheduler::run() {
       reductions[{static_cast<int>(kind), group}].push_back(u);
   }
 
-  {
+  if (opts_.report) {
     const BlockAnalysis& blocks = ctx_.analyses.get<BlockAnalysis>(g_);
     ctx_.stat("blocks", static_cast<int64_t>(blocks.blocks.size()));
     bool any_gather = false;
@@ -340,7 +361,8 @@ bool Scheduler::run() {
   }
 
   if (opts_.memory_limit != 0) {
-    const MemoryProfile& prof = ctx_.analyses.get<MemoryProfile>(g_);
+    const MemoryProfile& prof =
+        input_memory_ ? *input_memory_ : ctx_.analyses.get<MemoryProfile>(g_);
     // The default: never above the input's own estimated peak.
     limit_ = opts_.memory_limit < 0 ? prof.peak_bytes : opts_.memory_limit;
     std::vector<int64_t> base(order.size(), 0);
@@ -486,27 +508,72 @@ void SchedulePass::configure(PassOptions& options) {
   }
 }
 
+namespace {
+
+// Puts `order` back after a run that moved only the nodes in `moved` (every other node kept its
+// place relative to the others): from the back of the order, each moved node goes right before
+// its successor in `order`, which is in place by then. O(moved log moved) plus the moves.
+void restoreOrder(Graph& g, const std::vector<Node*>& order, const std::vector<size_t>& step_of,
+                  std::vector<Node*> moved) {
+  std::sort(moved.begin(), moved.end(),
+            [&](const Node* a, const Node* b) { return step_of[a->id()] > step_of[b->id()]; });
+  for (Node* x : moved) {
+    const size_t i = step_of[x->id()];
+    Node* next = i + 1 < order.size() ? order[i + 1] : nullptr;
+    if (x->next() != next) g.moveBefore(x, next);
+  }
+}
+
+}  // namespace
+
+bool scheduleCollectives(Graph& g, const ScheduleOptions& opts, PassContext& ctx,
+                         const PhaseInfo& phases, const MemoryProfile* memory) {
+  if (opts.auto_prefetch) return scheduleCollectives(g, opts, ctx);
+  ScheduleInputs in;
+  in.phases = &phases;
+  in.memory = memory;
+  return Scheduler(g, opts, ctx, in).run();
+}
+
 bool scheduleCollectives(Graph& g, const ScheduleOptions& opts, PassContext& ctx) {
   if (!opts.auto_prefetch) return Scheduler(g, opts, ctx).run();
   if (!opts.cost) throw JfxError({}, "pass 'schedule': prefetch=auto needs a hardware profile");
-  // prefetch=auto: every K on a copy, the shortest simulated step within the limit; ties to the
-  // smaller K. The limit check is the memory analysis of the copy: the same estimate the caller
-  // would measure on the output (when the input already exceeds the limit, the input's peak).
-  const int64_t peak_before = ctx.analyses.get<MemoryProfile>(g).peak_bytes;
+  // prefetch=auto: every K on the input itself, the order put back after each, so every K starts
+  // from the same graph and shares its analyses (phases, FSDP chains, in-place writes, the input's
+  // memory curve: a schedule only moves nodes, and none of these depends on the order but the
+  // memory curve, which each K reads from the input's order). The shortest simulated step within
+  // the limit wins; ties to the smaller K. The limit check is the memory analysis of the
+  // scheduled order: the same estimate the caller would measure on the output (when the input
+  // already exceeds the limit, the input's peak).
+  const WrittenStorage written(g);
+  ScheduleInputs in;
+  in.phases = &ctx.analyses.get<PhaseInfo>(g);
+  in.fsdp = &ctx.analyses.get<FsdpAnalysis>(g);
+  in.written = &written;
+  in.memory = &ctx.analyses.get<MemoryProfile>(g);
+  const int64_t peak_before = in.memory->peak_bytes;
   const int64_t limit = opts.memory_limit == 0  ? 0
                         : opts.memory_limit < 0 ? peak_before
                                                 : std::max(opts.memory_limit, peak_before);
+  const std::vector<Node*> order = g.nodes();
+  std::vector<size_t> step_of(g.maxId(), 0);
+  for (size_t i = 0; i < order.size(); ++i)
+    step_of[order[i]->id()] = i;
+  SimOptions so;
+  so.phases = in.phases;
   int64_t best = -1;
   double best_step = std::numeric_limits<double>::infinity();
   std::string report;
   for (int64_t k = 0; k <= opts.max_prefetch; ++k) {
-    std::unique_ptr<Graph> copy = cloneGraph(g);
     ScheduleOptions fixed = opts;
     fixed.auto_prefetch = false;
     fixed.prefetch = k;
+    fixed.report = false;
     PassContext quiet;
-    scheduleCollectives(*copy, fixed, quiet);
-    const SimResult sim = simulate(*copy, *opts.cost);
+    Scheduler sched(g, fixed, quiet, in);
+    sched.run();
+    const SimResult sim = simulate(g, *opts.cost, so);
+    restoreOrder(g, order, step_of, sched.movedNodes());
     char buf[96];
     std::snprintf(buf, sizeof buf, "%sK=%lld %.1f us", report.empty() ? "" : ", ",
                   static_cast<long long>(k), sim.step * 1e6);
@@ -527,7 +594,7 @@ bool scheduleCollectives(Graph& g, const ScheduleOptions& opts, PassContext& ctx
   ScheduleOptions fixed = opts;
   fixed.auto_prefetch = false;
   fixed.prefetch = best;
-  return Scheduler(g, fixed, ctx).run();
+  return Scheduler(g, fixed, ctx, in).run();
 }
 
 }  // namespace jfx

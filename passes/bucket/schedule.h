@@ -20,11 +20,12 @@
 // Default limit: the input's own estimated peak (memory-limit=input), so schedule never raises
 // the estimated peak of the graph it is given; memory-limit=none (or 0) lifts it.
 // prefetch=auto picks K from the cost model (passes/analysis/cost_model.h, the profile named by
-// hardware=FILE): K = 0 .. max-prefetch (default 3) each runs on an in-memory copy (ir/clone.h)
-// under the same memory limit and is timed by the simulator (passes/analysis/simulator.h); the
-// shortest simulated step whose estimated peak (memory analysis of the copy) is within the limit
-// wins, ties to the smaller K. O(max-prefetch x N log N). Statistics auto-prefetch,
-// auto-candidates, simulated-step-us.
+// hardware=FILE): K = 0 .. max-prefetch (default 3) each runs on the input under the same memory
+// limit, is timed by the simulator (passes/analysis/simulator.h), and has its moves undone (no
+// copy: a schedule only reorders, so the candidates share one set of input analyses); the
+// shortest simulated step whose estimated peak (memory analysis of the scheduled order) is
+// within the limit wins, ties to the smaller K. O(max-prefetch x N log N). Statistics
+// auto-prefetch, auto-candidates, simulated-step-us.
 // Options: prefetch=K|auto (default 1; 0 = no all-gather moves), max-prefetch=N (auto only),
 // hardware=FILE (auto only, required there), defer-rs=true, memory-limit=BYTES | input | none
 // (suffixes K, M, G, Ki, Mi, Gi with optional B; default input). O(N log N).
@@ -46,11 +47,24 @@ struct ScheduleOptions {
   bool auto_prefetch = false;  // prefetch=auto: the best K in 0..max_prefetch by simulation
   int64_t max_prefetch = 3;
   std::shared_ptr<const CostModel> cost;  // prefetch=auto (required there)
+  // false: skip the block analysis, which only feeds the "blocks" statistic and a remark (a
+  // planner's scratch runs, whose statistics and remarks nobody reads).
+  bool report = true;
 };
 
 // Statistics: prefetched, prefetch-lowered, waits-deferred, defer-skipped-memory, moved-nodes,
 // memory-peak-before, memory-limit, memory-peak-estimate, blocks.
 bool scheduleCollectives(Graph& g, const ScheduleOptions& opts, PassContext& ctx);
+
+class PhaseInfo;
+struct MemoryProfile;
+// The same for a planner that already holds the phase analysis of `g` as it is and, when
+// opts.memory_limit is not 0, its memory profile (any MemoryOptions): the schedule reads phases
+// and the memory curve, and split-comm-groups changes neither (it renames groups only), so a
+// planner's copy analysed before that pass serves after it. Fixed prefetch only (auto ignores
+// them). Same result as the call above.
+bool scheduleCollectives(Graph& g, const ScheduleOptions& opts, PassContext& ctx,
+                         const PhaseInfo& phases, const MemoryProfile* memory);
 
 // "80GiB", "512M", "1000000" -> bytes. Throws JfxError on anything else.
 int64_t parseByteSize(const std::string& text);
