@@ -127,9 +127,9 @@ TEST_CASE("collectives: kind, group name and group size", "[ir]") {
   Node* ar = g.createCall("_c10d_functional.all_reduce.default",
                           {Arg::ofNode(x), Arg::ofStr("sum"), Arg::ofStr("0")});
   // The group as a keyword: no positional group name, so no group (and size 1).
-  Node* kw = g.createCall("_c10d_functional.all_reduce.default",
-                          {Arg::ofNode(x), Arg::ofStr("sum")},
-                          {{Symbol::intern("group_name"), Arg::ofStr("0")}});
+  Node* kw =
+      g.createCall("_c10d_functional.all_reduce.default", {Arg::ofNode(x), Arg::ofStr("sum")},
+                   {{Symbol::intern("group_name"), Arg::ofStr("0")}});
   CHECK(collectiveKind(*ag) == CollectiveKind::AllGather);
   CHECK(collectiveKind(*ar) == CollectiveKind::AllReduce);
   CHECK(collectiveKind(*neg) == CollectiveKind::None);
