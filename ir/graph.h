@@ -265,6 +265,9 @@ class Graph {
   }
   // The live recorded nodes in program order; clears the journal.
   std::vector<const Node*> takeTouched();
+  // Counts structural edits (whatever the journal would record), journal on or off: a result
+  // computed from the graph (passes/analysis_manager.h) is known stale when this has moved.
+  uint64_t generation() const { return generation_; }
 
   // A hint that about `n` nodes are coming (readers call it): sizes the name index once instead
   // of rehashing it as it grows.
@@ -299,6 +302,7 @@ class Graph {
   void dropUses(Node* n);
   void addUses(Node* n);
   void touch(Node* n) {
+    ++generation_;
     if (!tracking_ || n == nullptr) return;
     if (touched_mark_.size() <= n->id_) touched_mark_.resize(nodes_.size(), false);
     if (touched_mark_[n->id_]) return;
@@ -307,6 +311,7 @@ class Graph {
   }
 
   bool tracking_ = false;
+  uint64_t generation_ = 0;
   std::vector<uint32_t> touched_;  // ids, in first-touch order
   std::vector<bool> touched_mark_;
   mutable std::deque<Node> nodes_;  // indexed by id; std::deque keeps addresses stable

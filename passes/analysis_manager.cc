@@ -12,6 +12,7 @@ std::vector<std::string_view> AnalysisManager::cachedNames() const {
 }
 
 void AnalysisManager::invalidate(const PreservedAnalyses& keep) {
+  retired_.clear();  // between passes: nobody holds a reference any more
   if (keep.preservesAll()) return;
   std::set<std::string_view> dropped;
   for (const auto& [name, entry] : entries_)
@@ -33,8 +34,15 @@ void AnalysisManager::invalidate(const PreservedAnalyses& keep) {
     entries_.erase(name);
 }
 
+void AnalysisManager::restamp(const Graph& g) {
+  if (graph_ != &g) return;
+  for (auto& [name, entry] : entries_)
+    entry.generation = g.generation();
+}
+
 void AnalysisManager::clear() {
   entries_.clear();
+  retired_.clear();
   graph_ = nullptr;
 }
 

@@ -9,9 +9,15 @@
 // would give the same result; `jointfx opt --verify-full` checks every such promise by
 // recomputing (verifyPreserved below).
 //
-// A result is valid for the graph as it was when it was computed: a pass that edits the graph
-// and then needs an analysis of the edited graph computes it directly (computePhases(g), ...),
-// not through the cache. Results stay valid references until the analysis is dropped.
+// A result describes the graph as it was when it was computed, and a reference to it stays valid
+// until the pass manager's next invalidation (or clear()). Asking again after a structural edit
+// (Graph::generation() moved: nodes made, moved, erased, rewired or renamed) computes afresh, so
+// a pass that edits the graph and asks again, or a caller running passes by hand with one
+// PassContext, never gets a stale answer; only the pass manager, between passes, vouches that a
+// kept result still holds (restamp). Meta edits are not structural: an analysis that reads a
+// meta field (the phase analysis reads meta.phase) is stale after a pass rewrites that field on
+// existing nodes unless the pass manager invalidates it, which it does unless the pass declared
+// it preserved.
 //
 // An analysis A is any type with a specialization of AnalysisTraits<A> next to it:
 //   static constexpr std::string_view name = "phases";          // unique, for messages
@@ -69,8 +75,15 @@ class AnalysisManager {
     constexpr std::string_view name = AnalysisTraits<A>::name;
     noteUse(name);
     if (auto it = entries_.find(name); it != entries_.end()) {
-      ++counts_[name].reused;
-      return *static_cast<const A*>(it->second.value.get());
+      if (it->second.generation == g.generation()) {
+        ++counts_[name].reused;
+        return *static_cast<const A*>(it->second.value.get());
+      }
+      // The graph changed since: compute afresh, keeping the old result alive for whoever still
+      // holds a reference to it (until the pass manager's next invalidate or clear()).
+      retired_.push_back(std::move(it->second.value));
+      entries_.erase(it);
+      ++counts_[name].stale;
     }
     if (std::find(stack_.begin(), stack_.end(), name) != stack_.end()) throwCycle(name);
     stack_.push_back(name);
@@ -85,6 +98,7 @@ class AnalysisManager {
     stack_.pop_back();
     Entry& e = entries_[name];
     e.value = value;
+    e.generation = g.generation();
     e.deps = std::move(pending_deps_[name]);
     pending_deps_.erase(name);
     e.fingerprint_cached = [](const void* p) {
@@ -110,6 +124,9 @@ class AnalysisManager {
 
   // Drops what `keep` does not preserve, then whatever was computed from a dropped analysis.
   void invalidate(const PreservedAnalyses& keep);
+  // Marks what is cached as describing `g` as it is now: the pass manager's word, after a pass,
+  // that the kept analyses are still true (preserved, or the pass changed nothing).
+  void restamp(const Graph& g);
   // Drops every result and forgets the graph.
   void clear();
 
@@ -121,12 +138,14 @@ class AnalysisManager {
   struct Counts {
     int64_t computed = 0;
     int64_t reused = 0;
+    int64_t stale = 0;  // cached, but the graph had changed: computed again
   };
   const std::map<std::string_view, Counts>& counts() const { return counts_; }
 
  private:
   struct Entry {
     std::shared_ptr<const void> value;
+    uint64_t generation = 0;             // Graph::generation() it describes
     std::vector<std::string_view> deps;  // analyses its computation asked for
     std::string (*fingerprint_cached)(const void*) = nullptr;
     std::string (*fingerprint_fresh)(const Graph&) = nullptr;
@@ -148,6 +167,7 @@ class AnalysisManager {
   std::vector<std::string_view> stack_;  // analyses being computed, innermost last
   std::map<std::string_view, std::vector<std::string_view>> pending_deps_;
   std::map<std::string_view, Counts> counts_;
+  std::vector<std::shared_ptr<const void>> retired_;  // stale results still referenced, maybe
 };
 
 }  // namespace jfx

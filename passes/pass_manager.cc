@@ -496,7 +496,8 @@ PipelineResult runPasses(Graph& g, std::vector<ConfiguredPass>& passes,
     rec.seconds = std::chrono::duration<double>(Clock::now() - start).count();
     rec.stats = std::move(ctx.stats);
     analyses = std::move(ctx.analyses);
-    if (rec.changed) analyses.invalidate(ctx.preserved);
+    analyses.invalidate(rec.changed ? ctx.preserved : PreservedAnalyses().preserveAll());
+    analyses.restamp(g);
     // A pass that declares statistics declares all of them (`jointfx passes NAME` lists them).
     if (std::span<const StatisticDecl> decls = pass.statistics(); !decls.empty()) {
       for (const auto& [stat, value] : rec.stats) {

@@ -207,3 +207,25 @@ TEST_CASE("analysis manager: --verify-full catches a broken preservation promise
         *g, resolvePipeline(std::string(JFX_SOURCE_DIR) + "/configs/pipelines/default.json"), o));
   }
 }
+
+TEST_CASE("analysis manager: a cached result of a graph that changed since is computed afresh",
+          "[analysis-manager]") {
+  auto g = traced("fsdp_w2");
+  AnalysisManager am;
+  const PhaseInfo& before = am.get<PhaseInfo>(*g);
+  const std::string fp = AnalysisTraits<PhaseInfo>::fingerprint(before);
+  // A node made after the analysis ran: the old result does not know it, a fresh one does.
+  Node* extra = g->createCall("aten.neg.default", {Arg::ofNode(g->first())}, {}, g->outputNode(),
+                              "extra_neg");
+  const PhaseInfo& after = am.get<PhaseInfo>(*g);
+  CHECK(am.counts().at("phases").computed == 2);
+  CHECK(am.counts().at("phases").stale == 1);
+  CHECK(after.byId().size() > extra->id());
+  // The stale result is still alive for a pass that held on to it.
+  CHECK(AnalysisTraits<PhaseInfo>::fingerprint(before) == fp);
+  // Restamped (the pass manager's word that it still holds), the cache answers again.
+  g->rename(extra, "renamed_extra");
+  am.restamp(*g);
+  CHECK(&am.get<PhaseInfo>(*g) == &after);
+  CHECK(am.counts().at("phases").computed == 2);
+}
