@@ -112,12 +112,6 @@ class AnalysisManager {
     return *value;
   }
 
-  // The cached result, or nullptr; computes nothing.
-  template <class A>
-  const A* cached() const {
-    auto it = entries_.find(AnalysisTraits<A>::name);
-    return it == entries_.end() ? nullptr : static_cast<const A*>(it->second.value.get());
-  }
   bool isCached(std::string_view name) const { return entries_.count(name) > 0; }
   // Names of the cached analyses, sorted.
   std::vector<std::string_view> cachedNames() const;

@@ -10,34 +10,16 @@
 #include "passes/analysis/memory.h"
 #include "passes/analysis/phase.h"
 #include "passes/pass_manager.h"
+#include "tests/unit/test_util.h"
 
 using namespace jfx;
+using jfx::test::errorOf;
+using jfx::test::LambdaPass;
 
 namespace {
 
 std::unique_ptr<Graph> traced(const std::string& name) {
   return loadGraph(std::string(JFX_SOURCE_DIR) + "/tests/data/traced/" + name + ".json");
-}
-
-class LambdaPass : public Pass {
- public:
-  LambdaPass(std::string name, std::function<bool(Graph&, PassContext&)> body)
-      : name_(std::move(name)), body_(std::move(body)) {}
-  std::string_view name() const override { return name_; }
-  bool run(Graph& g, PassContext& ctx) override { return body_(g, ctx); }
-
- private:
-  std::string name_;
-  std::function<bool(Graph&, PassContext&)> body_;
-};
-
-std::string errorOf(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "<no error>";
 }
 
 PassManagerOptions quiet(std::ostream& sink) {

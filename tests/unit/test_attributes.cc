@@ -9,19 +9,12 @@
 #include "ir/json_format.h"
 #include "ir/text_format.h"
 #include "passes/pass_manager.h"
+#include "tests/unit/test_util.h"
 
 using namespace jfx;
+using jfx::test::errorOf;
 
 namespace {
-
-std::string errorOf(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "<no error>";
-}
 
 AttrValue bucketRecord(int64_t members) {
   return AttrValue{AttrValue::Dict{

@@ -4,8 +4,10 @@
 
 #include "ir/builder.h"
 #include "ir/verifier.h"
+#include "tests/unit/test_util.h"
 
 using namespace jfx;
+using jfx::test::errorOf;
 
 namespace {
 
@@ -22,15 +24,6 @@ Node* input(Graph& g, const std::string& name, TensorMeta t) {
   Node* n = g.create(OpKind::Placeholder, Symbol::intern(name), {}, {}, name);
   n->val() = ValueMeta::ofTensor(std::move(t));
   return n;
-}
-
-std::string errorOf(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "<no error>";
 }
 
 }  // namespace

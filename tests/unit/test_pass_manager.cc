@@ -10,23 +10,13 @@
 #include "ir/io.h"
 #include "passes/pass_manager.h"
 #include "passes/registry.h"
+#include "tests/unit/test_util.h"
 
 using namespace jfx;
+using jfx::test::errorOf;
+using jfx::test::LambdaPass;
 
 namespace {
-
-// A pass whose behaviour the test supplies.
-class LambdaPass : public Pass {
- public:
-  LambdaPass(std::string name, std::function<bool(Graph&, PassContext&)> body)
-      : name_(std::move(name)), body_(std::move(body)) {}
-  std::string_view name() const override { return name_; }
-  bool run(Graph& g, PassContext& ctx) override { return body_(g, ctx); }
-
- private:
-  std::string name_;
-  std::function<bool(Graph&, PassContext&)> body_;
-};
 
 std::vector<ConfiguredPass> one(std::string name, std::function<bool(Graph&, PassContext&)> body) {
   std::vector<ConfiguredPass> v;
@@ -47,15 +37,6 @@ struct Small {
                    "output");
   }
 };
-
-std::string errorOf(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "<no error>";
-}
 
 std::string tempFile(const std::string& name, const std::string& contents) {
   auto path = std::filesystem::temp_directory_path() /

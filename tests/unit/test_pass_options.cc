@@ -8,19 +8,12 @@
 #include "ir/io.h"
 #include "passes/pass_manager.h"
 #include "passes/registry.h"
+#include "tests/unit/test_util.h"
 
 using namespace jfx;
+using jfx::test::errorOf;
 
 namespace {
-
-std::string errorOf(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "<no error>";
-}
 
 std::unique_ptr<Graph> traced(const std::string& name) {
   return loadGraph(std::string(JFX_SOURCE_DIR) + "/tests/data/traced/" + name);
