@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cctype>
 #include <limits>
+#include <stdexcept>
+#include <unordered_set>
 
 #include "ir/error.h"
 
@@ -92,22 +94,9 @@ std::string nameFromTarget(std::string_view target) {
   return s;
 }
 
-// Sets the k-th node reference (depth-first over args then kwargs) to `value`.
-bool setOperand(std::vector<Arg>& args, Kwargs& kwargs, uint32_t k, Node* value) {
-  uint32_t seen = 0;
-  bool done = false;
-  auto visit = [&](Node*& ref) {
-    if (!done && seen++ == k) {
-      ref = value;
-      done = true;
-    }
-  };
-  for (auto& a : args)
-    a.forEachNode(visit);
-  for (auto& kv : kwargs)
-    kv.second.forEachNode(visit);
-  return done;
-}
+// Slots are carved from blocks of this many; a node with more than a quarter of one gets a
+// block of its own.
+constexpr size_t kSlotBlock = 4096;
 
 }  // namespace
 
@@ -259,8 +248,15 @@ bool Node::isPure() const {
 
 std::vector<Node*> Node::users() const {
   std::vector<Node*> out;
-  for (const Use& u : uses_)
-    if (std::find(out.begin(), out.end(), u.user) == out.end()) out.push_back(u.user);
+  if (num_uses_ <= 16) {  // the common case: a short list, searched without a set
+    for (const Operand* s = use_head_; s; s = s->next_use)
+      if (std::find(out.begin(), out.end(), s->user) == out.end()) out.push_back(s->user);
+    return out;
+  }
+  std::unordered_set<const Node*> seen;
+  seen.reserve(num_uses_);
+  for (const Operand* s = use_head_; s; s = s->next_use)
+    if (seen.insert(s->user).second) out.push_back(s->user);
   return out;
 }
 
@@ -286,6 +282,91 @@ std::string Graph::uniqueName(std::string_view hint) const {
   }
 }
 
+Operand* Graph::allocSlots(uint32_t count) {
+  if (count == 0) return nullptr;
+  if (count > kSlotBlock / 4) {  // big: a block of its own, so the shared block is not wasted
+    slot_blocks_.push_back(std::make_unique<Operand[]>(count));
+    return slot_blocks_.back().get();
+  }
+  if (count > slot_left_) {
+    slot_blocks_.push_back(std::make_unique<Operand[]>(kSlotBlock));
+    slot_next_ = slot_blocks_.back().get();
+    slot_left_ = kSlotBlock;
+  }
+  Operand* out = slot_next_;
+  slot_next_ += count;
+  slot_left_ -= count;
+  return out;
+}
+
+void Graph::appendUse(Node* producer, Operand* s) {
+  s->value = producer;
+  s->prev_use = producer->use_tail_;
+  s->next_use = nullptr;
+  if (producer->use_tail_)
+    producer->use_tail_->next_use = s;
+  else
+    producer->use_head_ = s;
+  producer->use_tail_ = s;
+  ++producer->num_uses_;
+}
+
+void Graph::unlinkUse(Operand* s) {
+  Node* p = s->value;
+  if (s->prev_use)
+    s->prev_use->next_use = s->next_use;
+  else
+    p->use_head_ = s->next_use;
+  if (s->next_use)
+    s->next_use->prev_use = s->prev_use;
+  else
+    p->use_tail_ = s->prev_use;
+  s->prev_use = s->next_use = nullptr;
+  --p->num_uses_;
+}
+
+void Graph::collectRefs(Node* n) {
+  slot_refs_.clear();
+  auto collect = [&](Node*& ref) { slot_refs_.push_back(&ref); };
+  for (auto& a : n->args_)
+    a.forEachNode(collect);
+  for (auto& kv : n->kwargs_)
+    kv.second.forEachNode(collect);
+  for (size_t k = 0; k < slot_refs_.size(); ++k) {
+    Node* p = *slot_refs_[k];
+    if (p == nullptr || p->graph_ != this)
+      throw JfxError(SourceLocation::atNode(n->name_),
+                     "operand " + std::to_string(k) + " is not a node of this graph");
+  }
+}
+
+void Graph::buildSlots(Node* n) {
+  touch(n);
+  const auto count = static_cast<uint32_t>(slot_refs_.size());
+  if (count > n->ops_cap_) {  // the old array (if any) stays in the arena until the Graph dies
+    n->ops_ = allocSlots(count);
+    n->ops_cap_ = count;
+  }
+  n->num_ops_ = count;
+  for (uint32_t k = 0; k < count; ++k) {
+    Operand& s = n->ops_[k];
+    s.user = n;
+    s.index = k;
+    s.ref = slot_refs_[k];
+    appendUse(*s.ref, &s);
+    touch(s.value);
+  }
+}
+
+void Graph::dropUses(Node* n) {
+  for (uint32_t k = 0; k < n->num_ops_; ++k) {
+    Operand& s = n->ops_[k];
+    touch(s.value);
+    unlinkUse(&s);
+  }
+  n->num_ops_ = 0;
+}
+
 Node* Graph::create(OpKind op, Symbol target, std::vector<Arg> args, Kwargs kwargs,
                     std::string_view name, Node* before) {
   Node& n = nodes_.emplace_back(Node::Token{});
@@ -297,9 +378,14 @@ Node* Graph::create(OpKind op, Symbol target, std::vector<Arg> args, Kwargs kwar
   n.name_ = uniqueName(name.empty() ? nameFromTarget(target.str()) : name);
   n.args_ = std::move(args);
   n.kwargs_ = std::move(kwargs);
+  try {
+    collectRefs(&n);
+  } catch (...) {
+    nodes_.pop_back();  // a bad operand leaves the graph as it was
+    throw;
+  }
   by_name_.insert(&n);
-  rebuildInputs(&n);
-  addUses(&n);
+  buildSlots(&n);
   link(&n, before);
   ++live_;
   return &n;
@@ -326,53 +412,33 @@ Node* Graph::cloneBefore(const Node* src, Node* before, const std::function<Node
   return n;
 }
 
-void Graph::rebuildInputs(Node* n) {
-  touch(n);
-  n->inputs_.clear();
-  auto collect = [&](Node* ref) { n->inputs_.push_back(ref); };
-  for (const auto& a : n->args_)
-    a.forEachNode(collect);
-  for (const auto& kv : n->kwargs_)
-    kv.second.forEachNode(collect);
-}
-
-void Graph::addUses(Node* n) {
-  for (uint32_t k = 0; k < n->inputs_.size(); ++k) {
-    Node* p = n->inputs_[k];
-    if (p == nullptr || p->graph_ != this)
-      throw JfxError(SourceLocation::atNode(n->name_),
-                     "operand " + std::to_string(k) + " is not a node of this graph");
-    p->uses_.push_back({n, k});
-    touch(p);
-  }
-}
-
-void Graph::dropUses(Node* n) {
-  for (uint32_t k = 0; k < n->inputs_.size(); ++k) {
-    touch(n->inputs_[k]);
-    auto& uses = n->inputs_[k]->uses_;
-    auto it = std::find(uses.begin(), uses.end(), Use{n, k});
-    if (it != uses.end()) uses.erase(it);
-  }
-}
-
 void Graph::setArgs(Node* n, std::vector<Arg> args, Kwargs kwargs) {
+  // Check the new references before touching n, so a bad one changes nothing.
+  std::swap(n->args_, args);
+  std::swap(n->kwargs_, kwargs);
+  try {
+    collectRefs(n);
+  } catch (...) {
+    std::swap(n->args_, args);
+    std::swap(n->kwargs_, kwargs);
+    throw;
+  }
+  // The old trees (now in args/kwargs) still hold the old slots' references: drop those uses
+  // first, then give the new references their slots.
   dropUses(n);
-  n->args_ = std::move(args);
-  n->kwargs_ = std::move(kwargs);
-  rebuildInputs(n);
-  addUses(n);
+  buildSlots(n);
 }
 
 void Graph::replaceInput(Node* user, uint32_t operand, Node* value) {
-  Node* old = user->inputs_.at(operand);
+  if (operand >= user->num_ops_)
+    throw std::out_of_range("replaceInput: node '" + user->name_ + "' has no operand " +
+                            std::to_string(operand));
+  Operand& s = user->ops_[operand];
+  Node* old = s.value;
   if (old == value) return;
-  auto& uses = old->uses_;
-  auto it = std::find(uses.begin(), uses.end(), Use{user, operand});
-  if (it != uses.end()) uses.erase(it);
-  setOperand(user->args_, user->kwargs_, operand, value);
-  user->inputs_[operand] = value;
-  value->uses_.push_back({user, operand});
+  unlinkUse(&s);
+  *s.ref = value;
+  appendUse(value, &s);
   touch(user);
   touch(old);
   touch(value);
@@ -384,20 +450,16 @@ void Graph::replaceAllUsesWith(Node* from, Node* to) {
 
 void Graph::replaceUsesWith(Node* from, Node* to, const std::function<bool(const Use&)>& accept) {
   if (from == to) return;
-  std::vector<Use> keep;
-  std::vector<Use> uses = std::move(from->uses_);
-  from->uses_.clear();
-  for (const Use& u : uses) {
-    if (!accept(u)) {
-      keep.push_back(u);
-      continue;
+  for (Operand* s = from->use_head_; s;) {
+    Operand* next = s->next_use;
+    if (accept(Use{s->user, s->index})) {
+      unlinkUse(s);
+      *s->ref = to;
+      appendUse(to, s);
+      touch(s->user);
     }
-    setOperand(u.user->args_, u.user->kwargs_, u.index, to);
-    u.user->inputs_[u.index] = to;
-    to->uses_.push_back(u);
-    touch(u.user);
+    s = next;
   }
-  from->uses_ = std::move(keep);
   touch(from);
   touch(to);
 }
@@ -520,17 +582,15 @@ void Graph::placeBefore(const std::vector<Node*>& nodes, Node* anchor) {
 
 void Graph::erase(Node* n) {
   if (n->dead_) return;
-  if (!n->uses_.empty())
-    throw JfxError(
-        SourceLocation::atNode(n->name_),
-        "cannot erase a node that still has " + std::to_string(n->uses_.size()) + " use(s)");
+  if (n->num_uses_ != 0)
+    throw JfxError(SourceLocation::atNode(n->name_), "cannot erase a node that still has " +
+                                                         std::to_string(n->num_uses_) + " use(s)");
   dropUses(n);
   unlink(n);
   by_name_.erase(n->name_);
   n->dead_ = true;
   n->args_.clear();
   n->kwargs_.clear();
-  n->inputs_.clear();
   --live_;
 }
 
@@ -539,32 +599,21 @@ void Graph::eraseAll(const std::vector<Node*>& dead) {
   for (Node* n : dead)
     if (!n->dead_) doomed[n->id_] = true;
   for (Node* n : dead)
-    for (const Use& u : n->uses_)
-      if (!doomed[u.user->id_])
+    for (const Operand* s = n->use_head_; s; s = s->next_use)
+      if (!doomed[s->user->id_])
         throw JfxError(SourceLocation::atNode(n->name_),
-                       "cannot erase a node still used by '" + u.user->name_ + "'");
-  // One filtering pass per surviving producer instead of one search per dropped use.
-  std::vector<bool> filtered(nodes_.size(), false);
-  for (Node* n : dead) {
-    for (Node* p : n->inputs_) {
-      if (doomed[p->id_] || filtered[p->id_]) continue;
-      filtered[p->id_] = true;
-      touch(p);
-      auto& uses = p->uses_;
-      uses.erase(std::remove_if(uses.begin(), uses.end(),
-                                [&](const Use& u) { return doomed[u.user->id_]; }),
-                 uses.end());
-    }
-  }
+                       "cannot erase a node still used by '" + s->user->name_ + "'");
+  // Every use of a doomed node comes from a doomed node, so once all their operands are
+  // unlinked, none has a use left.
+  for (Node* n : dead)
+    if (doomed[n->id_]) dropUses(n);
   for (Node* n : dead) {
     if (n->dead_) continue;
-    n->uses_.clear();  // every one came from a node erased here
     unlink(n);
     by_name_.erase(n->name_);
     n->dead_ = true;
     n->args_.clear();
     n->kwargs_.clear();
-    n->inputs_.clear();
     --live_;
   }
 }

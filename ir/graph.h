@@ -8,8 +8,13 @@
 //
 // Note [Use lists]
 // Every node reference inside a node's args/kwargs is an operand. Operands are numbered in
-// depth-first order over args then kwargs; node->inputs()[k] is operand k, and the operand's
-// producer lists Use{user, k}. Every Graph edit keeps both sides in step; never change an Arg
+// depth-first order over args then kwargs; node->inputs()[k] is operand k. Each node owns an array
+// of operand slots (Operand), carved from its Graph's slot arena: slot k holds the producer, the
+// user, k, and a pointer to the reference inside the Arg tree, so setting operand k is O(1). Each
+// slot is also threaded into its producer's doubly linked use list (head, tail, count on the
+// producer): node->uses() walks it and yields Use{user, k}. A new use is appended at the tail and
+// a removed one is unlinked in O(1), so use order is the order uses were made, and removals keep
+// the others' relative order. Every Graph edit keeps both sides in step; never change an Arg
 // tree behind the Graph's back (use setArgs / replaceInput).
 //
 // Note [Ids and deletion]
@@ -18,9 +23,13 @@
 // Graph is destroyed, so pointers held across an erase never dangle.
 #pragma once
 
+#include <compare>
+#include <cstddef>
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <iterator>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -89,6 +98,99 @@ struct Use {
   friend bool operator==(const Use&, const Use&) = default;
 };
 
+// Operand slot `index` of `user` (Note [Use lists]). Only the Graph writes slots.
+struct Operand {
+  Node* value = nullptr;  // the producer
+  Node* user = nullptr;
+  Node** ref = nullptr;  // the node reference inside the Arg that holds it, in user's args/kwargs
+  Operand* prev_use = nullptr;  // neighbours in value's use list
+  Operand* next_use = nullptr;
+  uint32_t index = 0;
+};
+
+// A node's operands as Node*, by value: a view over its slot array. Random access, O(1) size.
+class InputRange {
+ public:
+  class iterator {
+   public:
+    using iterator_category = std::random_access_iterator_tag;
+    using iterator_concept = std::random_access_iterator_tag;
+    using value_type = Node*;
+    using difference_type = std::ptrdiff_t;
+    using reference = Node*;
+    using pointer = void;
+    iterator() = default;
+    explicit iterator(const Operand* p) : p_(p) {}
+    Node* operator*() const { return p_->value; }
+    Node* operator[](difference_type k) const { return p_[k].value; }
+    iterator& operator++() { return ++p_, *this; }
+    iterator operator++(int) { return iterator(p_++); }
+    iterator& operator--() { return --p_, *this; }
+    iterator operator--(int) { return iterator(p_--); }
+    iterator& operator+=(difference_type k) { return p_ += k, *this; }
+    iterator& operator-=(difference_type k) { return p_ -= k, *this; }
+    friend iterator operator+(iterator a, difference_type k) { return a += k; }
+    friend iterator operator+(difference_type k, iterator a) { return a += k; }
+    friend iterator operator-(iterator a, difference_type k) { return a -= k; }
+    friend difference_type operator-(iterator a, iterator b) { return a.p_ - b.p_; }
+    friend bool operator==(iterator a, iterator b) { return a.p_ == b.p_; }
+    friend auto operator<=>(iterator a, iterator b) { return a.p_ <=> b.p_; }
+
+   private:
+    const Operand* p_ = nullptr;
+  };
+  InputRange(const Operand* first, uint32_t n) : first_(first), n_(n) {}
+  iterator begin() const { return iterator(first_); }
+  iterator end() const { return iterator(first_ + n_); }
+  size_t size() const { return n_; }
+  bool empty() const { return n_ == 0; }
+  Node* operator[](size_t k) const { return first_[k].value; }
+  Node* front() const { return first_[0].value; }
+  Node* back() const { return first_[n_ - 1].value; }
+
+ private:
+  const Operand* first_;
+  uint32_t n_;
+};
+
+// A node's uses in use-list order, as Use by value. Forward only; O(1) size and front(). Editing
+// the graph while walking it is not allowed (copy it first: std::vector<Use>(r.begin(), r.end())).
+class UseRange {
+ public:
+  class iterator {
+   public:
+    using iterator_category = std::forward_iterator_tag;
+    using iterator_concept = std::forward_iterator_tag;
+    using value_type = Use;
+    using difference_type = std::ptrdiff_t;
+    using reference = Use;
+    using pointer = void;
+    iterator() = default;
+    explicit iterator(const Operand* p) : p_(p) {}
+    Use operator*() const { return Use{p_->user, p_->index}; }
+    iterator& operator++() { return p_ = p_->next_use, *this; }
+    iterator operator++(int) {
+      iterator old = *this;
+      p_ = p_->next_use;
+      return old;
+    }
+    friend bool operator==(iterator a, iterator b) { return a.p_ == b.p_; }
+
+   private:
+    const Operand* p_ = nullptr;
+  };
+  UseRange(const Operand* head, uint32_t n) : head_(head), n_(n) {}
+  iterator begin() const { return iterator(head_); }
+  iterator end() const { return iterator(nullptr); }
+  size_t size() const { return n_; }
+  bool empty() const { return n_ == 0; }
+  Use front() const { return Use{head_->user, head_->index}; }
+
+ private:
+  const Operand* head_;
+  uint32_t n_;
+};
+
 class Node {
   // Only a Graph makes nodes; the token keeps the constructor usable by std::deque.
   struct Token {
@@ -112,10 +214,12 @@ class Node {
   const Arg& arg(size_t i) const { return args_[i]; }
   size_t numArgs() const { return args_.size(); }
   // Node operand k (args then kwargs, depth first). input(0) is usually the data input.
-  const std::vector<Node*>& inputs() const { return inputs_; }
-  Node* input(size_t k) const { return k < inputs_.size() ? inputs_[k] : nullptr; }
-  const std::vector<Use>& uses() const { return uses_; }
-  bool hasUses() const { return !uses_.empty(); }
+  InputRange inputs() const { return InputRange(ops_, num_ops_); }
+  size_t numInputs() const { return num_ops_; }
+  Node* input(size_t k) const { return k < num_ops_ ? ops_[k].value : nullptr; }
+  UseRange uses() const { return UseRange(use_head_, num_uses_); }
+  size_t numUses() const { return num_uses_; }
+  bool hasUses() const { return num_uses_ != 0; }
   // Distinct users in use-list order.
   std::vector<Node*> users() const;
 
@@ -156,6 +260,7 @@ class Node {
 
  private:
   friend class Graph;
+  friend struct UseListSurgery;  // tests that corrupt use lists on purpose (verifier tests)
 
   Graph* graph_ = nullptr;
   uint32_t id_ = 0;
@@ -168,8 +273,12 @@ class Node {
   std::string name_;
   std::vector<Arg> args_;
   Kwargs kwargs_;
-  std::vector<Node*> inputs_;
-  std::vector<Use> uses_;
+  Operand* ops_ = nullptr;  // num_ops_ slots in use, room for ops_cap_ (Graph's slot arena)
+  uint32_t num_ops_ = 0;
+  uint32_t ops_cap_ = 0;
+  uint32_t num_uses_ = 0;
+  Operand* use_head_ = nullptr;
+  Operand* use_tail_ = nullptr;
   ValueMeta val_;
   NodeMeta meta_;
   std::string input_fqn_;
@@ -248,10 +357,11 @@ class Graph {
   // this bisection order halves it about log2(k) times, so passes that move dozens of nodes per
   // step (bucket, schedule) stay O(N log N) on 10^6-node graphs.
   void placeBefore(const std::vector<Node*>& nodes, Node* anchor);
-  void erase(Node* n);  // n must have no uses; its own operands lose a use
-  // Erases every node of `dead` at once, in O(nodes + their operands' uses): erase() searches a
-  // use list per operand, which is quadratic when one node loses many users. Every use of a node
-  // in `dead` must come from a node in `dead`; otherwise it throws and changes nothing.
+  // n must have no uses; its own operands lose a use. O(operands of n).
+  void erase(Node* n);
+  // Erases every node of `dead` at once (any order, duplicates ignored), in O(their operands).
+  // Every use of a node in `dead` must come from a node in `dead`; otherwise it throws and
+  // changes nothing.
   void eraseAll(const std::vector<Node*>& dead);
   void rename(Node* n, std::string_view name);  // throws if taken
 
@@ -298,9 +408,15 @@ class Graph {
   void unlink(Node* n);
   void renumber();
   void respace(Node* around);
-  void rebuildInputs(Node* n);
+  // Collects the node references of n's args/kwargs into slot_refs_ and checks each is a node
+  // of this graph (throws naming n otherwise, before anything changes).
+  void collectRefs(Node* n);
+  // Gives n one slot per reference in slot_refs_ and appends each to its producer's use list.
+  void buildSlots(Node* n);
   void dropUses(Node* n);
-  void addUses(Node* n);
+  Operand* allocSlots(uint32_t count);
+  static void appendUse(Node* producer, Operand* s);
+  static void unlinkUse(Operand* s);
   void touch(Node* n) {
     ++generation_;
     if (!tracking_ || n == nullptr) return;
@@ -315,6 +431,11 @@ class Graph {
   std::vector<uint32_t> touched_;  // ids, in first-touch order
   std::vector<bool> touched_mark_;
   mutable std::deque<Node> nodes_;  // indexed by id; std::deque keeps addresses stable
+  // Operand slot arena: slots are carved from big blocks, freed with the Graph.
+  std::vector<std::unique_ptr<Operand[]>> slot_blocks_;
+  Operand* slot_next_ = nullptr;
+  size_t slot_left_ = 0;
+  std::vector<Node**> slot_refs_;  // scratch for collectRefs
   NameIndex<Node> by_name_;
   mutable std::unordered_map<std::string, uint64_t> next_suffix_;
   Node* head_ = nullptr;

@@ -52,7 +52,7 @@ bool isPlainCollective(const Node* n, CollectiveKind kind) {
 // The collective's wait when it is its only use.
 Node* soleWait(const Node* coll) {
   if (coll->uses().size() != 1) return nullptr;
-  Node* w = coll->uses()[0].user;
+  Node* w = coll->uses().front().user;
   return w->isWait() ? w : nullptr;
 }
 
@@ -228,7 +228,7 @@ FsdpAnalysis analyzeFsdp(const Graph& g, const PhaseInfo& phases) {
       Node* cur = wait;
       bool reached_output = false;
       while (cur->uses().size() == 1) {
-        Node* u = cur->uses()[0].user;
+        Node* u = cur->uses().front().user;
         if (u->op() == OpKind::Output) {
           reached_output = output_pos[cur->id()] >= 0;
           break;

@@ -245,12 +245,12 @@ std::optional<Candidate> Bucketer::candidate(Node* n) {
   bool fsdp = role == CollectiveRole::FsdpUnshard || role == CollectiveRole::FsdpReduceGrad ||
               role == CollectiveRole::FsdpGradAllReduce;
   if (opts_.fsdp_only && !fsdp) return std::nullopt;
-  if (n->uses().size() != 1 || !n->uses()[0].user->isWait()) return std::nullopt;
+  if (n->uses().size() != 1 || !n->uses().front().user->isWait()) return std::nullopt;
   if (excluded_.count(n->name())) {
     ctx_.stat("unbucketed.memory");
     return std::nullopt;
   }
-  Node* wait = n->uses()[0].user;
+  Node* wait = n->uses().front().user;
   Node* in = n->input(0);
   if (!in || !in->val().isTensor() || !n->val().isTensor() || !wait->val().isTensor())
     return std::nullopt;

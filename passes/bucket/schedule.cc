@@ -331,11 +331,11 @@ bool Scheduler::run() {
     Node*& last = last_of_group[group];
     prev_same_group_[n->id()] = last;
     last = n;
-    if (n->uses().size() != 1 || !n->uses()[0].user->isWait()) continue;
+    if (n->uses().size() != 1 || !n->uses().front().user->isWait()) continue;
     // A collective over a buffer the graph writes in place (a synced running statistic) stays
     // where it reads the value the program order gives it.
     if (written_.touches(n)) continue;
-    Unit u{n, n->uses()[0].user};
+    Unit u{n, n->uses().front().user};
     CollectiveRole role = fsdp_.roleOf(n);
     CollectiveKind kind = collectiveKind(*n);
     bool bucket = hasFsdpBucketMeta(*n);

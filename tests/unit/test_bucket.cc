@@ -105,11 +105,11 @@ TEST_CASE("bucket: worked example, all-gathers become one rank-agnostic gather",
   CHECK(cat->input(0)->input(0) == at(g, "w1"));  // parameter order
   CHECK(cat->input(1)->input(0) == at(g, "w2"));
   CHECK(ints(cat->input(0)->arg(1)) == std::vector<int64_t>{-1});
-  Node* wait = ag->uses()[0].user;
-  Node* rows = wait->uses()[0].user;
+  Node* wait = ag->uses().front().user;
+  Node* rows = wait->uses().front().user;
   CHECK(rows->is("aten.view.default"));
   CHECK(ints(rows->arg(1)) == std::vector<int64_t>{2, -1});
-  Node* split = rows->uses()[0].user;
+  Node* split = rows->uses().front().user;
   CHECK(split->is("aten.split_with_sizes.default"));
   CHECK(ints(split->arg(1)) == std::vector<int64_t>{32, 32});
   CHECK(split->arg(2).toInt() == 1);
@@ -352,7 +352,7 @@ std::vector<std::pair<Node*, Node*>> gatherUnits(const Graph& g, bool backward) 
   for (Node* n : collectives(g, CollectiveKind::AllGather))
     if ((hasFsdpBucketMeta(*n) || fsdp.roleOf(n) == CollectiveRole::FsdpUnshard) &&
         phases.isBackward(n) == backward)
-      out.push_back({n, n->uses()[0].user});
+      out.push_back({n, n->uses().front().user});
   return out;
 }
 
@@ -418,7 +418,7 @@ TEST_CASE("schedule: reduce-scatter waits are deferred by one bucket", "[sched]"
     if (hasFsdpBucketMeta(*n)) buckets.push_back(n);
   REQUIRE(buckets.size() >= 3);
   for (size_t i = 0; i + 1 < buckets.size(); ++i) {
-    Node* wait = buckets[i]->uses()[0].user;
+    Node* wait = buckets[i]->uses().front().user;
     CHECK(buckets[i + 1]->isBefore(wait));
   }
   CHECK(ctx.stats["waits-deferred"] >= static_cast<int64_t>(buckets.size()) - 1);
