@@ -265,7 +265,9 @@ class Verifier {
         if (in && in->graph() == &g_ && in->id() < ids) ++refs[in->id()];
     });
     g_.forEach([&](const Node* n) {
+      size_t listed = 0;  // counted by walking the links, which a broken count cannot hide
       for (const Use& u : n->uses()) {
+        ++listed;
         const Node* user = u.user;
         if (user == nullptr || user->graph() != &g_ || user->isDead()) {
           add(n, "use-list", "use list names a deleted or foreign user");
@@ -284,9 +286,13 @@ class Verifier {
                   " is listed twice");
         slot_seen[slot] = true;
       }
-      if (n->uses().size() != refs[n->id()])
+      if (listed != n->numUses())
         add(n, "use-list",
-            "use list has " + std::to_string(n->uses().size()) + " entries but " +
+            "use list links " + std::to_string(listed) + " entries but counts " +
+                std::to_string(n->numUses()));
+      if (listed != refs[n->id()])
+        add(n, "use-list",
+            "use list has " + std::to_string(listed) + " entries but " +
                 std::to_string(refs[n->id()]) + " operands refer to the node");
     });
   }
