@@ -203,14 +203,11 @@ class Bucketer {
               const std::function<void(const Member&, Node*)>& done);
   // Moves every staged node before its anchor; consecutive nodes with one anchor keep their order.
   void flush();
-  // Points the uses of a member's wait at its replacement. Uses by the output node are batched
-  // into one rewrite at the end (finishOutputs): Graph rewrites an operand by walking the user's
-  // argument tree, and the output node has one argument per gradient, so doing it per member
-  // would cost O(parameters) each time.
+  // Points the uses of a member's wait at its replacement (O(1) per use, the output node's
+  // included).
   void replaceMember(Node* wait, Node* replacement);
-  // Erases a member's collective and wait, or queues them until their output uses are rewritten.
+  // Erases a member's collective and wait.
   void retire(const Member& m);
-  void finishOutputs();
 
   Graph& g_;
   const BucketOptions& opts_;
@@ -231,8 +228,6 @@ class Bucketer {
   std::unordered_map<std::string, int64_t> param_ordinal_by_fqn_;  // lookups only
   std::vector<int64_t> param_ordinal_;                             // by node id
   std::vector<int32_t> grad_chain_;                                // RS node id -> grads index
-  std::vector<Node*> out_replacement_;                             // by node id
-  std::vector<Node*> retired_;                                     // wait, collective pairs
   std::vector<std::pair<Node*, Node*>> staged_;                    // (node, place before it)
 };
 
@@ -393,42 +388,12 @@ void Bucketer::unpack(Node* packed, int64_t dim, const std::vector<int64_t>& siz
 }
 
 void Bucketer::replaceMember(Node* wait, Node* replacement) {
-  g_.replaceUsesWith(wait, replacement,
-                     [](const Use& u) { return u.user->op() != OpKind::Output; });
-  if (!wait->hasUses()) return;
-  if (out_replacement_.size() < g_.maxId()) out_replacement_.resize(g_.maxId(), nullptr);
-  out_replacement_[wait->id()] = replacement;
+  g_.replaceAllUsesWith(wait, replacement);
 }
 
 void Bucketer::retire(const Member& m) {
-  if (m.wait->hasUses()) {
-    retired_.push_back(m.wait);
-    retired_.push_back(m.coll);
-    return;
-  }
   g_.erase(m.wait);
   g_.erase(m.coll);
-}
-
-void Bucketer::finishOutputs() {
-  Node* out = g_.outputNode();
-  if (retired_.empty() || !out) return;
-  auto remap = [&](auto& self, Arg& a) -> void {
-    if (Node* n = a.node(); n && n->id() < out_replacement_.size() && out_replacement_[n->id()])
-      a = Arg::ofNode(out_replacement_[n->id()]);
-    for (Arg& item : a.items())
-      self(self, item);
-  };
-  std::vector<Arg> args = out->args();
-  Kwargs kwargs = out->kwargs();
-  for (Arg& a : args)
-    remap(remap, a);
-  for (auto& kv : kwargs)
-    remap(remap, kv.second);
-  g_.setArgs(out, std::move(args), std::move(kwargs));
-  for (Node* n : retired_)
-    g_.erase(n);
-  retired_.clear();
 }
 
 void Bucketer::flush() {
@@ -561,7 +526,6 @@ bool Bucketer::run() {
   std::sort(done.begin(), done.end(), [](const Bucket& a, const Bucket& b) { return a.id < b.id; });
   for (Bucket& b : done)
     finalize(b);
-  finishOutputs();
 
   // Each bucket replaced its members' collectives with one (no second walk over the graph).
   int64_t after = before;
