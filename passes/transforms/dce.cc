@@ -45,21 +45,20 @@ bool Dce::isRemovable(const Node& n, bool remove_random) {
 }
 
 bool Dce::run(Graph& g, PassContext& ctx) {
-  // Count live uses instead of erasing during the walk: erasing one at a time searches use lists
-  // and is quadratic when one node loses many users. Users come after their operands, so by the
-  // time the reverse walk reaches a node, every user's fate is known.
-  std::vector<size_t> dead_uses(g.maxId(), 0);
-  std::vector<Node*> dead;
-  for (Node* n = g.last(); n; n = n->prev()) {
-    if (n->uses().size() == dead_uses[n->id()] && isRemovable(*n, remove_random_)) {
-      dead.push_back(n);
-      for (Node* in : n->inputs())
-        ++dead_uses[in->id()];
+  // Users come after their operands, so by the time the reverse walk reaches a node, every user
+  // it had is either kept or already erased. Each erase unlinks the node's operand slots in O(1)
+  // (Note [Use lists]), so a node losing many users costs nothing extra.
+  int64_t removed = 0;
+  for (Node* n = g.last(); n;) {
+    Node* prev = n->prev();
+    if (!n->hasUses() && isRemovable(*n, remove_random_)) {
+      g.erase(n);
+      ++removed;
     }
+    n = prev;
   }
-  g.eraseAll(dead);
-  ctx.stat("nodes-removed", static_cast<int64_t>(dead.size()));
-  return !dead.empty();
+  ctx.stat("nodes-removed", removed);
+  return removed != 0;
 }
 
 }  // namespace jfx

@@ -11,8 +11,8 @@
 // PyTorch bit for bit (FX's Node.is_impure() treats seeded random ops as impure for the same
 // reason).
 //
-// One reverse walk marks the dead (a node's users all come after it, so their fate is known when
-// the walk reaches it), then Graph::eraseAll removes them together. O(N + E).
+// One reverse walk erases the dead (a node's users all come after it, so their fate is known when
+// the walk reaches it); each erase is O(operands). O(N + E).
 #pragma once
 
 #include "passes/pass.h"

@@ -95,7 +95,7 @@ TEST_CASE("dce: a long dead chain is removed in one run", "[dce]") {
 }
 
 TEST_CASE("dce: many dead users of one node go in linear time", "[dce]") {
-  // One erase() at a time searches the producer's use list: quadratic here.
+  // With a use list searched per erase() this would be quadratic.
   Graph g;
   Node* x = g.create(OpKind::Placeholder, Symbol::intern("x"), {}, {}, "x");
   Node* live = g.createCall("aten.neg.default", {N(x)}, {}, nullptr, "live");
