@@ -7,7 +7,8 @@
 // Times are thread CPU seconds (the machine may be shared; wall time is reported beside them).
 // Steps: synth (build the graph), save/load JSON and text (files in --tmp, through ir/io.h, so
 // the atomic write and the read are included), print (text IR to a string), verify, dce (the
-// pass run directly; the graph has no dead code, so this is the cost of the scan). The project
+// pass run directly; the graph has no dead code, so this is the cost of the scan), hub_edits (a
+// node with as many users as the graph has nodes: rewire each user, then erase it). The project
 // target is a figure, not a gate: 1M nodes load + verify + save <= 2 s on one core.
 #include <sys/resource.h>
 #include <time.h>
@@ -179,6 +180,28 @@ int main(int argc, char** argv) {
       changed = dce.run(*g, ctx);
     }));
     g.reset();
+    // One node with n users, each rewired to another node and then erased, oldest first: the
+    // edits passes make around a mesh placeholder or a big activation (Note [Use lists]).
+    std::unique_ptr<Graph> hub_graph;
+    std::vector<Node*> hub_users;
+    Node* hub_to = nullptr;
+    steps.push_back(measure(
+        "hub_edits", n, repeat,
+        [&] {
+          hub_graph = std::make_unique<Graph>();
+          hub_users.clear();
+          Node* hub = hub_graph->create(OpKind::Placeholder, Symbol::intern("hub"), {}, {}, "hub");
+          hub_to = hub_graph->create(OpKind::Placeholder, Symbol::intern("to"), {}, {}, "to");
+          for (int64_t i = 0; i < n; ++i)
+            hub_users.push_back(hub_graph->createCall("aten.neg.default", {Arg::ofNode(hub)}));
+        },
+        [&] {
+          for (Node* u : hub_users)
+            hub_graph->replaceInput(u, 0, hub_to);
+          for (Node* u : hub_users)
+            hub_graph->erase(u);
+        }));
+    hub_graph.reset();
     steps.push_back(measure(
         "load_json", n, repeat, [&] { g.reset(); }, [&] { g = loadGraph(json_path); }));
     steps.push_back(measure(
@@ -231,8 +254,8 @@ int main(int argc, char** argv) {
   for (const auto& row : report)
     std::printf(" %14s", (std::to_string(row["nodes"].get<int64_t>()) + " nodes").c_str());
   std::printf("\n");
-  for (const char* step :
-       {"synth", "save_json", "load_json", "save_text", "load_text", "print", "verify", "dce"}) {
+  for (const char* step : {"synth", "save_json", "load_json", "save_text", "load_text", "print",
+                           "verify", "dce", "hub_edits"}) {
     std::printf("%-10s", step);
     for (const auto& row : report)
       std::printf(" %14.4f", row["steps"][step]["cpu_median_s"].get<double>());
