@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "ir/clone.h"
 #include "ir/io.h"
 #include "ir/text_format.h"
 #include "ir/verifier.h"
@@ -178,6 +179,15 @@ int main(int argc, char** argv) {
       PassContext ctx;
       changed = dce.run(*g, ctx);
     }));
+    // Whole-graph copies, as the planner and the memory-bound bucket make them: cloneGraph
+    // (compacted, fresh ids) and Graph::copy (exact); and freeing one, which costs about as much.
+    std::unique_ptr<Graph> other;
+    steps.push_back(measure(
+        "clone", n, repeat, [&] { other.reset(); }, [&] { other = cloneGraph(*g); }));
+    steps.push_back(measure(
+        "copy", n, repeat, [&] { other.reset(); }, [&] { other = g->copy(); }));
+    steps.push_back(measure(
+        "free", n, repeat, [&] { other = g->copy(); }, [&] { other.reset(); }));
     g.reset();
     steps.push_back(measure(
         "load_json", n, repeat, [&] { g.reset(); }, [&] { g = loadGraph(json_path); }));
@@ -231,8 +241,8 @@ int main(int argc, char** argv) {
   for (const auto& row : report)
     std::printf(" %14s", (std::to_string(row["nodes"].get<int64_t>()) + " nodes").c_str());
   std::printf("\n");
-  for (const char* step :
-       {"synth", "save_json", "load_json", "save_text", "load_text", "print", "verify", "dce"}) {
+  for (const char* step : {"synth", "save_json", "load_json", "save_text", "load_text", "print",
+                           "verify", "dce", "clone", "copy", "free"}) {
     std::printf("%-10s", step);
     for (const auto& row : report)
       std::printf(" %14.4f", row["steps"][step]["cpu_median_s"].get<double>());
