@@ -28,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "ir/clone.h"
 #include "ir/io.h"
 #include "ir/text_format.h"
 #include "ir/verifier.h"
@@ -179,6 +180,15 @@ int main(int argc, char** argv) {
       PassContext ctx;
       changed = dce.run(*g, ctx);
     }));
+    // Whole-graph copies, as the planner and the memory-bound bucket make them: cloneGraph
+    // (compacted, fresh ids) and Graph::copy (exact); and freeing one, which costs about as much.
+    std::unique_ptr<Graph> other;
+    steps.push_back(measure(
+        "clone", n, repeat, [&] { other.reset(); }, [&] { other = cloneGraph(*g); }));
+    steps.push_back(measure(
+        "copy", n, repeat, [&] { other.reset(); }, [&] { other = g->copy(); }));
+    steps.push_back(measure(
+        "free", n, repeat, [&] { other = g->copy(); }, [&] { other.reset(); }));
     g.reset();
     // One node with n users, each rewired to another node and then erased, oldest first: the
     // edits passes make around a mesh placeholder or a big activation (Note [Use lists]).
@@ -255,7 +265,7 @@ int main(int argc, char** argv) {
     std::printf(" %14s", (std::to_string(row["nodes"].get<int64_t>()) + " nodes").c_str());
   std::printf("\n");
   for (const char* step : {"synth", "save_json", "load_json", "save_text", "load_text", "print",
-                           "verify", "dce", "hub_edits"}) {
+                           "verify", "dce", "hub_edits", "clone", "copy", "free"}) {
     std::printf("%-10s", step);
     for (const auto& row : report)
       std::printf(" %14.4f", row["steps"][step]["cpu_median_s"].get<double>());

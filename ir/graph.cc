@@ -412,6 +412,106 @@ Node* Graph::cloneBefore(const Node* src, Node* before, const std::function<Node
   return n;
 }
 
+std::unique_ptr<Graph> Graph::copy() const {
+  auto out = std::make_unique<Graph>();
+  Graph& c = *out;
+  c.process_groups_ = process_groups_;
+  c.output_specs_ = output_specs_;
+  c.constants_ = constants_;
+  c.extra_json_ = extra_json_;
+  c.next_suffix_ = next_suffix_;
+  c.generation_ = generation_;
+  c.live_ = live_;
+  // Same ids: node k of the copy is node k here, so every reference maps by id.
+  for (const Node& n : nodes_)
+    c.nodes_.push_back(n);
+  auto map = [&](Node* p) -> Node* {
+    if (p == nullptr) return nullptr;
+    if (p->graph_ != this)
+      throw JfxError(SourceLocation::atNode(p->name_),
+                     "Graph::copy: node refers to a node of another graph");
+    return &c.nodes_[p->id_];
+  };
+  auto remap = [&](Node*& p) { p = map(p); };
+  for (Node& n : c.nodes_) {
+    n.graph_ = &c;
+    n.prev_ = map(n.prev_);
+    n.next_ = map(n.next_);
+    for (Arg& a : n.args_)
+      a.forEachNode(remap);
+    for (auto& kv : n.kwargs_)
+      kv.second.forEachNode(remap);
+    // Fresh slots in the copy's arena, pointing into the copy's Arg trees; linked below.
+    c.slot_refs_.clear();
+    for (Arg& a : n.args_)
+      a.forEachNode([&](Node*& ref) { c.slot_refs_.push_back(&ref); });
+    for (auto& kv : n.kwargs_)
+      kv.second.forEachNode([&](Node*& ref) { c.slot_refs_.push_back(&ref); });
+    const auto count = static_cast<uint32_t>(c.slot_refs_.size());
+    n.ops_ = c.allocSlots(count);
+    n.num_ops_ = n.ops_cap_ = count;
+    for (uint32_t k = 0; k < count; ++k) {
+      Operand& s = n.ops_[k];
+      s = Operand{};
+      s.value = *c.slot_refs_[k];
+      s.user = &n;
+      s.ref = c.slot_refs_[k];
+      s.index = k;
+    }
+    n.use_head_ = n.use_tail_ = nullptr;
+    n.num_uses_ = 0;
+  }
+  // Use lists in this graph's order.
+  for (const Node& n : nodes_) {
+    Node& cn = c.nodes_[n.id_];
+    for (const Operand* s = n.use_head_; s; s = s->next_use)
+      appendUse(&cn, &c.nodes_[s->user->id_].ops_[s->index]);
+  }
+  c.head_ = map(head_);
+  c.tail_ = map(tail_);
+  c.by_name_ = by_name_.remapped<Node>([&](Node* p) { return map(p); });
+  return out;
+}
+
+void Graph::takeContents(Graph&& from) {
+  const uint64_t generation = std::max(generation_, from.generation_) + 1;
+  // std::deque's swap moves its blocks, so every node keeps its address.
+  nodes_.swap(from.nodes_);
+  std::swap(by_name_, from.by_name_);
+  std::swap(next_suffix_, from.next_suffix_);
+  std::swap(head_, from.head_);
+  std::swap(tail_, from.tail_);
+  std::swap(live_, from.live_);
+  std::swap(process_groups_, from.process_groups_);
+  std::swap(output_specs_, from.output_specs_);
+  std::swap(constants_, from.constants_);
+  std::swap(extra_json_, from.extra_json_);
+  // The nodes' operand slots live in the arena they came with.
+  std::swap(slot_blocks_, from.slot_blocks_);
+  std::swap(slot_next_, from.slot_next_);
+  std::swap(slot_left_, from.slot_left_);
+  for (Node& n : nodes_)
+    n.graph_ = this;
+  // `from` now holds what this graph held: drop it.
+  from.nodes_.clear();
+  from.by_name_ = {};
+  from.next_suffix_.clear();
+  from.head_ = from.tail_ = nullptr;
+  from.live_ = 0;
+  from.process_groups_.clear();
+  from.output_specs_.clear();
+  from.constants_.clear();
+  from.extra_json_.clear();
+  from.touched_.clear();
+  from.touched_mark_.clear();
+  generation_ = generation;
+  touched_.clear();
+  touched_mark_.clear();
+  if (tracking_)
+    for (Node* n = head_; n; n = n->next_)
+      touch(n);
+}
+
 void Graph::setArgs(Node* n, std::vector<Arg> args, Kwargs kwargs) {
   // Check the new references before touching n, so a bad one changes nothing.
   std::swap(n->args_, args);

@@ -365,6 +365,19 @@ class Graph {
   void eraseAll(const std::vector<Node*>& dead);
   void rename(Node* n, std::string_view name);  // throws if taken
 
+  // ---- whole-graph copies
+  // An exact copy: the same node ids (dead ones included), names, origins, positions, use-list
+  // order, name-suffix counters and header, so a pass can try a rewrite on the graph itself and
+  // go back (takeContents) with the graph indistinguishable from before, ids and all (the
+  // Python bridge keys its edits by id). The copy keeps no change journal. cloneGraph
+  // (ir/clone.h) is the other kind: a compacted copy with fresh ids whose origins name the
+  // source nodes.
+  std::unique_ptr<Graph> copy() const;
+  // Replaces this graph's nodes and header by `from`'s (left empty). Pointers to this graph's
+  // old nodes dangle once `from` is gone. Bumps generation() past both graphs' counts; with the
+  // journal on, every live node counts as touched.
+  void takeContents(Graph&& from);
+
   // ---- change journal, for verifying only what a pass touched (the pass manager turns it on).
   // While on, every node whose list links, operands, uses or name change is recorded: created,
   // moved, renamed and rewired nodes, their list neighbours, and the producers whose use lists

@@ -36,6 +36,14 @@ class Hasher {
       word(load(s.data() + i, 8));
     if (i < s.size()) word(load(s.data() + i, s.size() - i));
   }
+  // Where each node stands in program order, assigned as the walk reaches it: an operand, which
+  // comes earlier, hashes as its ordinal instead of its name (the same information for a graph
+  // whose names are unique, without reading the producer's name).
+  void startGraph(const Graph& g) {
+    graph_ = &g;
+    ordinal_.assign(g.maxId(), kNoOrdinal);
+    next_ordinal_ = 0;
+  }
   void ints(const std::vector<int64_t>& v) {
     word(v.size());
     for (int64_t x : v)
@@ -56,9 +64,17 @@ class Hasher {
       case Arg::Kind::Float:
         floating(a.toFloat());
         return;
-      case Arg::Kind::Node:
-        str(a.node()->name());
+      case Arg::Kind::Node: {
+        const Node* p = a.node();
+        // A producer not yet reached (a broken order) or of another graph hashes by name.
+        if (p->graph() == graph_ && p->id() < ordinal_.size() && ordinal_[p->id()] != kNoOrdinal) {
+          word(ordinal_[p->id()]);
+        } else {
+          tag(0xFF);
+          str(p->name());
+        }
         return;
+      }
       case Arg::Kind::Dtype:
         word(static_cast<uint64_t>(a.dtype()));
         return;
@@ -117,11 +133,15 @@ class Hasher {
       arg(a);
     // In the order the printers write them (sorted by key), whatever order the IR holds.
     word(n.kwargs().size());
+    // Insertion sort, stable and without std::stable_sort's buffer: nodes have a few kwargs.
     sorted_kwargs_.clear();
-    for (const auto& kv : n.kwargs())
+    for (const auto& kv : n.kwargs()) {
       sorted_kwargs_.push_back(&kv);
-    std::stable_sort(sorted_kwargs_.begin(), sorted_kwargs_.end(),
-                     [](const auto* a, const auto* b) { return a->first.str() < b->first.str(); });
+      const std::string_view key = kv.first.str();
+      for (size_t j = sorted_kwargs_.size() - 1; j > 0 && key < sorted_kwargs_[j - 1]->first.str();
+           --j)
+        std::swap(sorted_kwargs_[j], sorted_kwargs_[j - 1]);
+    }
     for (const auto* kv : sorted_kwargs_) {
       str(kv->first.str());
       arg(kv->second);
@@ -145,24 +165,33 @@ class Hasher {
       word(static_cast<uint64_t>(n.inputKind()));
       str(n.inputFqn());
     }
+    if (n.graph() == graph_ && n.id() < ordinal_.size()) ordinal_[n.id()] = next_ordinal_++;
   }
 
  private:
+  // Little-endian bytes p[0..n) as a word, n <= 8 (the same value on every host).
   static uint64_t load(const char* p, size_t n) {
+    unsigned char b[8] = {};
+    std::memcpy(b, p, n);
     uint64_t w = 0;
-    for (size_t i = 0; i < n; ++i)
-      w |= static_cast<uint64_t>(static_cast<unsigned char>(p[i])) << (8 * i);
+    for (int i = 7; i >= 0; --i)
+      w = (w << 8) | b[i];
     return w;
   }
 
+  static constexpr uint32_t kNoOrdinal = UINT32_MAX;
   uint64_t h_ = 0xcbf29ce484222325ULL;
   std::vector<const std::pair<Symbol, Arg>*> sorted_kwargs_;
+  const Graph* graph_ = nullptr;
+  std::vector<uint32_t> ordinal_;  // by node id
+  uint32_t next_ordinal_ = 0;
 };
 
 }  // namespace
 
 uint64_t structuralHash(const Graph& g) {
   Hasher h;
+  h.startGraph(g);
   h.word(g.processGroups().size());
   for (const auto& pg : g.processGroups()) {
     h.str(pg.name);

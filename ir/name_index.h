@@ -59,6 +59,19 @@ class NameIndex {
     --size_;
   }
 
+  // This index with every node mapped through `map` (a node of another graph with the same
+  // name): the slots and their hashes are kept, so nothing is rehashed.
+  template <class OtherT, class F>
+  NameIndex<OtherT> remapped(F&& map) const {
+    NameIndex<OtherT> out;
+    out.slots_.resize(slots_.size());
+    for (size_t i = 0; i < slots_.size(); ++i)
+      if (slots_[i].node) out.slots_[i] = {slots_[i].hash, map(slots_[i].node)};
+    out.mask_ = mask_;
+    out.size_ = size_;
+    return out;
+  }
+
   // Room for `n` names without rehashing.
   void reserve(size_t n) {
     size_t want = 16;
@@ -68,6 +81,8 @@ class NameIndex {
   }
 
  private:
+  template <class>
+  friend class NameIndex;
   struct Slot {
     uint64_t hash = 0;
     NodeT* node = nullptr;

@@ -102,6 +102,7 @@ class Verifier {
       checkArity(n);
       if (n->isCollective()) checkCollective(n);
       if (n->isWait()) checkWait(n);
+      if (n->op() == OpKind::Placeholder || n->inputKind() != InputKind::None) inputs_.push_back(n);
     }
     checkInputInfo();
     checkOutputInfo();
@@ -200,13 +201,13 @@ class Verifier {
     }
   }
 
+  // Names are unique when the graph's own name index maps each node's name back to that node:
+  // a second node with a taken name finds the first. No set of a million names to build.
   void checkNames() {
-    std::unordered_set<std::string_view> seen;
-    seen.reserve(g_.size());
     g_.forEach([&](const Node* n) {
       if (n->name().empty())
         add(n, "unique-name", "node has an empty name");
-      else if (!seen.insert(n->name()).second)
+      else if (g_.findNode(n->name()) != n)
         add(n, "unique-name", "name is used twice");
     });
   }
@@ -517,7 +518,7 @@ class Verifier {
     std::unordered_map<std::string_view, const Node*> by_fqn;
     size_t placeholders = 0, with_kind = 0;
     const Node* first_without = nullptr;
-    g_.forEach([&](const Node* n) {
+    forEachInput([&](const Node* n) {
       if (n->op() != OpKind::Placeholder) {
         if (n->inputKind() != InputKind::None)
           add(n, "input-info", "only placeholders can be graph inputs");
@@ -558,7 +559,7 @@ class Verifier {
           "header lists " + std::to_string(specs.size()) + " outputs, output node has " +
               std::to_string(count));
     std::unordered_set<std::string_view> params;
-    g_.forEach([&](const Node* n) {
+    forEachInput([&](const Node* n) {
       if (n->op() == OpKind::Placeholder && n->inputKind() == InputKind::Parameter)
         params.insert(n->inputFqn());
     });
@@ -580,7 +581,7 @@ class Verifier {
   void checkBufferMutations(const Node* out, const Arg& list, size_t count) {
     const auto& specs = g_.outputSpecs();
     std::unordered_map<std::string_view, const Node*> buffers;
-    g_.forEach([&](const Node* n) {
+    forEachInput([&](const Node* n) {
       if (n->op() == OpKind::Placeholder && n->inputKind() == InputKind::Buffer)
         buffers.emplace(n->inputFqn(), n);
     });
@@ -694,6 +695,14 @@ class Verifier {
   const VerifyOptions& opts_;
   std::vector<VerifyIssue> issues_;
   std::unordered_set<const Node*> touched_;  // runNodes' nodes
+  // The placeholders and any other node with an input kind, in program order: the graph-input
+  // rules read only these, so run() collects them in its per-node walk instead of three more.
+  std::vector<const Node*> inputs_;
+  template <typename F>
+  void forEachInput(F&& f) {
+    for (const Node* n : inputs_)
+      f(n);
+  }
 };
 
 }  // namespace

@@ -88,7 +88,11 @@ struct PipelineResult {
   double verify_seconds = 0;    // full checks (input, output) and the touched-node checks between
   size_t verify_runs = 0;       // full checks
   size_t verify_node_runs = 0;  // touched-node checks
-  double hash_seconds = 0;      // structural hashes behind check_unchanged_hash
+  // The part of verify_seconds spent after passes (touched-node checks, or full checks with
+  // verify_full_each), as opposed to the whole-graph checks of the input and the output.
+  double verify_between_seconds = 0;
+  size_t verify_between_runs = 0;
+  double hash_seconds = 0;  // structural hashes behind check_unchanged_hash
   size_t hash_runs = 0;
   // Per analysis (passes/analysis_manager.h): computed and served from the cache.
   std::map<std::string_view, AnalysisManager::Counts> analyses;

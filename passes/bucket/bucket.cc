@@ -9,6 +9,7 @@
 #include <memory>
 #include <optional>
 #include <set>
+#include <sstream>
 #include <tuple>
 #include <unordered_map>
 
@@ -852,7 +853,7 @@ std::unique_ptr<Graph> boundedCopy(const Graph& g, const BucketOptions& opts, in
                                    std::set<std::string>& excluded, PassContext& ctx, int64_t* peak,
                                    const BlockAnalysis* blocks = nullptr,
                                    SettledAnalyses* settled = nullptr,
-                                   const BucketAnalyses* shared = nullptr);
+                                   const BucketAnalyses* shared = nullptr, int first_round = 0);
 
 // plan=auto (bucket.h): every candidate on a copy, bucketed under the same bound, then
 // split-comm-groups and schedule{prefetch=1} under that bound, simulated; the shortest step
@@ -964,25 +965,62 @@ bool bucketCollectives(Graph& g, const BucketOptions& opts, PassContext& ctx) {
 
 namespace {
 
+// The estimated memory profile the bound is checked on.
+MemoryProfile boundProfile(const Graph& g, PhaseInfo* phases_out = nullptr) {
+  MemoryOptions mo;
+  mo.top_k = 0;
+  mo.lifetimes = true;
+  PhaseInfo phases = computePhases(g);
+  MemoryProfile prof = analyzeMemory(g, phases, mo);
+  if (phases_out) *phases_out = std::move(phases);
+  return prof;
+}
+
+// After `b` bucketed `trial` to the profile `prof`, over `bound`: leaves out (adds the member
+// collectives' names to `excluded`) the buckets that own or move a storage live at an over-bound
+// step, or every bucket when the rise is not where a bucket lives.
+void excludeOverBound(const Graph& trial, const Bucketer& b, const MemoryProfile& prof,
+                      int64_t bound, std::set<std::string>& excluded) {
+  // over[t]: steps up to t that are above the bound (prefix count).
+  std::vector<int64_t> over(prof.curve.size() + 1, 0);
+  for (size_t t = 0; t < prof.curve.size(); ++t)
+    over[t + 1] = over[t] + (prof.curve[t].live_bytes > bound);
+  std::vector<int32_t> bucket_of(trial.maxId(), -1);
+  for (const auto& [n, bi] : b.touched())
+    bucket_of[n->id()] = static_cast<int32_t>(bi);
+  std::set<size_t> offending;
+  for (const StorageLife& st : prof.storages) {
+    int32_t bi = bucket_of[st.owner->id()];
+    if (bi < 0) continue;
+    size_t hi = st.pinned ? prof.curve.size() : std::min(st.last_use + 1, prof.curve.size());
+    if (over[hi] - over[std::min(st.born, hi)] > 0) offending.insert(static_cast<size_t>(bi));
+  }
+  if (offending.empty())  // the rise is not where a bucket lives: bucket nothing
+    for (size_t bi = 0; bi < b.bucketMembers().size(); ++bi)
+      offending.insert(bi);
+  for (size_t bi : offending)
+    for (const std::string& name : b.bucketMembers()[bi])
+      excluded.insert(name);
+}
+
+constexpr int kBoundRounds = 8;
+
 // The memory-bound loop of bucketFixed: buckets copies of `g` under `bound` (> 0), leaving out
 // the buckets that own or move a storage live at an over-bound step, until the copy's estimated
 // peak is within it. Fills `excluded` with the collectives left out; returns the settled copy
 // (nullptr when no round settled: then every collective is excluded) and its peak in `*peak`.
+// `first_round`: rounds already spent by the caller (each round is one rewrite and check).
 std::unique_ptr<Graph> boundedCopy(const Graph& g, const BucketOptions& opts, int64_t bound,
                                    std::set<std::string>& excluded, PassContext& ctx, int64_t* peak,
                                    const BlockAnalysis* blocks, SettledAnalyses* settled,
-                                   const BucketAnalyses* shared) {
-  constexpr int kRounds = 8;
-  for (int round = 0; round < kRounds; ++round) {
+                                   const BucketAnalyses* shared, int first_round) {
+  for (int round = first_round; round < kBoundRounds; ++round) {
     std::unique_ptr<Graph> trial = cloneGraph(g);
     PassContext quiet;
     Bucketer b(*trial, opts, quiet, excluded, blocks, shared);
     b.run();
-    MemoryOptions mo;
-    mo.top_k = 0;
-    mo.lifetimes = true;
-    PhaseInfo phases = computePhases(*trial);
-    MemoryProfile prof = analyzeMemory(*trial, phases, mo);
+    PhaseInfo phases;
+    MemoryProfile prof = boundProfile(*trial, &phases);
     if (prof.peak_bytes <= bound) {
       *peak = prof.peak_bytes;
       if (settled) {
@@ -991,26 +1029,7 @@ std::unique_ptr<Graph> boundedCopy(const Graph& g, const BucketOptions& opts, in
       }
       return trial;
     }
-    // over[t]: steps up to t that are above the bound (prefix count).
-    std::vector<int64_t> over(prof.curve.size() + 1, 0);
-    for (size_t t = 0; t < prof.curve.size(); ++t)
-      over[t + 1] = over[t] + (prof.curve[t].live_bytes > bound);
-    std::vector<int32_t> bucket_of(trial->maxId(), -1);
-    for (const auto& [n, bi] : b.touched())
-      bucket_of[n->id()] = static_cast<int32_t>(bi);
-    std::set<size_t> offending;
-    for (const StorageLife& st : prof.storages) {
-      int32_t bi = bucket_of[st.owner->id()];
-      if (bi < 0) continue;
-      size_t hi = st.pinned ? prof.curve.size() : std::min(st.last_use + 1, prof.curve.size());
-      if (over[hi] - over[std::min(st.born, hi)] > 0) offending.insert(static_cast<size_t>(bi));
-    }
-    if (offending.empty())  // the rise is not where a bucket lives: bucket nothing
-      for (size_t bi = 0; bi < b.bucketMembers().size(); ++bi)
-        offending.insert(bi);
-    for (size_t bi : offending)
-      for (const std::string& name : b.bucketMembers()[bi])
-        excluded.insert(name);
+    excludeOverBound(*trial, b, prof, bound, excluded);
     ctx.stat("memory-rounds");
   }
   // Every candidate out: the graph stays as it is.
@@ -1024,18 +1043,53 @@ bool bucketFixed(Graph& g, const BucketOptions& opts, PassContext& ctx) {
   std::set<std::string> excluded;
   if (opts.memory_limit == 0) return Bucketer(g, opts, ctx, excluded).run();
 
-  // Memory bound: bucket a copy, and while its estimated peak is above the bound, leave out the
-  // buckets whose new or moved storages are live at an over-bound step. A few rounds settle it
-  // (each drops every offending bucket at once); past 8 rounds nothing is bucketed.
+  // Memory bound: while the estimated peak is above the bound, leave out the buckets whose new or
+  // moved storages are live at an over-bound step. A few rounds settle it (each drops every
+  // offending bucket at once); past 8 rounds nothing is bucketed.
   const int64_t peak_before = ctx.analyses.get<MemoryProfile>(g).peak_bytes;
   const int64_t bound = boundFor(opts, peak_before);
   ctx.stat("memory-peak-before", peak_before);
   ctx.stat("memory-limit", bound);
-  int64_t peak = 0;
   // The copies are clones of `g`: one block analysis serves every round and the final rewrite.
   const BlockAnalysis* shared =
       opts.plan == BucketOptions::Plan::Blocks ? &ctx.analyses.get<BlockAnalysis>(g) : nullptr;
-  boundedCopy(g, opts, bound, excluded, ctx, &peak, shared);
+
+  // Round one on the graph itself, with an exact copy to go back to: most graphs stay within
+  // the bound with every bucket, and then this is the only rewrite (bucketing a trial copy and
+  // then the graph again cost twice the rewrite, plus a clone). Its statistics and remarks count
+  // only if it stands.
+  std::unique_ptr<Graph> backup = g.copy();
+  const Statistics stats_before = ctx.stats;
+  std::ostringstream held_log, held_warnings;
+  struct Redirect {
+    PassContext& ctx;
+    std::ostream* log;
+    std::ostream* warnings;
+    ~Redirect() { ctx.log = log, ctx.warnings = warnings; }
+  } redirect{ctx, ctx.log, ctx.warnings};
+  if (ctx.log) ctx.log = &held_log;
+  if (ctx.warnings) ctx.warnings = &held_warnings;
+  {
+    Bucketer b(g, opts, ctx, excluded, shared);
+    const bool changed = b.run();
+    const MemoryProfile prof = boundProfile(g);
+    if (prof.peak_bytes <= bound) {
+      if (redirect.log) *redirect.log << held_log.str();
+      if (redirect.warnings) *redirect.warnings << held_warnings.str();
+      return changed;
+    }
+    excludeOverBound(g, b, prof, bound, excluded);
+  }
+  ctx.log = redirect.log;
+  ctx.warnings = redirect.warnings;
+  g.takeContents(std::move(*backup));
+  backup.reset();
+  ctx.stats = stats_before;
+  ctx.stat("memory-rounds");
+  // The cached block analysis belonged to the nodes just discarded.
+  if (shared) shared = &ctx.analyses.get<BlockAnalysis>(g);
+  int64_t peak = 0;
+  boundedCopy(g, opts, bound, excluded, ctx, &peak, shared, nullptr, nullptr, 1);
   if (!excluded.empty())
     ctx.remark("bucket: " + std::to_string(excluded.size()) +
                " collectives left unbucketed to stay within the estimated peak " +

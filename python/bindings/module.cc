@@ -170,6 +170,7 @@ py::tuple runPipelineEdits(const std::string& doc, const std::string& pipeline, 
   report["passes"] = passRecords(result);
   report["total_seconds"] = result.total_seconds;
   report["verify_seconds"] = result.verify_seconds;
+  report["verify_between_seconds"] = result.verify_between_seconds;
   report["hash_seconds"] = result.hash_seconds;
   report["log"] = log;
   return py::make_tuple(script, erased, header, report);
@@ -197,6 +198,7 @@ py::tuple runPipelineJson(const std::string& doc, const std::string& pipeline, b
   report["passes"] = passRecords(result);
   report["total_seconds"] = result.total_seconds;
   report["verify_seconds"] = result.verify_seconds;
+  report["verify_between_seconds"] = result.verify_between_seconds;
   report["hash_seconds"] = result.hash_seconds;
   report["log"] = log;
   return py::make_tuple(out, report);

@@ -210,6 +210,10 @@ TEST_CASE("pass manager: the default pipeline gives the same graph with either v
     CHECK(ra.verify_node_runs > 0);
     CHECK(rb.verify_node_runs == 0);
     CHECK(rb.verify_runs == 1 + ra.verify_node_runs);
+    // The between-passes share: every check after a changing pass, touched-node or full.
+    CHECK(ra.verify_between_runs == ra.verify_node_runs);
+    CHECK(rb.verify_between_runs == ra.verify_node_runs);
+    CHECK(rb.verify_between_seconds <= rb.verify_seconds);
   }
 }
 
@@ -280,8 +284,12 @@ TEST_CASE("pass manager: dce through the registry, stats, timing, stop-after", "
   CHECK(r.verify_runs == 2);
   CHECK(r.verify_node_runs == 1);
   CHECK(r.hash_runs == 3);
-  CHECK(text.find("(verify)") != std::string::npos);
-  CHECK(text.find("2 full + 1 touched-node\n") != std::string::npos);
+  CHECK(r.verify_between_runs == 1);
+  CHECK(r.verify_between_seconds <= r.verify_seconds);
+  CHECK(text.find("(verify in/out)") != std::string::npos);
+  CHECK(text.find("  2 full\n") != std::string::npos);
+  CHECK(text.find("(verify between)") != std::string::npos);
+  CHECK(text.find("  1 touched-node\n") != std::string::npos);
   CHECK(text.find("3 runs\n") != std::string::npos);
   double sum = r.verify_seconds + r.hash_seconds;
   for (const auto& p : r.passes)
