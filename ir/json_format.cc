@@ -222,25 +222,39 @@ SourceLocation locate(std::string_view text, size_t offset, const std::string& f
 
 // Collects nlohmann's SAX events into a JsonTree. Nesting deeper than kMaxNesting is an error
 // here, so everything that walks a tree may recurse freely. Subclasses watch values arrive.
+// Which tokenizer feeds a TreeBuilder. Fast (FastSax, below) reads well-formed JSON without a
+// string per token; whatever it does not accept (a syntax error, a number out of range, invalid
+// UTF-8, anything unusual) is read again by nlohmann's SAX parser, so every error keeps
+// nlohmann's message, byte offset and order. Nlohmann alone is for tests that compare the two.
+enum class Tokenizer { Fast, Nlohmann };
+
+// Thrown by TreeBuilder::parse when the fast tokenizer gives up on a builder that has already
+// acted on its events (a JsonReader made nodes): the caller starts over with Nlohmann.
+struct ReadAgainWithNlohmann {};
+
 class TreeBuilder : public nlohmann::json_sax<json> {
  public:
+  explicit TreeBuilder(Tokenizer tokenizer = Tokenizer::Fast, bool restartable = true)
+      : tokenizer_(tokenizer), restartable_(restartable) {}
+
   // Parses all of `text`. Throws JfxError; a syntax error names its line, column and byte.
-  void parse(std::string_view text, const std::string& filename) {
-    text_ = text;
-    filename_ = &filename;
-    tree_.values.clear();
-    tree_.chars.clear();
-    stack_.clear();
-    key_len_ = 0;
-    try {
-      json::sax_parse(text.begin(), text.end(), this);
-    } catch (const json::exception& e) {
-      // Syntax errors arrive through parse_error(); anything else nlohmann throws is still bad
-      // input, not a crash.
-      throw JfxError(fileOnly(), "malformed JSON: " + humanLibraryMessage(e.what()));
-    }
-  }
+  void parse(std::string_view text, const std::string& filename);
   JView root() const { return JView(&tree_, 0); }
+
+  // Events without a std::string (the fast tokenizer's).
+  void stringView(std::string_view s) {
+    JsonTree::Value& v = add(JView::Type::String);
+    v.str[0] = static_cast<uint32_t>(tree_.chars.size());
+    v.str[1] = static_cast<uint32_t>(s.size());
+    tree_.chars += s;
+    leafDone();
+  }
+  void keyView(std::string_view k) {
+    key_off_ = static_cast<uint32_t>(tree_.chars.size());
+    key_len_ = static_cast<uint32_t>(k.size());
+    tree_.chars += k;
+    keyRead(std::string_view(tree_.chars).substr(key_off_));
+  }
 
   bool null() final { return leaf(JView::Type::Null); }
   bool boolean(bool b) final {
@@ -263,11 +277,8 @@ class TreeBuilder : public nlohmann::json_sax<json> {
     return leafDone();
   }
   bool string(string_t& s) final {
-    JsonTree::Value& v = add(JView::Type::String);
-    v.str[0] = static_cast<uint32_t>(tree_.chars.size());
-    v.str[1] = static_cast<uint32_t>(s.size());
-    tree_.chars += s;
-    return leafDone();
+    stringView(s);
+    return true;
   }
   bool binary(binary_t&) final { return leaf(JView::Type::Null); }  // JSON text has none
   bool start_object(std::size_t) final { return open(JView::Type::Object); }
@@ -275,10 +286,7 @@ class TreeBuilder : public nlohmann::json_sax<json> {
   bool end_object() final { return close(); }
   bool end_array() final { return close(); }
   bool key(string_t& k) final {
-    key_off_ = static_cast<uint32_t>(tree_.chars.size());
-    key_len_ = static_cast<uint32_t>(k.size());
-    tree_.chars += k;
-    keyRead(std::string_view(tree_.chars).substr(key_off_));
+    keyView(k);
     return true;
   }
   bool parse_error(std::size_t position, const std::string& token,
@@ -358,11 +366,350 @@ class TreeBuilder : public nlohmann::json_sax<json> {
     return loc;
   }
 
+  void reset(std::string_view text, const std::string& filename) {
+    text_ = text;
+    filename_ = &filename;
+    tree_.values.clear();
+    tree_.chars.clear();
+    stack_.clear();
+    key_len_ = 0;
+  }
+
   std::string_view text_;
   const std::string* filename_ = nullptr;
   uint32_t key_off_ = 0;  // the key of the next value, when inside an object
   uint32_t key_len_ = 0;
+  Tokenizer tokenizer_;
+  bool restartable_;  // nothing but the tree acts on events: parse can start over by itself
 };
+
+// A JSON tokenizer for the common case: it drives a TreeBuilder with the same events nlohmann's
+// SAX parser would send, copying each string once into the tree (nlohmann builds a std::string a
+// byte at a time per token). It accepts exactly RFC 8259 JSON as nlohmann does (a UTF-8 BOM
+// skipped, strings well-formed UTF-8 without raw control characters, numbers classified as
+// int64, uint64 or double the same way); on anything else it stops and returns false, and the
+// caller lets nlohmann read the text to report it.
+class FastSax {
+ public:
+  FastSax(std::string_view text, TreeBuilder& b)
+      : p_(text.data()), end_(text.data() + text.size()), b_(b) {}
+
+  bool run() {
+    if (end_ - p_ >= 3 && std::memcmp(p_, "\xEF\xBB\xBF", 3) == 0) p_ += 3;
+    // Open containers, '{' or '[', on an explicit stack (the builder bounds the depth: it throws
+    // past kMaxNesting, as it does under nlohmann), so nothing here recurses.
+    std::vector<char> open;
+    for (;;) {
+      // A value.
+      skipSpace();
+      if (p_ == end_) return false;
+      if (*p_ == '{' || *p_ == '[') {
+        const char c = *p_++;
+        if (c == '{')
+          b_.start_object(static_cast<std::size_t>(-1));
+        else
+          b_.start_array(static_cast<std::size_t>(-1));
+        open.push_back(c);
+        skipSpace();
+        if (p_ == end_) return false;
+        if (*p_ != (c == '{' ? '}' : ']')) {
+          if (c == '{' && !member()) return false;
+          continue;  // the first member's or element's value
+        }
+        ++p_;  // empty: closed at once
+        close(open);
+      } else if (!scalar()) {
+        return false;
+      }
+      // The value is complete: close what ends here, then a ',' starts the next one.
+      for (;;) {
+        skipSpace();
+        if (open.empty()) return p_ == end_;
+        if (p_ == end_) return false;
+        if (*p_ == ',') {
+          ++p_;
+          skipSpace();
+          if (open.back() == '{' && !member()) return false;
+          break;
+        }
+        if (*p_ != (open.back() == '{' ? '}' : ']')) return false;
+        ++p_;
+        close(open);
+      }
+    }
+  }
+
+ private:
+  void close(std::vector<char>& open) {
+    if (open.back() == '{')
+      b_.end_object();
+    else
+      b_.end_array();
+    open.pop_back();
+  }
+
+  // A key and its ':' (after '{' or a ',' in an object).
+  bool member() {
+    if (p_ == end_ || *p_ != '"') return false;
+    ++p_;
+    if (!string()) return false;
+    b_.keyView(str_);
+    skipSpace();
+    if (p_ == end_ || *p_ != ':') return false;
+    ++p_;
+    return true;
+  }
+
+  bool scalar() {
+    switch (*p_) {
+      case '"':
+        ++p_;
+        if (!string()) return false;
+        b_.stringView(str_);
+        return true;
+      case 't':
+        if (!word("true")) return false;
+        b_.boolean(true);
+        return true;
+      case 'f':
+        if (!word("false")) return false;
+        b_.boolean(false);
+        return true;
+      case 'n':
+        if (!word("null")) return false;
+        b_.null();
+        return true;
+      default:
+        return number();
+    }
+  }
+
+  bool word(std::string_view w) {
+    if (static_cast<size_t>(end_ - p_) < w.size() || std::memcmp(p_, w.data(), w.size()) != 0)
+      return false;
+    p_ += w.size();
+    return true;
+  }
+
+  void skipSpace() {
+    while (p_ != end_ && (*p_ == ' ' || *p_ == '\n' || *p_ == '\r' || *p_ == '\t'))
+      ++p_;
+  }
+
+  // After the opening quote; leaves the decoded string in str_ (a view of the text itself when
+  // it has no escapes).
+  bool string() {
+    const char* start = p_;
+    while (p_ != end_) {
+      const auto c = static_cast<unsigned char>(*p_);
+      if (c == '"') {
+        str_ = std::string_view(start, static_cast<size_t>(p_ - start));
+        ++p_;
+        return true;
+      }
+      if (c == '\\' || c < 0x20 || c >= 0x80) break;
+      ++p_;
+    }
+    // Escapes or non-ASCII: decode into scratch_.
+    scratch_.assign(start, p_);
+    while (p_ != end_) {
+      const auto c = static_cast<unsigned char>(*p_);
+      if (c == '"') {
+        ++p_;
+        str_ = scratch_;
+        return true;
+      }
+      if (c < 0x20) return false;  // a raw control character
+      if (c >= 0x80) {
+        const size_t n = utf8Length();
+        if (n == 0) return false;
+        scratch_.append(p_, n);
+        p_ += n;
+        continue;
+      }
+      if (c != '\\') {
+        scratch_ += static_cast<char>(c);
+        ++p_;
+        continue;
+      }
+      if (++p_ == end_) return false;
+      switch (*p_++) {
+        case '"':
+          scratch_ += '"';
+          break;
+        case '\\':
+          scratch_ += '\\';
+          break;
+        case '/':
+          scratch_ += '/';
+          break;
+        case 'b':
+          scratch_ += '\b';
+          break;
+        case 'f':
+          scratch_ += '\f';
+          break;
+        case 'n':
+          scratch_ += '\n';
+          break;
+        case 'r':
+          scratch_ += '\r';
+          break;
+        case 't':
+          scratch_ += '\t';
+          break;
+        case 'u': {
+          uint32_t cp = 0;
+          if (!hex4(cp)) return false;
+          if (cp >= 0xD800 && cp <= 0xDBFF) {  // a high surrogate: a low one must follow
+            uint32_t lo = 0;
+            if (end_ - p_ < 2 || p_[0] != '\\' || p_[1] != 'u') return false;
+            p_ += 2;
+            if (!hex4(lo) || lo < 0xDC00 || lo > 0xDFFF) return false;
+            cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+          } else if (cp >= 0xDC00 && cp <= 0xDFFF) {
+            return false;
+          }
+          appendUtf8(cp);
+          break;
+        }
+        default:
+          return false;
+      }
+    }
+    return false;  // no closing quote
+  }
+
+  bool hex4(uint32_t& cp) {
+    if (end_ - p_ < 4) return false;
+    for (int i = 0; i < 4; ++i) {
+      const char h = *p_++;
+      cp <<= 4;
+      if (h >= '0' && h <= '9')
+        cp |= static_cast<uint32_t>(h - '0');
+      else if (h >= 'a' && h <= 'f')
+        cp |= static_cast<uint32_t>(h - 'a' + 10);
+      else if (h >= 'A' && h <= 'F')
+        cp |= static_cast<uint32_t>(h - 'A' + 10);
+      else
+        return false;
+    }
+    return true;
+  }
+
+  void appendUtf8(uint32_t cp) {
+    if (cp < 0x80) {
+      scratch_ += static_cast<char>(cp);
+    } else if (cp < 0x800) {
+      scratch_ += static_cast<char>(0xC0 | (cp >> 6));
+      scratch_ += static_cast<char>(0x80 | (cp & 0x3F));
+    } else if (cp < 0x10000) {
+      scratch_ += static_cast<char>(0xE0 | (cp >> 12));
+      scratch_ += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+      scratch_ += static_cast<char>(0x80 | (cp & 0x3F));
+    } else {
+      scratch_ += static_cast<char>(0xF0 | (cp >> 18));
+      scratch_ += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+      scratch_ += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+      scratch_ += static_cast<char>(0x80 | (cp & 0x3F));
+    }
+  }
+
+  // The length of the well-formed UTF-8 sequence at p_ (Unicode table 3-7: no overlong forms,
+  // no surrogates, nothing past U+10FFFF), or 0.
+  size_t utf8Length() const {
+    auto at = [&](ptrdiff_t i) { return p_ + i < end_ ? static_cast<unsigned char>(p_[i]) : 0u; };
+    auto cont = [&](ptrdiff_t i, unsigned lo = 0x80, unsigned hi = 0xBF) {
+      const unsigned c = at(i);
+      return c >= lo && c <= hi;
+    };
+    const unsigned c = at(0);
+    if (c >= 0xC2 && c <= 0xDF) return cont(1) ? 2 : 0;
+    if (c == 0xE0) return cont(1, 0xA0) && cont(2) ? 3 : 0;
+    if ((c >= 0xE1 && c <= 0xEC) || c == 0xEE || c == 0xEF) return cont(1) && cont(2) ? 3 : 0;
+    if (c == 0xED) return cont(1, 0x80, 0x9F) && cont(2) ? 3 : 0;
+    if (c == 0xF0) return cont(1, 0x90) && cont(2) && cont(3) ? 4 : 0;
+    if (c >= 0xF1 && c <= 0xF3) return cont(1) && cont(2) && cont(3) ? 4 : 0;
+    if (c == 0xF4) return cont(1, 0x80, 0x8F) && cont(2) && cont(3) ? 4 : 0;
+    return 0;
+  }
+
+  // RFC 8259 number: -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?, classified as nlohmann does:
+  // an integer that fits int64 (or, without '-', uint64), else a double. Overflow of either
+  // kind is left to nlohmann (a double out of range is its error to report).
+  bool number() {
+    const char* start = p_;
+    const bool negative = *p_ == '-';
+    if (negative) ++p_;
+    if (p_ == end_) return false;
+    if (*p_ == '0') {
+      ++p_;
+    } else if (*p_ >= '1' && *p_ <= '9') {
+      while (p_ != end_ && *p_ >= '0' && *p_ <= '9')
+        ++p_;
+    } else {
+      return false;
+    }
+    bool integer = true;
+    if (p_ != end_ && *p_ == '.') {
+      integer = false;
+      ++p_;
+      if (p_ == end_ || *p_ < '0' || *p_ > '9') return false;
+      while (p_ != end_ && *p_ >= '0' && *p_ <= '9')
+        ++p_;
+    }
+    if (p_ != end_ && (*p_ == 'e' || *p_ == 'E')) {
+      integer = false;
+      ++p_;
+      if (p_ != end_ && (*p_ == '+' || *p_ == '-')) ++p_;
+      if (p_ == end_ || *p_ < '0' || *p_ > '9') return false;
+      while (p_ != end_ && *p_ >= '0' && *p_ <= '9')
+        ++p_;
+    }
+    if (integer) {
+      if (negative) {
+        int64_t v = 0;
+        auto r = std::from_chars(start, p_, v);
+        if (r.ec != std::errc() || r.ptr != p_) return false;
+        b_.number_integer(v);
+      } else {
+        uint64_t v = 0;
+        auto r = std::from_chars(start, p_, v);
+        if (r.ec != std::errc() || r.ptr != p_) return false;
+        b_.number_unsigned(v);
+      }
+      return true;
+    }
+    double f = 0;
+    auto r = std::from_chars(start, p_, f);
+    if (r.ec != std::errc() || r.ptr != p_ || !std::isfinite(f)) return false;
+    static const std::string kNoText;
+    b_.number_float(f, kNoText);
+    return true;
+  }
+
+  const char* p_;
+  const char* end_;
+  TreeBuilder& b_;
+  std::string_view str_;  // the last string read
+  std::string scratch_;   // its decoded bytes, when it had escapes or non-ASCII
+};
+
+void TreeBuilder::parse(std::string_view text, const std::string& filename) {
+  reset(text, filename);
+  if (tokenizer_ == Tokenizer::Fast) {
+    if (FastSax(text, *this).run()) return;
+    if (!restartable_) throw ReadAgainWithNlohmann{};
+    reset(text, filename);
+  }
+  try {
+    json::sax_parse(text.begin(), text.end(), this);
+  } catch (const json::exception& e) {
+    // Syntax errors arrive through parse_error(); anything else nlohmann throws is still bad
+    // input, not a crash.
+    throw JfxError(fileOnly(), "malformed JSON: " + humanLibraryMessage(e.what()));
+  }
+}
 
 // ------------------------------------------------------------------------------------ writer
 
@@ -798,8 +1145,11 @@ class JsonWriter {
 // proportional to one node, not to the file. The header is small and read at the end.
 class JsonReader : public TreeBuilder {
  public:
-  JsonReader(std::string_view text, const std::string& filename)
-      : text_(text), filename_(filename), g_(std::make_unique<Graph>()) {}
+  JsonReader(std::string_view text, const std::string& filename, Tokenizer tokenizer)
+      : TreeBuilder(tokenizer, /*restartable=*/false),
+        text_(text),
+        filename_(filename),
+        g_(std::make_unique<Graph>()) {}
 
   std::unique_ptr<Graph> read() {
     // Node names are hashed once per definition and once per use: size the table up front.
@@ -1691,7 +2041,27 @@ std::string constantSizeProblem(const ConstantInfo& c) {
 }
 
 std::unique_ptr<Graph> readJsonGraph(std::string_view text, const std::string& filename) {
-  return JsonReader(text, filename).read();
+  try {
+    return JsonReader(text, filename, Tokenizer::Fast).read();
+  } catch (const ReadAgainWithNlohmann&) {
+    // The fast tokenizer gave up part way (most likely on an error): nlohmann reads it all again
+    // and reports what is wrong exactly as it always has.
+    return JsonReader(text, filename, Tokenizer::Nlohmann).read();
+  }
+}
+
+bool fastJsonTokenizerAccepts(std::string_view text) {
+  TreeBuilder b;
+  try {
+    return FastSax(text, b).run();
+  } catch (const JfxError&) {
+    return false;  // the builder's own limits (nesting, size)
+  }
+}
+
+std::unique_ptr<Graph> readJsonGraphWithNlohmann(std::string_view text,
+                                                 const std::string& filename) {
+  return JsonReader(text, filename, Tokenizer::Nlohmann).read();
 }
 
 std::string writeJsonGraph(const Graph& g) {

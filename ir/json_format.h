@@ -12,6 +12,12 @@ namespace jfx {
 // Parses a JSON document. Throws JfxError naming `filename` and the JSON pointer / node name of
 // the first problem. Never crashes on malformed input.
 std::unique_ptr<Graph> readJsonGraph(std::string_view text, const std::string& filename);
+// The same with nlohmann's tokenizer alone (readJsonGraph tokenizes well-formed JSON itself and
+// hands anything else to nlohmann): for tests that check both read every document alike.
+std::unique_ptr<Graph> readJsonGraphWithNlohmann(std::string_view text,
+                                                 const std::string& filename);
+// Whether readJsonGraph's own tokenizer reads `text` as JSON by itself (for tests).
+bool fastJsonTokenizerAccepts(std::string_view text);
 // Canonical JSON: header keys in a fixed order, one node per line, sorted object keys.
 std::string writeJsonGraph(const Graph& g);
 // One node's canonical JSON object, exactly as writeJsonGraph writes it in "nodes".

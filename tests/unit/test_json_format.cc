@@ -4,6 +4,7 @@
 #include <fstream>
 #include <iterator>
 #include <limits>
+#include <set>
 #include <string>
 
 #include "ir/error.h"
@@ -544,6 +545,84 @@ TEST_CASE("json: traced fixtures round-trip byte-identically through both format
     auto from_text = parseTextGraph(printed, "traced.jfx");
     CHECK(printTextGraph(*from_text) == printed);
     CHECK(writeJsonGraph(*from_text) == text);
+  }
+  CHECK(files > 0);
+}
+
+namespace {
+
+// What reading `text` gives: the graph printed, or the error message.
+std::string outcome(const std::string& text, bool nlohmann) {
+  try {
+    auto g = nlohmann ? readJsonGraphWithNlohmann(text, "g.json") : readJsonGraph(text, "g.json");
+    return "ok\n" + printTextGraph(*g);
+  } catch (const JfxError& e) {
+    return std::string("error: ") + e.what();
+  }
+}
+
+}  // namespace
+
+TEST_CASE("json: the fast tokenizer reads every document as nlohmann does", "[format][tokenizer]") {
+  // A value in a node's extra meta, which the reader keeps (canonically) whatever it holds.
+  auto withExtra = [](const std::string& value) {
+    return doc(std::string(R"({"name":"x","op":"placeholder","target":"x","meta":{"q":)") + value +
+               R"(,"val":{"dtype":"float32","shape":[2],"stride":[1]}}})");
+  };
+  const std::vector<std::string> values = {
+      // well formed: escapes, surrogate pairs, raw UTF-8 of every length, numbers at the edges
+      R"("plain")", R"("tab\tquote\"back\\slash\/u\u00e9\u4e2d\ud83d\ude80")",
+      "\"raw \xc3\xa9 \xe4\xb8\xad \xf0\x9f\x9a\x80 \x7f\"", R"("\u0000 nul")", "0", "-0", "-0.0",
+      "1.5e300", "1e-400", "2.2250738585072014e-308", "9223372036854775807", "9223372036854775808",
+      "18446744073709551615", "18446744073709551616", "-9223372036854775808",
+      "-9223372036854775809", "123456789012345678901234567890", "1E+2", "1e-2", "[]", "{}",
+      R"([1,[2,[3,{"a":{}}]],{"b":[]}])", " \t\r\n true \n", "false", "null",
+      R"({"dup":1,"dup":2})",
+      // malformed: each must fail with nlohmann's own message
+      "01", "1.", ".5", "-", "+1", "1e", "1e+", "--1", "0x10", "1e400", "-1e400", "tru", "nul",
+      "[1,]", "[1 2]", R"({"a" 1})", R"({"a":1,})", R"({1:2})", "[", "{", R"("unterminated)",
+      R"("bad \x escape")", R"("\u12")", R"("\ud83d alone")", R"("\ude80 low")",
+      R"("\ud83d\u0041")", "\"raw \x01 control\"", "\"overlong \xc0\x80\"",
+      "\"surrogate \xed\xa0\x80\"", "\"past max \xf4\x90\x80\x80\"", "\"bad lead \xf5\x80\"",
+      "\"cut \xe4\xb8\"", "\"lone cont \x80\""};
+  // The fast tokenizer takes every well-formed value but the numbers it leaves to nlohmann
+  // (past int64 / uint64, or a double that underflows), and none of the malformed ones.
+  const std::set<std::string> left_to_nlohmann = {
+      "1e-400", "18446744073709551616", "-9223372036854775809", "123456789012345678901234567890"};
+  // Well-formed JSON that the reader rejects (a repeated key): the tokenizer takes it.
+  const std::string json_not_graph = R"({"dup":1,"dup":2})";
+  size_t fast = 0;
+  for (const std::string& v : values) {
+    const std::string text = withExtra(v);
+    INFO(v);
+    const std::string expected = outcome(text, true);
+    CHECK(outcome(text, false) == expected);
+    const bool well_formed = expected.rfind("ok\n", 0) == 0 || v == json_not_graph;
+    if (left_to_nlohmann.count(v) == 0) CHECK(fastJsonTokenizerAccepts(text) == well_formed);
+    fast += fastJsonTokenizerAccepts(text);
+  }
+  CHECK(fast == 22);  // the 26 well-formed values less the 4 left to nlohmann
+  // Around the document: a BOM, trailing text, nothing at all, and nesting past the limit.
+  const std::string good = doc(kX);
+  for (const std::string& text :
+       {"\xEF\xBB\xBF" + good, "\xEF\xBB" + good, good + " x", good + "\n\n", std::string(),
+        std::string("   "), good.substr(0, good.size() / 2),
+        withExtra(std::string(300, '[') + std::string(300, ']'))}) {
+    INFO(text.substr(0, 80));
+    CHECK(outcome(text, false) == outcome(text, true));
+  }
+  // And every traced fixture.
+  namespace fs = std::filesystem;
+  size_t files = 0;
+  for (const auto& entry : fs::directory_iterator(fs::path(JFX_SOURCE_DIR) / "tests/data/traced")) {
+    if (entry.path().extension() != ".json") continue;
+    ++files;
+    std::ifstream in(entry.path(), std::ios::binary);
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    INFO(entry.path().string());
+    const std::string fast = outcome(text, false);
+    CHECK(fast.rfind("ok\n", 0) == 0);
+    CHECK(fast == outcome(text, true));
   }
   CHECK(files > 0);
 }
