@@ -7,7 +7,7 @@ namespace jfx {
 
 namespace {
 
-std::string shapeText(const std::vector<int64_t>& shape) {
+std::string shapeText(std::span<const int64_t> shape) {
   std::string s = "[";
   for (size_t i = 0; i < shape.size(); ++i)
     s += (i ? ", " : "") + std::to_string(shape[i]);
@@ -29,7 +29,7 @@ size_t normDim(int64_t dim, size_t rank, std::string_view op, const Node* x) {
 
 }  // namespace
 
-TensorMeta contiguousLike(const TensorMeta& like, std::vector<int64_t> shape) {
+TensorMeta contiguousLike(const TensorMeta& like, Dims shape) {
   TensorMeta t;
   t.dtype = like.dtype;
   t.device = like.device;
@@ -51,18 +51,17 @@ Node* OpBuilder::make(Symbol target, std::vector<Arg> args, ValueMeta val, std::
   return n;
 }
 
-Node* OpBuilder::view(Node* x, std::vector<int64_t> shape, std::string_view name) {
+Node* OpBuilder::view(Node* x, Dims shape, std::string_view name) {
   static const Symbol kView = Symbol::intern("aten.view.default");
   return viewLike(kView, x, std::move(shape), name);
 }
 
-Node* OpBuilder::reshape(Node* x, std::vector<int64_t> shape, std::string_view name) {
+Node* OpBuilder::reshape(Node* x, Dims shape, std::string_view name) {
   static const Symbol kReshape = Symbol::intern("aten.reshape.default");
   return viewLike(kReshape, x, std::move(shape), name);
 }
 
-Node* OpBuilder::viewLike(Symbol target, Node* x, std::vector<int64_t> shape,
-                          std::string_view name) {
+Node* OpBuilder::viewLike(Symbol target, Node* x, Dims shape, std::string_view name) {
   const std::string_view op = target.str();
   const TensorMeta& t = tensorOf(x, op);
   // Resolve -1 from the element count.
@@ -98,7 +97,7 @@ Node* OpBuilder::cat(const std::vector<Node*>& xs, int64_t dim, std::string_view
   if (xs.empty()) fail("aten.cat", nullptr, "no inputs");
   const TensorMeta& first = tensorOf(xs.front(), "aten.cat");
   const size_t d = normDim(dim, first.shape.size(), "aten.cat", xs.front());
-  std::vector<int64_t> shape = first.shape;
+  Dims shape = first.shape;
   shape[d] = 0;
   std::vector<Arg> items;
   for (Node* x : xs) {
@@ -156,7 +155,7 @@ Node* OpBuilder::constantPadNd(Node* x, std::vector<int64_t> pad, double value,
   const TensorMeta& t = tensorOf(x, "aten.constant_pad_nd");
   if (pad.size() % 2 != 0 || pad.size() / 2 > t.shape.size())
     fail("aten.constant_pad_nd", x, "pad " + shapeText(pad) + " for " + shapeText(t.shape));
-  std::vector<int64_t> shape = t.shape;
+  Dims shape = t.shape;
   for (size_t i = 0; i < pad.size() / 2; ++i) {
     size_t d = shape.size() - 1 - i;
     shape[d] = saturatingAdd(shape[d], saturatingAdd(pad[2 * i], pad[2 * i + 1]));
@@ -170,7 +169,7 @@ Node* OpBuilder::allGather(Symbol target, Node* x, int64_t group_size, const std
                            std::string_view name) {
   const TensorMeta& t = tensorOf(x, target.str());
   if (t.shape.empty()) fail(target.str(), x, "a 0-d operand");
-  std::vector<int64_t> shape = t.shape;
+  Dims shape = t.shape;
   shape[0] = saturatingMul(shape[0], group_size);
   return make(target, {Arg::ofNode(x), Arg::ofInt(group_size), Arg::ofStr(group)},
               ValueMeta::ofTensor(contiguousLike(t, std::move(shape))), name);
@@ -183,7 +182,7 @@ Node* OpBuilder::reduceScatter(Symbol target, Node* x, const std::string& reduce
   if (t.shape.empty() || group_size <= 0 || t.shape[0] % group_size != 0)
     fail(target.str(), x,
          "dim 0 of " + shapeText(t.shape) + " is not a multiple of " + std::to_string(group_size));
-  std::vector<int64_t> shape = t.shape;
+  Dims shape = t.shape;
   shape[0] /= group_size;
   return make(target,
               {Arg::ofNode(x), Arg::ofStr(reduce_op), Arg::ofInt(group_size), Arg::ofStr(group)},

@@ -35,8 +35,8 @@ class OpBuilder {
 
   // aten.view / aten.reshape: `shape` may hold one -1, inferred from the element count. The
   // result is contiguous (reshape copies when the input is not).
-  Node* view(Node* x, std::vector<int64_t> shape, std::string_view name = "");
-  Node* reshape(Node* x, std::vector<int64_t> shape, std::string_view name = "");
+  Node* view(Node* x, Dims shape, std::string_view name = "");
+  Node* reshape(Node* x, Dims shape, std::string_view name = "");
   // aten.cat along `dim` (written only when not 0, as FX records the default).
   Node* cat(const std::vector<Node*>& xs, int64_t dim, std::string_view name = "");
   // aten.split_with_sizes along `dim` (written only when not 0): views sharing the input's
@@ -59,7 +59,7 @@ class OpBuilder {
 
  private:
   Node* make(Symbol target, std::vector<Arg> args, ValueMeta val, std::string_view name);
-  Node* viewLike(Symbol target, Node* x, std::vector<int64_t> shape, std::string_view name);
+  Node* viewLike(Symbol target, Node* x, Dims shape, std::string_view name);
   const TensorMeta& tensorOf(const Node* x, std::string_view op) const;
 
   Graph& g_;
@@ -69,6 +69,6 @@ class OpBuilder {
 };
 
 // A contiguous tensor of `shape` with `like`'s dtype and device.
-TensorMeta contiguousLike(const TensorMeta& like, std::vector<int64_t> shape);
+TensorMeta contiguousLike(const TensorMeta& like, Dims shape);
 
 }  // namespace jfx

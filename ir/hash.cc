@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <span>
 #include <string_view>
 
 namespace jfx {
@@ -44,7 +45,7 @@ class Hasher {
     ordinal_.assign(g.maxId(), kNoOrdinal);
     next_ordinal_ = 0;
   }
-  void ints(const std::vector<int64_t>& v) {
+  void ints(std::span<const int64_t> v) {
     word(v.size());
     for (int64_t x : v)
       integer(x);

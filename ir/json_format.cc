@@ -7,6 +7,7 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <span>
 #include <vector>
 
 #include "ir/error.h"
@@ -962,7 +963,7 @@ class JsonWriter {
     }
   }
 
-  void ints(const std::vector<int64_t>& v) {
+  void ints(std::span<const int64_t> v) {
     out_ += '[';
     for (size_t i = 0; i < v.size(); ++i) {
       if (i) out_ += ',';
@@ -1306,11 +1307,12 @@ class JsonReader : public TreeBuilder {
     return j.integer();
   }
 
-  std::vector<int64_t> ints(JView j, std::string_view what) {
+  // A Dims, so a shape or stride is read without a heap allocation (ranks convert to a vector).
+  Dims ints(JView j, std::string_view what) {
     if (!j.isArray())
       fail("expected " + std::string(what) + " (an array of integers), got " +
            std::string(describe(j)));
-    std::vector<int64_t> out;
+    Dims out;
     out.reserve(j.size());
     for (JView item : j) {
       Scope at(this, out.size());

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -168,7 +169,7 @@ class Printer {
       appendJsonString(out_, s);
   }
 
-  void ints(const std::vector<int64_t>& v, char open, char close) {
+  void ints(std::span<const int64_t> v, char open, char close) {
     out_ += open;
     for (size_t i = 0; i < v.size(); ++i) {
       if (i) out_ += ", ";
@@ -845,8 +846,8 @@ class Parser {
     }
   }
 
-  std::vector<int64_t> intList(char open, char close) {
-    std::vector<int64_t> out;
+  Dims intList(char open, char close) {
+    Dims out;
     expect(open);
     skipSpaces();
     if (accept(close)) return out;

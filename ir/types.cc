@@ -85,8 +85,8 @@ int64_t TensorMeta::bytes() const {
   return saturatingMul(numel(), dtypeItemSize(dtype));
 }
 
-std::vector<int64_t> TensorMeta::contiguousStride(const std::vector<int64_t>& shape) {
-  std::vector<int64_t> stride(shape.size());
+Dims TensorMeta::contiguousStride(std::span<const int64_t> shape) {
+  Dims stride(shape.size());
   int64_t s = 1;
   for (size_t i = shape.size(); i-- > 0;) {
     stride[i] = s;
@@ -96,7 +96,7 @@ std::vector<int64_t> TensorMeta::contiguousStride(const std::vector<int64_t>& sh
 }
 
 std::string TensorMeta::sizeProblem() const {
-  auto dims = [](const std::vector<int64_t>& v) {
+  auto dims = [](const Dims& v) {
     std::string s = "[";
     for (size_t i = 0; i < v.size(); ++i)
       s += (i ? ", " : "") + std::to_string(v[i]);

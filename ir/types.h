@@ -2,8 +2,14 @@
 // value meta of a node's output (a tensor, a tuple of values, a scalar, or nothing).
 #pragma once
 
+#include <absl/container/inlined_vector.h>
+
+#include <algorithm>
+#include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -42,10 +48,36 @@ std::optional<ScalarType> dtypeFromShortName(std::string_view name);  // "f32"
 int64_t dtypeItemSize(ScalarType t);
 bool dtypeIsFloatingPoint(ScalarType t);
 
+// The sizes or strides of a tensor. Up to kInline dimensions live inside the object, which covers
+// the tensors of the traced models (rank 4 at most in practice), so a tensor meta costs no heap
+// allocation when a graph is loaded, copied or freed; a higher rank spills to the heap and works
+// the same. absl::InlinedVector gives the vector interface (push_back, insert, erase, data).
+class Dims : public absl::InlinedVector<int64_t, 6> {
+  using Base = absl::InlinedVector<int64_t, 6>;
+
+ public:
+  static constexpr size_t kInline = 6;
+  using Base::Base;
+  Dims() = default;
+  // Implicit to and from std::vector<int64_t>: the builder, the synthesizer, the runtime and the
+  // tests compute shapes as vectors, assign them to a meta and take a meta's shape as a vector to
+  // edit; the conversions keep those call sites as they are. Both copy (and converting to a vector
+  // allocates), so the load, copy, hash and write paths take a Dims or a std::span instead.
+  Dims(const std::vector<int64_t>& v) : Base(v.begin(), v.end()) {}
+  operator std::vector<int64_t>() const { return {begin(), end()}; }
+
+  friend bool operator==(const Dims& a, const Dims& b) {
+    return std::equal(a.begin(), a.end(), b.begin(), b.end());
+  }
+  friend bool operator==(const Dims& a, const std::vector<int64_t>& b) {
+    return std::equal(a.begin(), a.end(), b.begin(), b.end());
+  }
+};
+
 struct TensorMeta {
   ScalarType dtype = ScalarType::Undefined;
-  std::vector<int64_t> shape;
-  std::vector<int64_t> stride;
+  Dims shape;
+  Dims stride;
   Symbol device;  // "cpu", "cuda:0"; empty when unknown
 
   // Element count and size in bytes. Both saturate at INT64_MAX and count a negative dimension
@@ -55,7 +87,7 @@ struct TensorMeta {
   int64_t bytes() const;
   bool isContiguous() const;
   // Row-major strides of `shape` (dims of size 0 and 1 count as 1); saturate at INT64_MAX.
-  static std::vector<int64_t> contiguousStride(const std::vector<int64_t>& shape);
+  static Dims contiguousStride(std::span<const int64_t> shape);
   // Why this meta cannot describe a tensor, or "" when it can: a negative dimension or stride,
   // or an element count, a stride or a size in bytes (including the extent its strides reach)
   // that does not fit int64. PyTorch rejects the same tensors.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <span>
 #include <string_view>
 #include <unordered_map>
 #include <unordered_set>
@@ -22,7 +23,7 @@ std::string quoted(const Node* n) {
   return "'" + n->name() + "'";
 }
 
-std::string shapeStr(const std::vector<int64_t>& shape) {
+std::string shapeStr(std::span<const int64_t> shape) {
   std::string s = "[";
   for (size_t i = 0; i < shape.size(); ++i)
     s += (i ? ", " : "") + std::to_string(shape[i]);

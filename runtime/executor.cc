@@ -476,7 +476,8 @@ void Executor::Planner::addConstant(const Node& n) {
     failAt(n, "get_attr '" + std::string(n.target().str()) +
                   "' has no value: the graph's header lists no such constant (export the graph "
                   "with its GraphModule's attributes)");
-  at::Tensor t = at::empty(c->meta.shape, at::TensorOptions().dtype(atenDtype(c->meta.dtype)));
+  at::Tensor t =
+      at::empty(atenSizes(c->meta.shape), at::TensorOptions().dtype(atenDtype(c->meta.dtype)));
   if (!c->data.empty()) std::memcpy(t.data_ptr(), c->data.data(), c->data.size());
   ex.constants_.emplace_back(newSlot(&n), t.to(ex.opts_.device));
 }
@@ -750,7 +751,7 @@ std::string checkMeta(const c10::IValue& v, const ValueMeta& m) {
     const at::Tensor& t = v.toTensor();
     if (m.tensor.dtype != ScalarType::Undefined && t.scalar_type() != toAten(m.tensor.dtype))
       return "output " + describe(v) + " does not match the graph's " + describe(m.tensor);
-    if (t.sizes() != c10::IntArrayRef(m.tensor.shape))
+    if (t.sizes() != atenSizes(m.tensor.shape))
       return "output " + describe(v) + " does not match the graph's " + describe(m.tensor);
     return {};
   }

@@ -14,6 +14,10 @@ namespace jfx::rt {
 // Throws JfxError for ScalarType::Undefined.
 c10::ScalarType atenDtype(ScalarType t);
 std::optional<ScalarType> jfxDtype(c10::ScalarType t);
+// A meta's shape or stride as LibTorch takes sizes (a view of `d`, valid while `d` is).
+inline c10::IntArrayRef atenSizes(const Dims& d) {
+  return {d.data(), d.size()};
+}
 
 // A CPU tensor holding a copy of the entry's bytes (safetensors is little-endian, as is every
 // machine we run on).

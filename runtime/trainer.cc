@@ -737,8 +737,8 @@ class RankRun {
     if (in.info.kind == InputKind::Buffer && init != buffer_init.end()) {
       // As the module's constructor does (BatchNorm: running_mean zeros, running_var ones,
       // num_batches_tracked 0). Buffers are not FSDP-sharded: the shape is the placeholder's.
-      return init->second == "ones" ? at::ones(m.shape, at::kFloat)
-                                    : at::zeros(m.shape, at::kFloat);
+      return init->second == "ones" ? at::ones(atenSizes(m.shape), at::kFloat)
+                                    : at::zeros(atenSizes(m.shape), at::kFloat);
     }
     // The padded full tensor [s * G, ...]: the padding rows never reach the loss (the graph
     // slices them off after the gather), so their values do not matter, and the shape, hence
@@ -906,13 +906,13 @@ class RankRun {
         t = at::randint(0, high, global, gen, at::kLong);
       }
     }
-    if (t.sizes() != c10::IntArrayRef(m.shape)) {
+    if (t.sizes() != atenSizes(m.shape)) {
       if (t.dim() == static_cast<int64_t>(m.shape.size()) && t.dim() > 0 &&
           t.size(0) == m.shape[0] * dp_size_)
         t = t.narrow(0, dp_rank_ * m.shape[0], m.shape[0]);
       else
         inputError("input '" + in.info.name + "': batch shape " + shapeStr(t.sizes()) +
-                   " is neither the graph's " + shapeStr(m.shape) + " nor " +
+                   " is neither the graph's " + shapeStr(atenSizes(m.shape)) + " nor " +
                    std::to_string(dp_size_) + " of them along dim 0");
     }
     return t.to(device_, atenDtype(m.dtype)).contiguous();

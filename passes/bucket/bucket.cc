@@ -381,7 +381,7 @@ void Bucketer::unpack(Node* packed, int64_t dim, const std::vector<int64_t>& siz
     meta.phase = phase;
     OpBuilder& b = at(anchor, meta);
     Node* piece = b.getitem(split, static_cast<int64_t>(i), m.wait->name() + "_piece");
-    const std::vector<int64_t>& shape = m.coll->val().tensor.shape;
+    const Dims& shape = m.coll->val().tensor.shape;
     Node* out = copy ? b.reshape(piece, shape, m.wait->name() + "_out")
                      : b.view(piece, shape, m.wait->name() + "_out");
     done(m, out);

@@ -22,7 +22,7 @@ ValueMeta tensor(ScalarType dt, std::vector<int64_t> shape, const char* device =
                  std::vector<int64_t> stride = {}) {
   TensorMeta t;
   t.dtype = dt;
-  t.stride = stride.empty() ? TensorMeta::contiguousStride(shape) : std::move(stride);
+  t.stride = stride.empty() ? TensorMeta::contiguousStride(shape) : Dims(stride);
   t.shape = std::move(shape);
   t.device = Symbol::intern(device);
   return ValueMeta::ofTensor(std::move(t));

@@ -11,7 +11,8 @@
 namespace jfx {
 namespace {
 
-using Shape = std::vector<int64_t>;
+// Dims, as the metas store them: building a shape allocates nothing below rank 7.
+using Shape = Dims;
 
 int64_t ceilDiv(int64_t a, int64_t b) {
   return (a + b - 1) / b;

@@ -1,0 +1,104 @@
+// Heap allocations of the IR's value metas, counted by replacing the global operator new. The
+// replacement is this executable's alone: the library and the other tests run with the standard
+// one.
+#include <catch2/catch.hpp>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <fstream>
+#include <new>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "ir/graph.h"
+#include "ir/json_format.h"
+#include "ir/types.h"
+
+namespace {
+size_t g_allocations = 0;  // the tests are single-threaded
+}  // namespace
+
+void* operator new(std::size_t n) {
+  ++g_allocations;
+  if (void* p = std::malloc(n ? n : 1)) return p;
+  throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept {
+  std::free(p);
+}
+void operator delete(void* p, std::size_t) noexcept {
+  std::free(p);
+}
+
+using namespace jfx;
+
+namespace {
+
+// Heap allocations `f` makes.
+template <class F>
+size_t allocationsOf(F&& f) {
+  size_t before = g_allocations;
+  f();
+  return g_allocations - before;
+}
+
+TensorMeta contiguous(std::vector<int64_t> shape) {
+  TensorMeta t;
+  t.dtype = ScalarType::Float32;
+  t.stride = TensorMeta::contiguousStride(shape);
+  t.shape = std::move(shape);
+  return t;
+}
+
+// What copying `v` must allocate once tensor metas are inline: one block per non-empty tuple.
+size_t tupleBlocks(const ValueMeta& v) {
+  size_t n = v.kind == ValueMeta::Kind::List && !v.items.empty() ? 1 : 0;
+  for (const ValueMeta& item : v.items)
+    n += tupleBlocks(item);
+  return n;
+}
+
+std::string readFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  REQUIRE(in);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+}  // namespace
+
+TEST_CASE("a tensor meta up to rank 6 is copied without a heap allocation", "[dims][alloc]") {
+  const TensorMeta rank6 = contiguous({2, 3, 4, 5, 6, 7});
+  const ValueMeta val = ValueMeta::ofTensor(rank6);
+  CHECK(allocationsOf([&] { TensorMeta copy = rank6; }) == 0);
+  CHECK(allocationsOf([&] { ValueMeta copy = val; }) == 0);
+  CHECK(allocationsOf([&] { (void)TensorMeta::contiguousStride(rank6.shape); }) == 0);
+  CHECK(allocationsOf([&] { (void)rank6.isContiguous(); }) == 0);
+
+  // Rank 7 spills: one block each for the shape and the stride.
+  const TensorMeta rank7 = contiguous({2, 3, 4, 5, 6, 7, 8});
+  CHECK(allocationsOf([&] { TensorMeta copy = rank7; }) == 2);
+}
+
+TEST_CASE("the tensor metas of traced graphs are inline", "[dims][alloc]") {
+  for (const char* name : {"gpt2_w2", "fsdp_w2", "moe_w2", "vit_w2"}) {
+    const std::string path = std::string(JFX_SOURCE_DIR) + "/tests/data/traced/" + name + ".json";
+    const std::string text = readFile(path);
+    std::unique_ptr<Graph> g;
+    size_t load = allocationsOf([&] { g = readJsonGraph(text, path); });
+    const std::vector<Node*> nodes = g->nodes();
+    size_t copies = 0, tuples = 0, tensors = 0;
+    for (const Node* n : nodes) {
+      copies += allocationsOf([&] { ValueMeta copy = n->val(); });
+      tuples += tupleBlocks(n->val());
+      tensors += n->val().isTensor();
+    }
+    INFO(name << ": " << nodes.size() << " nodes, " << tensors << " tensor-valued");
+    CHECK(tensors > 0);
+    CHECK(copies == tuples);
+    WARN(name << ": loading makes " << load << " heap allocations, "
+              << static_cast<double>(load) / static_cast<double>(nodes.size()) << " per node");
+  }
+}
