@@ -570,7 +570,7 @@ class FastSax {
           } else if (cp >= 0xDC00 && cp <= 0xDFFF) {
             return false;
           }
-          appendUtf8(cp);
+          appendUtf8(scratch_, cp);
           break;
         }
         default:
@@ -595,24 +595,6 @@ class FastSax {
         return false;
     }
     return true;
-  }
-
-  void appendUtf8(uint32_t cp) {
-    if (cp < 0x80) {
-      scratch_ += static_cast<char>(cp);
-    } else if (cp < 0x800) {
-      scratch_ += static_cast<char>(0xC0 | (cp >> 6));
-      scratch_ += static_cast<char>(0x80 | (cp & 0x3F));
-    } else if (cp < 0x10000) {
-      scratch_ += static_cast<char>(0xE0 | (cp >> 12));
-      scratch_ += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-      scratch_ += static_cast<char>(0x80 | (cp & 0x3F));
-    } else {
-      scratch_ += static_cast<char>(0xF0 | (cp >> 18));
-      scratch_ += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-      scratch_ += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-      scratch_ += static_cast<char>(0x80 | (cp & 0x3F));
-    }
   }
 
   // The length of the well-formed UTF-8 sequence at p_ (Unicode table 3-7: no overlong forms,
@@ -1866,6 +1848,24 @@ JView parseObject(TreeBuilder& b, std::string_view text) {
 }
 
 }  // namespace
+
+void appendUtf8(std::string& out, uint32_t cp) {
+  if (cp < 0x80) {
+    out += static_cast<char>(cp);
+  } else if (cp < 0x800) {
+    out += static_cast<char>(0xC0 | (cp >> 6));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else if (cp < 0x10000) {
+    out += static_cast<char>(0xE0 | (cp >> 12));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else {
+    out += static_cast<char>(0xF0 | (cp >> 18));
+    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  }
+}
 
 void appendJsonString(std::string& out, std::string_view s) {
   static constexpr char kHex[] = "0123456789abcdef";

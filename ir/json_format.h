@@ -28,6 +28,9 @@ std::string writeJsonNode(const Node& n);
 //
 // A string in JSON quoting: escapes '"', '\\' and control characters only (UTF-8 passes through).
 void appendJsonString(std::string& out, std::string_view s);
+// Code point `cp` (<= U+10FFFF, not a surrogate) as UTF-8: what a \uXXXX escape decodes to in both
+// readers.
+void appendUtf8(std::string& out, uint32_t cp);
 // A float as Python's repr(): shortest round-trip digits, always with '.' or an exponent
 // ("1.0", "1e-06", "1e+16"), or "inf" / "-inf" / "nan" (the JSON writer boxes those itself).
 void appendFloat(std::string& out, double v);

@@ -627,21 +627,7 @@ class Parser {
       if (lo < 0xDC00 || lo > 0xDFFF) failAt(at, "unpaired UTF-16 surrogate in \\u escape");
       cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
     }
-    if (cp < 0x80) {
-      out += static_cast<char>(cp);
-    } else if (cp < 0x800) {
-      out += static_cast<char>(0xC0 | (cp >> 6));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else if (cp < 0x10000) {
-      out += static_cast<char>(0xE0 | (cp >> 12));
-      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else {
-      out += static_cast<char>(0xF0 | (cp >> 18));
-      out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    }
+    appendUtf8(out, cp);
   }
 
   // One UTF-8 sequence (strings must be valid UTF-8, as in JSON, so either format can hold them).
