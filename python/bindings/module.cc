@@ -6,6 +6,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <bit>
 #include <sstream>
 #include <string>
 #include <string_view>
@@ -36,12 +37,81 @@ py::list passRecords(const jfx::PipelineResult& result) {
   return passes;
 }
 
+// A node's args and kwargs as bytes, node references by id: equal codes mean equal arguments
+// (Arg's operator==, floats bitwise) referring to the same nodes. Ids, not pointers: a pass may
+// go back to an exact copy of the graph (Graph::copy / takeContents, same ids), after which the
+// nodes' storage is new and pointers taken before the pipeline dangle.
+class ArgCoder {
+ public:
+  const std::string& code(const jfx::Node* n) {
+    out_.clear();
+    count(n->args().size());
+    for (const jfx::Arg& a : n->args())
+      arg(a);
+    count(n->kwargs().size());
+    for (const auto& [key, a] : n->kwargs()) {
+      text(key.str());
+      arg(a);
+    }
+    return out_;
+  }
+
+ private:
+  template <class T>
+  void raw(T v) {
+    out_.append(reinterpret_cast<const char*>(&v), sizeof v);
+  }
+  void count(size_t k) { raw(static_cast<uint32_t>(k)); }
+  void text(std::string_view t) {
+    count(t.size());
+    out_.append(t);
+  }
+  void arg(const jfx::Arg& a) {
+    using K = jfx::Arg::Kind;
+    out_.push_back(static_cast<char>(a.kind()));
+    switch (a.kind()) {
+      case K::None:
+        return;
+      case K::Bool:
+        out_.push_back(a.toBool() ? 1 : 0);
+        return;
+      case K::Int:
+        raw(a.toInt());
+        return;
+      case K::Float:
+        raw(std::bit_cast<uint64_t>(a.toFloat()));
+        return;
+      case K::Node:
+        raw(a.node()->id());
+        return;
+      case K::Dtype:
+        raw(a.dtype());
+        return;
+      case K::Str:
+      case K::Device:
+      case K::Layout:
+      case K::MemoryFormat:
+        text(a.str());
+        return;
+      case K::Opaque:
+        text(a.str());
+        text(a.opaqueRepr());
+        return;
+      case K::List:
+      case K::Tuple:
+        count(a.items().size());
+        for (const jfx::Arg& item : a.items())
+          arg(item);
+        return;
+    }
+  }
+  std::string out_;
+};
+
 // What an input node looked like before the pipeline, to tell kept-and-unchanged nodes from kept
-// ones with new args or meta. Node storage outlives erase (Note [Ids and deletion]), so the Arg
-// trees' node pointers stay comparable.
+// ones with new args or meta.
 struct Snapshot {
-  std::vector<jfx::Arg> args;
-  jfx::Kwargs kwargs;
+  std::string args;  // ArgCoder's code
   jfx::ValueMeta val;
   jfx::NodeMeta meta;
   jfx::InputKind input_kind;
@@ -59,11 +129,9 @@ struct PipelineRun {
   std::vector<int64_t> origin;  // by node id: an input node's id, or -1
   jfx::PipelineResult result;
   std::string log;
+  ArgCoder coder;
 
-  bool argsChanged(const jfx::Node* n) const {
-    const Snapshot& s = before[n->id()];
-    return !(s.args == n->args()) || !(s.kwargs == n->kwargs());
-  }
+  bool argsChanged(const jfx::Node* n) { return before[n->id()].args != coder.code(n); }
   bool metaChanged(const jfx::Node* n) const {
     const Snapshot& s = before[n->id()];
     return !(s.val == n->val()) || !(s.meta == n->meta()) || s.input_kind != n->inputKind() ||
@@ -81,8 +149,7 @@ PipelineRun runPipelineWithSnapshot(const std::string& doc, const std::string& p
   run.before.resize(n0);
   g.forEach([&](jfx::Node* n) {
     Snapshot& s = run.before[n->id()];
-    s.args = n->args();
-    s.kwargs = n->kwargs();
+    s.args = run.coder.code(n);
     s.val = n->val();
     s.meta = n->meta();
     s.input_kind = n->inputKind();
