@@ -1,8 +1,9 @@
 // _jointfx_C: the in-process bridge from Python to the C++ pass manager. Graphs go in as JSON
 // strings in the interchange format (docs/graph-format.md): no files and no subprocesses, and the
 // exporter stays the single definition of the mapping from torch.fx. They come back either as a
-// whole document (run_pipeline_json) or as an edit script against the input (run_pipeline_edits),
-// which Python applies to the caller's own fx.Graph (docs/pytorch-bridge.md, "In place").
+// whole document (run_pipeline_json) or as an edit script against the input (EditScript, of Python
+// objects; run_pipeline_edits, of node JSON, the reference form), which Python applies to the
+// caller's own fx.Graph (docs/pytorch-bridge.md, "In place").
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -140,8 +141,8 @@ struct PipelineRun {
 };
 
 // Call without the GIL.
-PipelineRun runPipelineWithSnapshot(const std::string& doc, const std::string& pipeline,
-                                    bool verify, bool timing) {
+PipelineRun runPipelineWithSnapshot(std::string_view doc, const std::string& pipeline, bool verify,
+                                    bool timing) {
   PipelineRun run;
   run.g = jfx::readJsonGraph(doc, "<python>");
   jfx::Graph& g = *run.g;
@@ -284,13 +285,23 @@ py::str pyStr(std::string_view s) {
   return py::str(s.data(), s.size());
 }
 
+// The UTF-8 text of `s` without a copy (CPython keeps an ASCII str's UTF-8 form in the object);
+// valid while `s` lives.
+std::string_view utf8(const py::str& s) {
+  Py_ssize_t size = 0;
+  const char* data = PyUnicode_AsUTF8AndSize(s.ptr(), &size);
+  if (data == nullptr) throw py::error_already_set();
+  return {data, static_cast<size_t>(size)};
+}
+
 // The edit script as Python objects (docs/pytorch-bridge.md "In place"): what run_pipeline
 // applies. Nodes are named by slot: an input node's slot is its index in the document, the k-th
 // new node's is n_input + k, so the Python side keeps one list of fx.Nodes and the arguments it
 // asks for (args(k), after it has made the nodes they refer to) hold the fx.Nodes themselves.
 class EditScript {
  public:
-  EditScript(const std::string& doc, const std::string& pipeline, bool verify, bool timing) {
+  EditScript(const py::str& doc_text, const std::string& pipeline, bool verify, bool timing) {
+    const std::string_view doc = utf8(doc_text);
     struct Step {
       enum Kind : uint8_t { Untouched, Changed, New } kind;
       const jfx::Node* n;
@@ -646,7 +657,7 @@ PYBIND11_MODULE(_jointfx_C, m) {
   m.def("run_pipeline_edits", &runPipelineEdits, py::arg("doc"), py::arg("pipeline"),
         py::arg("verify") = true, py::arg("timing") = false);
   py::class_<EditScript>(m, "EditScript")
-      .def(py::init<const std::string&, const std::string&, bool, bool>(), py::arg("doc"),
+      .def(py::init<const py::str&, const std::string&, bool, bool>(), py::arg("doc"),
            py::arg("pipeline"), py::arg("verify") = true, py::arg("timing") = false)
       .def_property_readonly("ops", &EditScript::ops)
       .def_property_readonly("erased", &EditScript::erased)

@@ -374,6 +374,20 @@ def _keep_opaque(new: Any, old: Any) -> Any:
     return new
 
 
+def _set_new_node_args(node: fx.Node, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    """What `node.args = args; node.kwargs = kwargs` does (the setters call _update_args_kwargs),
+    once, and without Node.__setattr__ taking the node out of the graph's find_nodes table and
+    putting it back: a node just made is last there either way."""
+    node._update_args_kwargs(args, kwargs)
+
+
+if not hasattr(torch._C._NodeBase, "_update_args_kwargs"):  # an older torch: the setters
+    def _set_new_node_args(node: fx.Node, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:  # noqa: F811
+        node.args = args
+        if kwargs:
+            node.kwargs = kwargs
+
+
 def apply_script(gm: fx.GraphModule, doc: Mapping[str, Any], script: Any, *,
                  lint: bool = True) -> dict[str, int]:
     """Applies an EditScript (the extension's, made from `doc`) to `gm` in place; returns the
@@ -402,6 +416,7 @@ def apply_script(gm: fx.GraphModule, doc: Mapping[str, Any], script: Any, *,
     # node). Create-node hooks (torch.export's metadata hook) must see the arguments, so with
     # hooks the arguments go to create_node.
     hooks = bool(getattr(gm, "_create_node_hooks", None))
+    set_args = _set_new_node_args
     new_get_attrs = []
     cursor = graph._root
     with graph.inserting_after(None):  # new nodes at the end, until moved after the cursor
@@ -457,9 +472,7 @@ def apply_script(gm: fx.GraphModule, doc: Mapping[str, Any], script: Any, *,
                     node = graph.create_node(node_op, fn, args, kwargs, name=name)
                 else:
                     node = graph.create_node(node_op, fn, name=name)
-                    node.args = args
-                    if kwargs:
-                        node.kwargs = kwargs
+                    set_args(node, args, kwargs)
                 if node_op in ("get_attr", "call_module"):
                     new_get_attrs.append(node)
                 slots.append(node)
