@@ -14,6 +14,7 @@
 #include "ir/verifier.h"
 #include "passes/pass_manager.h"
 #include "passes/registry.h"
+#include "python/bindings/fx_export.h"
 
 namespace py = pybind11;
 
@@ -233,4 +234,5 @@ PYBIND11_MODULE(_jointfx_C, m) {
         py::arg("verify") = true, py::arg("timing") = false);
   m.def("verify_json", &verifyJson, py::arg("doc"), py::arg("one_gather_per_param") = false);
   m.def("pass_names", &passNames);
+  jfx::python::registerFxExport(m);
 }

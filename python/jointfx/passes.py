@@ -24,9 +24,10 @@ from jointfx.export import (
     GM_META_KEY,
     Opaque,
     _import_meta,
+    _json_bytes,
     arg_from_json,
-    dumps_graph,
     export_graph,
+    export_text,
     import_graph,
     resolve_target,
 )
@@ -51,7 +52,7 @@ def run_pipeline_doc(doc: Mapping[str, Any], pipeline: str, *, verify: bool = Tr
     """Runs `pipeline` on a JSON v1 document; returns (new document, report)."""
     ext = _extension()
     try:
-        out, report = ext.run_pipeline_json(dumps_graph(doc), pipeline, verify, timing)
+        out, report = ext.run_pipeline_json(_json_bytes(doc), pipeline, verify, timing)
     except ext.JointfxError as e:
         raise PipelineError(str(e)) from None
     return json.loads(out), report
@@ -100,23 +101,26 @@ def _run_pipeline(gm: fx.GraphModule, pipeline: str, *, verify: bool,
                   process_groups: Sequence[Any] | None, inputs: Sequence[Any] | None,
                   outputs: Sequence[Any] | None, graph_meta: Mapping[str, Any] | None,
                   in_place: bool, timing: bool, strict: bool) -> fx.GraphModule:
-    doc = export_graph(gm, process_groups=process_groups, inputs=inputs, outputs=outputs,
-                       graph_meta=graph_meta)
+    header = {"process_groups": process_groups, "inputs": inputs, "outputs": outputs,
+              "graph_meta": graph_meta}
     ext = _extension()
     if not in_place:
+        doc = export_graph(gm, **header)
         new_doc, report = run_pipeline_doc(doc, pipeline, verify=verify, timing=timing)
         finish_report(report, doc, pipeline, strict=strict)
         new_gm = import_graph(new_doc)
         _copy_attrs(gm, new_gm)
         new_gm.meta["jointfx_report"] = report
         return new_gm
+    # stacklevel: a warning names the code that called run_pipeline or the graph_pass.
+    exported = export_text(gm, extension=ext, stacklevel=4, **header)
     try:
-        script, erased, header, report = ext.run_pipeline_edits(dumps_graph(doc), pipeline,
-                                                                verify, timing)
+        script, erased, new_header, report = ext.run_pipeline_edits(exported.text, pipeline,
+                                                                    verify, timing)
     except ext.JointfxError as e:
         raise PipelineError(str(e)) from None
-    finish_report(report, doc, pipeline, strict=strict)
-    report["edits"] = apply_edits(gm, doc, script, erased, header)
+    finish_report(report, exported.header, pipeline, strict=strict)
+    report["edits"] = apply_edits(gm, exported.node_meta, script, erased, new_header)
     gm.meta["jointfx_report"] = report
     return gm
 
@@ -235,14 +239,15 @@ def _node_args(nd: Mapping[str, Any], old: fx.Node | None, env: Mapping[str, fx.
     return args, kwargs
 
 
-def apply_edits(gm: fx.GraphModule, doc: Mapping[str, Any], script: Sequence[Any],
-                erased: Sequence[str], header: Mapping[str, Any]) -> dict[str, int]:
-    """Applies run_pipeline_edits' script to `gm` in place; returns counts of what changed."""
+def apply_edits(gm: fx.GraphModule, exported_meta: Callable[[fx.Node], Mapping[str, Any]],
+                script: Sequence[Any], erased: Sequence[str],
+                header: Mapping[str, Any]) -> dict[str, int]:
+    """Applies run_pipeline_edits' script to `gm` in place; returns counts of what changed.
+    `exported_meta(node)` is the node's meta as the exporter wrote it (ExportedText.node_meta)."""
     graph = gm.graph
     by_name = {n.name: n for n in graph.nodes}
     env: dict[str, fx.Node] = dict(by_name)  # C++ name -> fx.Node (FX may rename new nodes)
     vals = _Vals(graph)
-    old_meta: dict[str, Any] | None = None
     counts = {"kept": 0, "changed": 0, "new": 0, "erased": len(erased), "moved": 0}
     # Erased nodes stay in place until the end (their users are rewired first); a node right
     # after them has not moved.
@@ -259,9 +264,7 @@ def apply_edits(gm: fx.GraphModule, doc: Mapping[str, Any], script: Sequence[Any
             if args_changed:
                 node.args, node.kwargs = _node_args(nd, node, env)
             if meta_changed:
-                if old_meta is None:
-                    old_meta = {d["name"]: d.get("meta", {}) for d in doc["nodes"]}
-                _update_meta(node, old_meta.get(name, {}), nd.get("meta", {}), vals)
+                _update_meta(node, exported_meta(node), nd.get("meta", {}), vals)
             env[nd["name"]] = node
             counts["changed"] += 1
         else:
