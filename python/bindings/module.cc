@@ -28,6 +28,7 @@ py::list passRecords(const jfx::PipelineResult& result) {
     d["options"] = rec.options;
     d["changed"] = rec.changed;
     d["seconds"] = rec.seconds;
+    d["cpu_seconds"] = rec.cpu_seconds;
     d["stats"] = rec.stats;
     passes.append(d);
   }
