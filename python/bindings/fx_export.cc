@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 
 namespace py = pybind11;
 
@@ -54,7 +55,7 @@ class Writer {
 
   std::string& text() { return out_; }
 
-  void node(PyObject* node, PyObject* phase, PyObject* targets) {
+  void node(PyObject* node, PyObject* phase) {
     py::object op = attr(node, n_.op);
     if (PyUnicode_CompareWithASCIIString(op.ptr(), "output") == 0) {
       // FX lets the output be a tuple, a list or one value; the Python exporter normalizes it.
@@ -89,7 +90,7 @@ class Writer {
     out_ += ",\"op\":";
     string(op.ptr());
     out_ += ",\"target\":";
-    target(node, op.ptr(), targets);
+    target(node, op.ptr());
     out_ += '}';
   }
 
@@ -116,18 +117,22 @@ class Writer {
         check(PyObject_CallFunctionObjArgs(fn, a..., nullptr)));
   }
 
-  void target(PyObject* node, PyObject* op, PyObject* targets) {
-    // Memoized per call_function target: a graph has a few dozen distinct ones.
+  void target(PyObject* node, PyObject* op) {
+    // Memoized per call_function target object: a graph has a few dozen distinct ones. Keyed by
+    // identity (each node holds its target for the whole call), which also spares OpOverload's
+    // Python __hash__.
     if (PyUnicode_CompareWithASCIIString(op, "call_function") == 0) {
       py::object t = attr(node, n_.target);
-      if (PyObject_HashNotImplemented != Py_TYPE(t.ptr())->tp_hash) {
-        PyObject* hit = PyDict_GetItemWithError(targets, t.ptr());
-        if (hit != nullptr) return string(hit);
-        if (PyErr_Occurred()) PyErr_Clear();  // unhashable after all
+      auto [it, fresh] = targets_.try_emplace(t.ptr());
+      if (fresh) {
+        const size_t start = out_.size();
         py::object s = call(h_.target_name, node);
-        if (PyDict_SetItem(targets, t.ptr(), s.ptr()) != 0) PyErr_Clear();
-        return string(s.ptr());
+        string(s.ptr());
+        it->second.assign(out_, start, std::string::npos);
+      } else {
+        out_ += it->second;
       }
+      return;
     }
     py::object s = call(h_.target_name, node);
     string(s.ptr());
@@ -455,6 +460,7 @@ class Writer {
   const Hooks& h_;
   const bool stack_;
   std::string out_;
+  std::unordered_map<PyObject*, std::string> targets_;  // target object -> its JSON string
 };
 
 py::bytes exportNodes(py::sequence nodes, py::sequence phases, bool include_stack_trace,
@@ -470,13 +476,12 @@ py::bytes exportNodes(py::sequence nodes, py::sequence phases, bool include_stac
   const size_t n = py::len(nodes);
   if (py::len(phases) != n) throw py::value_error("export_nodes: one phase per node");
   Writer w(h, include_stack_trace);
-  py::dict targets;
   w.text() += '[';
   for (size_t i = 0; i < n; ++i) {
     if (i) w.text() += ',';
     py::object node = nodes[i];
     py::object phase = phases[i];
-    w.node(node.ptr(), phase.ptr(), targets.ptr());
+    w.node(node.ptr(), phase.ptr());
   }
   w.text() += ']';
   return py::bytes(w.text());

@@ -108,3 +108,28 @@ def test_an_extension_failure_falls_back_to_the_python_exporter() -> None:
     gm = _all_kinds_graph()
     got = export_text(gm, extension=Broken())
     assert dumps_graph(json.loads(got.text)) == dumps_graph(export_graph(gm))
+
+
+def test_torchtitan_traced_graph() -> None:
+    """GraphTrainer's tracer: DTensor parameters flatten to local tensors plus DeviceMesh
+    placeholders, whose values have no JSON form."""
+    pytest.importorskip("torchtitan.experiments.graph_trainer.make_fx_tracer")
+    from jointfx.export import specs_from_traced
+    from jointfx.titan import init_fake_world, trace_llama3
+
+    init_fake_world(2)
+    tr = trace_llama3(1)
+    _same(tr.traced.gm, **specs_from_traced(tr.traced, tr.model))
+
+
+def test_symbolic_shapes() -> None:
+    """A dynamic-shape trace: sizes are SymInts, so values go through val_to_json (which leaves
+    them out) and SymInt arguments through arg_to_json."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return (x.view(x.shape[0] * 2, -1) * 2).sum(0)
+
+    gm = make_fx(f, tracing_mode="symbolic")(torch.randn(4, 6))
+    assert any(isinstance(n.meta.get("val"), torch.SymInt) for n in gm.graph.nodes)
+    _same(gm)
