@@ -152,7 +152,17 @@ std::optional<std::string_view> sortMembers(JView obj, std::vector<JView>& out) 
   out.clear();
   for (JView m : obj)
     out.push_back(m);
-  std::stable_sort(out.begin(), out.end(), [](JView a, JView b) { return a.key() < b.key(); });
+  // Insertion sort (stable, no buffer) for the handful of members nodes and meta have, where
+  // std::stable_sort's merge buffer allocation cost more than the sort; stable_sort above that.
+  auto by_key = [](JView a, JView b) { return a.key() < b.key(); };
+  if (out.size() > 16) std::stable_sort(out.begin(), out.end(), by_key);
+  for (size_t i = 1; i < out.size() && out.size() <= 16; ++i) {
+    const JView m = out[i];
+    size_t j = i;
+    for (; j > 0 && by_key(m, out[j - 1]); --j)
+      out[j] = out[j - 1];
+    out[j] = m;
+  }
   for (size_t i = 1; i < out.size(); ++i)
     if (out[i].key() == out[i - 1].key()) return out[i].key();
   return std::nullopt;
@@ -1314,6 +1324,10 @@ class JsonReader : public TreeBuilder {
     unsigned seen = 0;
     for (JView m : obj) {
       auto it = std::find(keys.begin(), keys.end(), m.key());
+      if (it != keys.end() && !(seen & (1u << (it - keys.begin())))) {
+        seen |= 1u << (it - keys.begin());
+        continue;  // the common case: no path step to push for an error that does not come
+      }
       Scope at(this, m.key());
       if (it == keys.end()) {
         std::string list;

@@ -78,7 +78,8 @@ struct PassRecord {
   std::string name;
   std::string options;  // as printed: "{k=v}"
   bool changed = false;
-  double seconds = 0;
+  double seconds = 0;      // wall clock
+  double cpu_seconds = 0;  // the calling thread's CPU time: what a loaded machine leaves alone
   Statistics stats;
 };
 

@@ -1,5 +1,6 @@
 """Type stubs for _jointfx_C, the in-process bridge to the C++ pass manager (module.cc)."""
 
+from collections.abc import Sequence
 from typing import Any
 
 class JointfxError(ValueError):
@@ -10,7 +11,13 @@ def run_pipeline_json(doc: str, pipeline: str, verify: bool = True,
     """Runs `pipeline` on the JSON v1 graph `doc`; returns (graph JSON, report). The report has
     "passes" (per pass: name, options, changed, seconds, stats), "total_seconds" and "log"."""
 
-def run_pipeline_edits(doc: str, pipeline: str, verify: bool = True, timing: bool = False
+def export_nodes(nodes: Sequence[Any], phases: Sequence[str | None], include_stack_trace: bool,
+                 hooks: dict[str, Any]) -> bytes:
+    """The JSON array of the torch.fx `nodes` as jointfx.export._node_to_json writes them
+    (UTF-8); `hooks` (jointfx.export._native_hooks) holds the Python definitions it calls back
+    into for values it does not write itself."""
+
+def run_pipeline_edits(doc: str | bytes, pipeline: str, verify: bool = True, timing: bool = False
                        ) -> tuple[list[Any], list[str], dict[str, Any], dict[str, Any]]:
     """Runs `pipeline` on `doc`; returns the JSON edit script (the reference form: entries
     "name", ("keep", name, node JSON, args changed, meta changed), ("new", name, node JSON,
@@ -22,7 +29,7 @@ class EditScript:
     slot (an input node's index in `doc`, n_input + k for the k-th new node); see
     docs/pytorch-bridge.md "In place"."""
 
-    def __init__(self, doc: str, pipeline: str, verify: bool = True,
+    def __init__(self, doc: str | bytes, pipeline: str, verify: bool = True,
                  timing: bool = False) -> None: ...
     @property
     def ops(self) -> list[tuple[Any, ...]]:

@@ -19,6 +19,7 @@
 #include "ir/verifier.h"
 #include "passes/pass_manager.h"
 #include "passes/registry.h"
+#include "python/bindings/fx_export.h"
 
 namespace py = pybind11;
 
@@ -32,6 +33,7 @@ py::list passRecords(const jfx::PipelineResult& result) {
     d["options"] = rec.options;
     d["changed"] = rec.changed;
     d["seconds"] = rec.seconds;
+    d["cpu_seconds"] = rec.cpu_seconds;
     d["stats"] = rec.stats;
     passes.append(d);
   }
@@ -285,22 +287,25 @@ py::str pyStr(std::string_view s) {
   return py::str(s.data(), s.size());
 }
 
-// The UTF-8 text of `s` without a copy (CPython keeps an ASCII str's UTF-8 form in the object);
-// valid while `s` lives.
-std::string_view utf8(const py::str& s) {
+// The UTF-8 text of `s` (a str or bytes) without a copy (CPython keeps an ASCII str's UTF-8
+// form in the object); valid while `s` lives.
+std::string_view utf8(const py::object& s) {
+  if (PyBytes_Check(s.ptr())) {
+    char* data = nullptr;
+    Py_ssize_t size = 0;
+    if (PyBytes_AsStringAndSize(s.ptr(), &data, &size) != 0) throw py::error_already_set();
+    return {data, static_cast<size_t>(size)};
+  }
+  if (!PyUnicode_Check(s.ptr())) throw py::type_error("doc must be str or bytes");
   Py_ssize_t size = 0;
   const char* data = PyUnicode_AsUTF8AndSize(s.ptr(), &size);
   if (data == nullptr) throw py::error_already_set();
   return {data, static_cast<size_t>(size)};
 }
 
-// The edit script as Python objects (docs/pytorch-bridge.md "In place"): what run_pipeline
-// applies. Nodes are named by slot: an input node's slot is its index in the document, the k-th
-// new node's is n_input + k, so the Python side keeps one list of fx.Nodes and the arguments it
-// asks for (args(k), after it has made the nodes they refer to) hold the fx.Nodes themselves.
 class EditScript {
  public:
-  EditScript(const py::str& doc_text, const std::string& pipeline, bool verify, bool timing) {
+  EditScript(const py::object& doc_text, const std::string& pipeline, bool verify, bool timing) {
     const std::string_view doc = utf8(doc_text);
     struct Step {
       enum Kind : uint8_t { Untouched, Changed, New } kind;
@@ -657,7 +662,7 @@ PYBIND11_MODULE(_jointfx_C, m) {
   m.def("run_pipeline_edits", &runPipelineEdits, py::arg("doc"), py::arg("pipeline"),
         py::arg("verify") = true, py::arg("timing") = false);
   py::class_<EditScript>(m, "EditScript")
-      .def(py::init<const py::str&, const std::string&, bool, bool>(), py::arg("doc"),
+      .def(py::init<const py::object&, const std::string&, bool, bool>(), py::arg("doc"),
            py::arg("pipeline"), py::arg("verify") = true, py::arg("timing") = false)
       .def_property_readonly("ops", &EditScript::ops)
       .def_property_readonly("erased", &EditScript::erased)
@@ -669,4 +674,5 @@ PYBIND11_MODULE(_jointfx_C, m) {
       .def("args", &EditScript::args, py::arg("k"));
   m.def("verify_json", &verifyJson, py::arg("doc"), py::arg("one_gather_per_param") = false);
   m.def("pass_names", &passNames);
+  jfx::python::registerFxExport(m);
 }

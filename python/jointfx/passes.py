@@ -26,12 +26,13 @@ from jointfx.export import (
     GM_META_KEY,
     Opaque,
     _import_meta,
+    _json_bytes,
     _parse_dtype,
     _parse_layout,
     _parse_memory_format,
     arg_from_json,
-    dumps_graph,
     export_graph,
+    export_text,
     fake_tensor,
     import_graph,
     resolve_target,
@@ -57,7 +58,7 @@ def run_pipeline_doc(doc: Mapping[str, Any], pipeline: str, *, verify: bool = Tr
     """Runs `pipeline` on a JSON v1 document; returns (new document, report)."""
     ext = _extension()
     try:
-        out, report = ext.run_pipeline_json(dumps_graph(doc), pipeline, verify, timing)
+        out, report = ext.run_pipeline_json(_json_bytes(doc), pipeline, verify, timing)
     except ext.JointfxError as e:
         raise PipelineError(str(e)) from None
     return json.loads(out), report
@@ -106,23 +107,26 @@ def _run_pipeline(gm: fx.GraphModule, pipeline: str, *, verify: bool,
                   process_groups: Sequence[Any] | None, inputs: Sequence[Any] | None,
                   outputs: Sequence[Any] | None, graph_meta: Mapping[str, Any] | None,
                   in_place: bool, timing: bool, strict: bool) -> fx.GraphModule:
-    doc = export_graph(gm, process_groups=process_groups, inputs=inputs, outputs=outputs,
-                       graph_meta=graph_meta)
+    header = {"process_groups": process_groups, "inputs": inputs, "outputs": outputs,
+              "graph_meta": graph_meta}
     ext = _extension()
     if not in_place:
+        doc = export_graph(gm, **header)
         new_doc, report = run_pipeline_doc(doc, pipeline, verify=verify, timing=timing)
         finish_report(report, doc, pipeline, strict=strict)
         new_gm = import_graph(new_doc)
         _copy_attrs(gm, new_gm)
         new_gm.meta["jointfx_report"] = report
         return new_gm
+    # stacklevel: a warning names the code that called run_pipeline or the graph_pass.
+    exported = export_text(gm, extension=ext, stacklevel=4, **header)
     try:
-        script = ext.EditScript(dumps_graph(doc), pipeline, verify, timing)
+        script = ext.EditScript(exported.text, pipeline, verify, timing)
     except ext.JointfxError as e:
         raise PipelineError(str(e)) from None
     report = script.report
-    finish_report(report, doc, pipeline, strict=strict)
-    report["edits"] = apply_script(gm, doc, script, lint=not verify or LINT_EDITS)
+    finish_report(report, exported.header, pipeline, strict=strict)
+    report["edits"] = apply_script(gm, exported.node_meta, script, lint=not verify or LINT_EDITS)
     gm.meta["jointfx_report"] = report
     return gm
 
@@ -276,14 +280,15 @@ def _node_args(nd: Mapping[str, Any], old: fx.Node | None, env: Mapping[str, fx.
     return args, kwargs
 
 
-def apply_edits(gm: fx.GraphModule, doc: Mapping[str, Any], script: Sequence[Any],
-                erased: Sequence[str], header: Mapping[str, Any]) -> dict[str, int]:
-    """Applies run_pipeline_edits' script to `gm` in place; returns counts of what changed."""
+def apply_edits(gm: fx.GraphModule, exported_meta: Callable[[fx.Node], Mapping[str, Any]],
+                script: Sequence[Any], erased: Sequence[str],
+                header: Mapping[str, Any]) -> dict[str, int]:
+    """Applies run_pipeline_edits' script to `gm` in place; returns counts of what changed.
+    `exported_meta(node)` is the node's meta as the exporter wrote it (ExportedText.node_meta)."""
     graph = gm.graph
     by_name = {n.name: n for n in graph.nodes}
     env: dict[str, fx.Node] = dict(by_name)  # C++ name -> fx.Node (FX may rename new nodes)
     vals = _Vals(graph)
-    old_meta: dict[str, Any] | None = None
     counts = {"kept": 0, "changed": 0, "new": 0, "erased": len(erased), "moved": 0}
     # Erased nodes stay in place until the end (their users are rewired first); a node right
     # after them has not moved.
@@ -300,9 +305,7 @@ def apply_edits(gm: fx.GraphModule, doc: Mapping[str, Any], script: Sequence[Any
             if args_changed:
                 node.args, node.kwargs = _node_args(nd, node, env)
             if meta_changed:
-                if old_meta is None:
-                    old_meta = {d["name"]: d.get("meta", {}) for d in doc["nodes"]}
-                _update_meta(node, old_meta.get(name, {}), nd.get("meta", {}), vals)
+                _update_meta(node, exported_meta(node), nd.get("meta", {}), vals)
             env[nd["name"]] = node
             counts["changed"] += 1
         else:
@@ -388,10 +391,12 @@ if not hasattr(torch._C._NodeBase, "_update_args_kwargs"):  # an older torch: th
             node.kwargs = kwargs
 
 
-def apply_script(gm: fx.GraphModule, doc: Mapping[str, Any], script: Any, *,
-                 lint: bool = True) -> dict[str, int]:
-    """Applies an EditScript (the extension's, made from `doc`) to `gm` in place; returns the
-    counts of kept, changed, new, erased and moved nodes.
+def apply_script(gm: fx.GraphModule, exported_meta: Callable[[fx.Node], Mapping[str, Any]],
+                 script: Any, *, lint: bool = True) -> dict[str, int]:
+    """Applies an EditScript (the extension's, made from `gm`'s export) to `gm` in place; returns
+    the counts of kept, changed, new, erased and moved nodes. `exported_meta(node)` is the node's
+    meta as the exporter wrote it (ExportedText.node_meta), asked for only where meta other than
+    the typed keys changed.
 
     The result is the graph apply_edits makes from the JSON edit script of the same run: the
     extension hands over Python objects (arguments holding the fx.Nodes themselves, typed meta,
@@ -406,7 +411,7 @@ def apply_script(gm: fx.GraphModule, doc: Mapping[str, Any], script: Any, *,
     """
     graph = gm.graph
     slots = list(graph.nodes)
-    if len(slots) != script.n_input or len(slots) != len(doc["nodes"]):
+    if len(slots) != script.n_input:
         raise PipelineError(f"edit script for {script.n_input} nodes, graph has {len(slots)}")
     script.bind(slots, _decode_arg, Opaque)
     vals = _Vals(graph, slots)
@@ -455,8 +460,8 @@ def apply_script(gm: fx.GraphModule, doc: Mapping[str, Any], script: Any, *,
                         if key == "phase":
                             node.meta.pop("autograd_backward", None)
                 if node_json is not None:
-                    _update_meta(node, doc["nodes"][slot].get("meta", {}),
-                                 json.loads(node_json).get("meta", {}), vals)
+                    _update_meta(node, exported_meta(node), json.loads(node_json).get("meta", {}),
+                                 vals)
             else:
                 _, name, node_op, target, origin, moved, args_k, meta, node_json = op
                 if node_op == "call_function":

@@ -24,7 +24,7 @@ from torch import fx
 from torch._subclasses.fake_tensor import FakeTensor
 
 from conftest import REPO, all_traced_fixture_paths
-from jointfx.export import dumps_graph, export_graph, import_graph, load_graph
+from jointfx.export import dumps_graph, export_text, import_graph, load_graph
 
 if os.environ.get("CI") != "true":
     pytest.importorskip("_jointfx_C", reason="_jointfx_C not built (scripts/build builds it)")
@@ -81,13 +81,13 @@ def _prepared(doc: dict) -> fx.GraphModule:
 
 def _both(doc: dict, pipeline: str) -> tuple[fx.GraphModule, dict, fx.GraphModule, dict]:
     ref = _prepared(doc)
-    d = export_graph(ref)
-    script, erased, header, _ = ext.run_pipeline_edits(dumps_graph(d), pipeline, True, False)
-    ref_counts = apply_edits(ref, d, script, erased, header)
+    exported = export_text(ref, extension=ext)
+    script, erased, header, _ = ext.run_pipeline_edits(exported.text, pipeline, True, False)
+    ref_counts = apply_edits(ref, exported.node_meta, script, erased, header)
     got = _prepared(doc)
-    d = export_graph(got)
-    got_counts = apply_script(got, d, ext.EditScript(dumps_graph(d), pipeline, True, False),
-                              lint=True)
+    exported = export_text(got, extension=ext)
+    got_counts = apply_script(got, exported.node_meta,
+                              ext.EditScript(exported.text, pipeline, True, False), lint=True)
     return ref, ref_counts, got, got_counts
 
 

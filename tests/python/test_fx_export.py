@@ -1,0 +1,135 @@
+"""The extension's export_nodes writes the same document as the Python exporter.
+
+run_pipeline exports through _jointfx_C.export_nodes (jointfx.export.export_text); export_graph
+is the definition. Compared as canonical text, so an int written where the Python exporter
+writes a float (or any other difference a value comparison would hide) fails.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from torch import fx
+from torch.utils.checkpoint import CheckpointPolicy
+
+from jointfx.export import Opaque, dumps_graph, export_graph, export_text, import_graph, load_graph
+
+from test_export import _all_kinds_graph, _fake
+
+ext = pytest.importorskip("_jointfx_C")
+# The hand-made graphs have collectives and no parameter specs; the exporter says so each time.
+pytestmark = pytest.mark.filterwarnings("ignore:export_graph. no input specs")
+REPO = Path(__file__).resolve().parents[2]
+FIXTURES = sorted((REPO / "tests" / "data" / "traced").glob("*.json")) + sorted(
+    (REPO / "tests" / "data" / "buffers").glob("*.json"))
+
+
+def _same(gm: fx.GraphModule, **header: object) -> None:
+    for stack in (False, True):
+        want = dumps_graph(export_graph(gm, include_stack_trace=stack, **header))
+        native = export_text(gm, extension=ext, include_stack_trace=stack, **header)
+        assert dumps_graph(json.loads(native.text)) == want
+        python = export_text(gm, include_stack_trace=stack, **header)
+        assert dumps_graph(json.loads(python.text)) == want
+
+
+@pytest.mark.parametrize("path", FIXTURES, ids=lambda p: p.stem)
+def test_fixture_graphs(path: Path) -> None:
+    _same(import_graph(load_graph(path)))
+
+
+def test_every_argument_kind() -> None:
+    _same(_all_kinds_graph())
+
+
+class _Color(enum.IntEnum):
+    RED = 1
+
+
+def test_values_the_extension_hands_to_python() -> None:
+    """Symbolic-free but unusual values: each goes through the Python definition for it."""
+    g = fx.Graph()
+    x = g.placeholder("x")
+    x.meta["val"] = _fake((2, 3))
+    x.meta["stack_trace"] = 'File "m.py", line 1\n  y = "\\u00e9\\t"'
+    big = g.call_function(torch.ops.aten.add.Scalar, (x, 2**70))
+    big.meta["val"] = (_fake((2, 3)), None, 3)  # a tuple value with non-tensor items
+    big.meta["recompute"] = CheckpointPolicy.MUST_SAVE  # an enum: _enum_int
+    big.meta["seq_nr"] = _Color.RED  # an int subclass
+    big.meta["custom"] = {"module_fqn": "layers.0", "note": "é\u2028\"q\"", "n": [1, 2.5, None]}
+    big.meta["extra"] = {"deep": {"list": [True, False]}}
+    big.meta["not_json"] = (1, 2)  # a tuple is not plain JSON data: dropped
+    big.meta["nan"] = math.nan  # not finite: dropped
+    big.meta[3] = "an int key"  # not a string key: dropped by both
+    named = g.call_function(torch.ops.aten.clone.default,
+                            (Opaque(type="slice", repr="slice(1, None, None)"),),
+                            {"memory_format": torch.preserve_format})
+    named.meta["val"] = 7  # a plain int value
+    sized = g.call_function(torch.ops.aten.view.default, (x, torch.Size([3, 2])))
+    sized.meta["val"] = [_fake((3, 2), torch.bfloat16)]
+    g.output((big, named, sized))
+    _same(fx.GraphModule(torch.nn.Module(), g))
+
+
+def test_traced_model_families() -> None:
+    """Freshly traced graphs carry FX meta the fixtures do not (nn_module_stack, source_fn_stack,
+    autograd_backward, stack traces): one per family."""
+    from jointfx.models import trace_case
+    from jointfx.trace import init_fake_world, trace_variant
+
+    init_fake_world(2)
+    traced = [trace_variant("sac", 2), trace_case("gpt2"), trace_case("moe")]
+    for t in traced:
+        _same(t.gm, inputs=t.inputs, outputs=t.outputs, process_groups=t.process_groups,
+              graph_meta=t.graph_meta)
+
+
+def test_python_objects_become_opaque() -> None:
+    g = fx.Graph()
+    x = g.placeholder("x")
+    x.meta["val"] = _fake((4,))
+    y = g.call_function(torch.ops.aten.clone.default, (x,), {"hint": slice(0, 2)})
+    y.meta["val"] = _fake((4,))
+    g.output(y)
+    _same(fx.GraphModule(torch.nn.Module(), g))
+
+
+def test_an_extension_failure_falls_back_to_the_python_exporter() -> None:
+    class Broken:
+        @staticmethod
+        def export_nodes(*args: object) -> bytes:
+            raise RuntimeError("boom")
+
+    gm = _all_kinds_graph()
+    got = export_text(gm, extension=Broken())
+    assert dumps_graph(json.loads(got.text)) == dumps_graph(export_graph(gm))
+
+
+def test_torchtitan_traced_graph() -> None:
+    """GraphTrainer's tracer: DTensor parameters flatten to local tensors plus DeviceMesh
+    placeholders, whose values have no JSON form."""
+    pytest.importorskip("torchtitan.experiments.graph_trainer.make_fx_tracer")
+    from jointfx.export import specs_from_traced
+    from jointfx.titan import init_fake_world, trace_llama3
+
+    init_fake_world(2)
+    tr = trace_llama3(1)
+    _same(tr.traced.gm, **specs_from_traced(tr.traced, tr.model))
+
+
+def test_symbolic_shapes() -> None:
+    """A dynamic-shape trace: sizes are SymInts, so values go through val_to_json (which leaves
+    them out) and SymInt arguments through arg_to_json."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return (x.view(x.shape[0] * 2, -1) * 2).sum(0)
+
+    gm = make_fx(f, tracing_mode="symbolic")(torch.randn(4, 6))
+    assert any(isinstance(n.meta.get("val"), torch.SymInt) for n in gm.graph.nodes)
+    _same(gm)
