@@ -176,3 +176,19 @@ def test_changed_nodes_are_those_whose_json_changed_after_bucket_goes_back_to_it
     counts = ext.EditScript(text, PIPELINES["bucket"], True, False).counts
     assert counts["changed"] == differ
     assert counts["kept"] + counts["changed"] + counts["erased"] == len(doc["nodes"])
+
+
+def test_create_node_hooks_see_new_nodes_with_their_arguments() -> None:
+    """With a create-node hook (torch.export's metadata hook computes meta from the arguments)
+    new nodes are made with their arguments, and the graph is the same as without the hook."""
+    doc = load_graph(REPO / "tests" / "data" / "traced" / "fsdp_w2.json")
+    plain = import_graph(doc)
+    run_pipeline(plain, PIPELINES["default"])
+    hooked = import_graph(doc)
+    seen: list[tuple[str, int]] = []
+    hooked._register_create_node_hook(lambda n: seen.append((n.name, len(n.all_input_nodes))))
+    run_pipeline(hooked, PIPELINES["default"])
+    assert _describe(hooked) == _describe(plain)
+    new = {n.name for n in hooked.graph.nodes} - {n["name"] for n in doc["nodes"]}
+    assert {name for name, _ in seen} == new
+    assert all(inputs > 0 for _, inputs in seen)
