@@ -48,7 +48,7 @@ def _arg(a: object) -> object:
     if isinstance(a, (list, tuple)):
         return (type(a).__name__, tuple(_arg(x) for x in a))
     if isinstance(a, dict):
-        return ("dict", tuple((k, _arg(v)) for k, v in a.items()))
+        return (type(a).__name__, tuple((k, _arg(v)) for k, v in a.items()))
     return (type(a).__name__, repr(a))
 
 
