@@ -17,6 +17,42 @@ def export_nodes(nodes: Sequence[Any], phases: Sequence[str | None], include_sta
     (UTF-8); `hooks` (jointfx.export._native_hooks) holds the Python definitions it calls back
     into for values it does not write itself."""
 
+def run_pipeline_edits(doc: str | bytes, pipeline: str, verify: bool = True, timing: bool = False
+                       ) -> tuple[list[Any], list[str], dict[str, Any], dict[str, Any]]:
+    """Runs `pipeline` on `doc`; returns the JSON edit script (the reference form: entries
+    "name", ("keep", name, node JSON, args changed, meta changed), ("new", name, node JSON,
+    derived-from name or None)), the erased input nodes' names, the new header and the report
+    (docs/pytorch-bridge.md "In place")."""
+
+class EditScript:
+    """Runs `pipeline` on `doc` and holds the result as an edit script of Python objects, by
+    slot (an input node's index in `doc`, n_input + k for the k-th new node); see
+    docs/pytorch-bridge.md "In place"."""
+
+    def __init__(self, doc: str | bytes, pipeline: str, verify: bool = True,
+                 timing: bool = False) -> None: ...
+    @property
+    def ops(self) -> list[tuple[Any, ...]]:
+        """(0, slot) | (1, slot) | (2, slot, moved, args, meta_set, meta_drop, node_json) |
+        (3, name, op, target, origin, moved, args, meta, node_json), in the new program order."""
+    @property
+    def erased(self) -> list[int]:
+        """The erased input nodes' slots, in input order."""
+    @property
+    def header(self) -> dict[str, Any]: ...
+    @property
+    def report(self) -> dict[str, Any]: ...
+    @property
+    def counts(self) -> dict[str, int]:
+        """kept, changed, new, erased and moved nodes."""
+    @property
+    def n_input(self) -> int: ...
+    def bind(self, slots: list[Any], decode: Any, opaque: Any) -> None:
+        """The fx.Nodes by slot (extended by the caller as it makes new nodes), decode(kind, text)
+        for dtype / device / layout / memory_format arguments, opaque(type, repr)."""
+    def args(self, k: int) -> tuple[tuple[Any, ...], dict[str, Any], bool]:
+        """(args, kwargs, has an opaque argument) of args entry k, holding the bound fx.Nodes."""
+
 def verify_json(doc: str, one_gather_per_param: bool = False) -> list[str]:
     """The verifier's findings on the JSON v1 graph `doc`, one string each."""
 

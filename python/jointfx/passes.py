@@ -14,20 +14,26 @@ from __future__ import annotations
 
 import gc
 import json
+import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
 import torch.fx as fx
+from torch._subclasses.fake_tensor import FakeTensor
 
 from jointfx.export import (
     GM_META_KEY,
     Opaque,
     _import_meta,
     _json_bytes,
+    _parse_dtype,
+    _parse_layout,
+    _parse_memory_format,
     arg_from_json,
     export_graph,
     export_text,
+    fake_tensor,
     import_graph,
     resolve_target,
 )
@@ -115,12 +121,12 @@ def _run_pipeline(gm: fx.GraphModule, pipeline: str, *, verify: bool,
     # stacklevel: a warning names the code that called run_pipeline or the graph_pass.
     exported = export_text(gm, extension=ext, stacklevel=4, **header)
     try:
-        script, erased, new_header, report = ext.run_pipeline_edits(exported.text, pipeline,
-                                                                    verify, timing)
+        script = ext.EditScript(exported.text, pipeline, verify, timing)
     except ext.JointfxError as e:
         raise PipelineError(str(e)) from None
+    report = script.report
     finish_report(report, exported.header, pipeline, strict=strict)
-    report["edits"] = apply_edits(gm, exported.node_meta, script, erased, new_header)
+    report["edits"] = apply_script(gm, exported.node_meta, script, lint=not verify or LINT_EDITS)
     gm.meta["jointfx_report"] = report
     return gm
 
@@ -158,7 +164,7 @@ _SOURCE_META = ("stack_trace", "custom", "seq_nr", "nn_module_stack", "source_fn
 
 def _fake_mode(graph: fx.Graph) -> Any:
     """The FakeTensorMode of the graph's values (placeholders first, they are few), else new."""
-    from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+    from torch._subclasses.fake_tensor import FakeTensorMode
 
     placeholders = graph.find_nodes(op="placeholder")
     for n in [*placeholders, *graph.nodes]:
@@ -170,27 +176,62 @@ def _fake_mode(graph: fx.Graph) -> Any:
 
 
 class _Vals:
-    """meta['val'] for new nodes, in the graph's own FakeTensorMode (found once, on demand)."""
+    """meta['val'] for new nodes, in the graph's own FakeTensorMode (found once, on demand).
 
-    def __init__(self, graph: fx.Graph) -> None:
+    Takes the JSON value meta ({"shape", "stride", "dtype", "device"}, lists, {"float": ...}) and
+    EditScript's form of it (a tensor as the tuple (shape, stride, dtype, device), plus the slot of
+    the node whose FakeTensor a clone may share)."""
+
+    def __init__(self, graph: fx.Graph, slots: Sequence[fx.Node] = ()) -> None:
         self.graph = graph
+        self.slots = slots
         self.mode: Any = None
+        self.dtypes: dict[str, torch.dtype] = {}
+        self.devices: dict[str, torch.device] = {}
 
     def make(self, meta: Any) -> Any:
-        if isinstance(meta, list):
-            return tuple(self.make(m) for m in meta)
-        if isinstance(meta, dict) and "shape" in meta:
+        kind = type(meta)
+        if kind is tuple:
             if self.mode is None:
                 self.mode = _fake_mode(self.graph)
-            from jointfx.export import _parse_dtype, fake_tensor
-
-            return fake_tensor(self.mode, meta["shape"],
-                               meta.get("stride") or _contiguous(meta["shape"]),
-                               _parse_dtype(meta["dtype"]),
-                               torch.device(meta.get("device") or "cpu"))
-        if isinstance(meta, dict) and set(meta) == {"float"}:
+            if len(meta) == 5:
+                shared = self.slots[meta[4]].meta.get("val")
+                # The source's own FakeTensor, as torch's Graph.node_copy shares it: the clone
+                # recomputes the same value. Only one of this graph's mode is taken.
+                if isinstance(shared, FakeTensor) and shared.fake_mode is self.mode:
+                    return shared
+            shape, stride, dtype, device = meta[:4]
+            return self._fake(shape, stride or _contiguous(shape), dtype, device or "cpu")
+        if kind is list:
+            return tuple(self.make(m) for m in meta)
+        if kind is dict and "shape" in meta:
+            if self.mode is None:
+                self.mode = _fake_mode(self.graph)
+            return self._fake(meta["shape"], meta.get("stride") or _contiguous(meta["shape"]),
+                              meta["dtype"], meta.get("device") or "cpu")
+        if kind is dict and set(meta) == {"float"}:
             return float(meta["float"])
         return meta
+
+    def _fake(self, shape: Sequence[int], stride: Sequence[int], dtype: str, device: str) -> Any:
+        dt = self.dtypes.get(dtype)
+        if dt is None:
+            dt = self.dtypes[dtype] = _parse_dtype(dtype)
+        dev = self.devices.get(device)
+        if dev is None:
+            dev = self.devices[device] = torch.device(device)
+        return _new_fake_tensor(self.mode, shape, stride, dt, dev)
+
+
+def _new_fake_tensor(mode: Any, shape: Sequence[int], stride: Sequence[int], dtype: torch.dtype,
+                     device: torch.device) -> Any:
+    """A fresh FakeTensor of `mode` (as jointfx.export.fake_tensor makes one): a meta tensor
+    wrapped the way FakeTensorMode wraps its meta kernels' outputs, minus the converter's memo
+    (keyed by the meta tensor, which nothing else ever holds), about a third of its cost."""
+    if torch._C._len_torch_dispatch_stack() == 0:  # else the mode's own path (see fake_tensor)
+        plain = torch.empty_strided(shape, stride, dtype=dtype, device="meta")
+        return FakeTensor(mode, plain, device)
+    return fake_tensor(mode, shape, stride, dtype, device)
 
 
 def _contiguous(shape: Sequence[int]) -> list[int]:
@@ -302,6 +343,173 @@ def apply_edits(gm: fx.GraphModule, exported_meta: Callable[[fx.Node], Mapping[s
     graph.lint()
     _recompile_lazily(gm)
     return counts
+
+
+# graph.lint() after applying an edit script, also when the C++ verifier checked the pipeline's
+# output (run_pipeline(verify=True), where it is skipped by default: see apply_script).
+LINT_EDITS = os.environ.get("JOINTFX_LINT_EDITS", "") not in ("", "0")
+
+
+def _decode_arg(kind: str, text: str) -> Any:
+    """An EditScript argument of a torch type (cached per script by the extension)."""
+    if kind == "dtype":
+        return _parse_dtype(text)
+    if kind == "device":
+        return torch.device(text)
+    if kind == "layout":
+        return _parse_layout(text)
+    return _parse_memory_format(text)
+
+
+def _keep_opaque(new: Any, old: Any) -> Any:
+    """`new` with every Opaque stand-in whose repr is the old argument's in the same place
+    replaced by that old object (a slice stays a slice), as _merge_arg does for JSON."""
+    if isinstance(new, Opaque):
+        if not isinstance(old, (fx.Node, Opaque)) and repr(old) == new.repr:
+            return old
+        return new
+    if type(new) is tuple:
+        olds = old if isinstance(old, tuple) and len(old) == len(new) else (None,) * len(new)
+        return tuple(_keep_opaque(v, o) for v, o in zip(new, olds))
+    if type(new) is list:
+        olds = old if isinstance(old, (list, tuple)) and len(old) == len(new) else (None,) * len(new)
+        return [_keep_opaque(v, o) for v, o in zip(new, olds)]
+    return new
+
+
+def _set_new_node_args(node: fx.Node, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    """What `node.args = args; node.kwargs = kwargs` does (the setters call _update_args_kwargs),
+    once, and without Node.__setattr__ taking the node out of the graph's find_nodes table and
+    putting it back: a node just made is last there either way."""
+    node._update_args_kwargs(args, kwargs)
+
+
+if not hasattr(torch._C._NodeBase, "_update_args_kwargs"):  # an older torch: the setters
+    def _set_new_node_args(node: fx.Node, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:  # noqa: F811
+        node.args = args
+        if kwargs:
+            node.kwargs = kwargs
+
+
+def apply_script(gm: fx.GraphModule, exported_meta: Callable[[fx.Node], Mapping[str, Any]],
+                 script: Any, *, lint: bool = True) -> dict[str, int]:
+    """Applies an EditScript (the extension's, made from `gm`'s export) to `gm` in place; returns
+    the counts of kept, changed, new, erased and moved nodes. `exported_meta(node)` is the node's
+    meta as the exporter wrote it (ExportedText.node_meta), asked for only where meta other than
+    the typed keys changed.
+
+    The result is the graph apply_edits makes from the JSON edit script of the same run: the
+    extension hands over Python objects (arguments holding the fx.Nodes themselves, typed meta,
+    which nodes move), so nothing is parsed here, untouched nodes left in place are not visited,
+    and a clone whose value meta is its source's shares the source's FakeTensor.
+
+    `lint` runs graph.lint() at the end. Without it the graph is still well-formed by
+    construction: the node order is the C++ graph's, which its verifier checked (topological,
+    names unique) when the pipeline ran with verify; every argument is an fx.Node of this graph
+    or a plain value; call_function targets are resolved callables; new nodes go through
+    graph.create_node (names, lookup table); and new get_attr nodes are checked here.
+    """
+    graph = gm.graph
+    slots = list(graph.nodes)
+    if len(slots) != script.n_input:
+        raise PipelineError(f"edit script for {script.n_input} nodes, graph has {len(slots)}")
+    script.bind(slots, _decode_arg, Opaque)
+    vals = _Vals(graph, slots)
+    targets: dict[str, Any] = {}
+    # Made with no arguments, then given them: FX's create_node walks the arguments for raw
+    # SymInts first, which the extension never puts there (it is half the cost of making a
+    # node). Create-node hooks (torch.export's metadata hook) must see the arguments, so with
+    # hooks the arguments go to create_node.
+    hooks = bool(getattr(gm, "_create_node_hooks", None))
+    set_args = _set_new_node_args
+    new_get_attrs = []
+    cursor = graph._root
+    with graph.inserting_after(None):  # new nodes at the end, until moved after the cursor
+        for op in script.ops:
+            kind = op[0]
+            if kind == 0:  # a run of untouched nodes in place ends here
+                cursor = slots[op[1]]
+                continue
+            if kind == 1:  # an untouched node that moves
+                node = slots[op[1]]
+                cursor.append(node)
+                cursor = node
+                continue
+            if kind == 2:
+                _, slot, moved, args_k, meta_set, meta_drop, node_json = op
+                node = slots[slot]
+                if args_k >= 0:
+                    args, kwargs, opaque = script.args(args_k)
+                    if opaque:
+                        old_args = node.args
+                        args = tuple(_keep_opaque(a, old_args[i] if i < len(old_args) else None)
+                                     for i, a in enumerate(args))
+                        kwargs = {k: _keep_opaque(v, node.kwargs.get(k)) for k, v in kwargs.items()}
+                    if node.op == "output":
+                        values = args[0] if args else []
+                        # FX keeps whatever container the tracer returned; keep the caller's.
+                        if node.args and isinstance(node.args[0], tuple):
+                            values = tuple(values)
+                        args = (values,)
+                    node.args, node.kwargs = args, kwargs
+                if meta_set is not None:
+                    node.meta.update(_import_meta(meta_set, vals))
+                if meta_drop is not None:
+                    for key in meta_drop:
+                        node.meta.pop(key, None)
+                        if key == "phase":
+                            node.meta.pop("autograd_backward", None)
+                if node_json is not None:
+                    _update_meta(node, exported_meta(node), json.loads(node_json).get("meta", {}),
+                                 vals)
+            else:
+                _, name, node_op, target, origin, moved, args_k, meta, node_json = op
+                if node_op == "call_function":
+                    fn = targets.get(target)
+                    if fn is None:
+                        fn = targets[target] = resolve_target(target, name)
+                else:
+                    fn = target
+                args, kwargs, _ = script.args(args_k)
+                if node_op == "output":
+                    args = (args[0] if args else [],)
+                if hooks:
+                    node = graph.create_node(node_op, fn, args, kwargs, name=name)
+                else:
+                    node = graph.create_node(node_op, fn, name=name)
+                    set_args(node, args, kwargs)
+                if node_op in ("get_attr", "call_module"):
+                    new_get_attrs.append(node)
+                slots.append(node)
+                if origin >= 0:
+                    src_meta = slots[origin].meta
+                    node_meta = node.meta
+                    for key in _SOURCE_META:
+                        if key in src_meta:
+                            v = src_meta[key]
+                            node_meta[key] = dict(v) if isinstance(v, dict) else v
+                if node_json is not None:
+                    meta = json.loads(node_json).get("meta", {})
+                node.meta.update(_import_meta(meta, vals))
+            if moved:
+                cursor.append(node)
+            cursor = node
+    for slot in reversed(script.erased):
+        graph.erase_node(slots[slot])
+    header = script.header
+    gm.meta[GM_META_KEY] = {
+        "process_groups": list(header["process_groups"]),
+        "inputs": list(header["inputs"]),
+        "outputs": list(header["outputs"]),
+        "meta": json.loads(header["meta"]) if header["meta"] else {},
+    }
+    if lint:
+        graph.lint()
+    else:
+        for node in new_get_attrs:  # what lint checks of targets, for the nodes that are new
+            _get_attr(gm, str(node.target))
+    _recompile_lazily(gm)
+    return dict(script.counts)
 
 
 def _recompile_lazily(gm: fx.GraphModule) -> None:
