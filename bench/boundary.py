@@ -17,6 +17,9 @@ seconds of one process (time.process_time, or the child's rusage for the CLI), t
 | torch_remat | torch's remat_using_tags_for_fwd_loss_bwd_graph after jointfx's tags (tags not timed) |
 | inproc_remat | `run_pipeline(gm, "tag-fsdp,remat")` |
 
+For the three in-process rows, the report's `boundary_seconds` splits each call (wall seconds,
+median): export (FX graph to document), cxx (reading, passes, edit script) and apply.
+
 Ratios: inproc_default / cli_opt_default (target <= 2), torchtitan_bucketing / inproc_bucket and
 torch_remat / inproc_remat (target >= 20). Results: <out>/boundary.txt and boundary.json.
 """
@@ -39,6 +42,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "python"), str(REPO / "build" / "python")]
 DEFAULT = REPO / "configs" / "pipelines" / "default.json"
+INPROC = {"inproc_default": str(DEFAULT),
+          "inproc_bucket": "bucket{plan=blocks,kinds=ag,rs,ar},split-comm-groups,"
+                           "schedule{prefetch=1}",
+          "inproc_remat": "tag-fsdp,remat"}
 
 
 def _children_cpu() -> float:
@@ -103,18 +110,17 @@ def main() -> int:
     from torch._functorch._activation_checkpointing.remat_using_tags_for_fwd_loss_bwd_graph_pass \
         import remat_using_tags_for_fwd_loss_bwd_graph
 
+    stages = {row: {"export": [], "cxx": [], "apply": []} for row in INPROC}
     for _ in range(a.runs):
         before = _children_cpu()
         subprocess.run([a.bin, "opt", str(graph), "-p", str(DEFAULT), "-o", str(tmp / "o.json")],
                        check=True)
         rows["cli_opt_default"].append(_children_cpu() - before)
-        gm = fresh()
-        rows["inproc_default"].append(_cpu(lambda: run_pipeline(gm, str(DEFAULT))))
-        gm = fresh()
-        rows["inproc_bucket"].append(_cpu(lambda: run_pipeline(
-            gm, "bucket{plan=blocks,kinds=ag,rs,ar},split-comm-groups,schedule{prefetch=1}")))
-        gm = fresh()
-        rows["inproc_remat"].append(_cpu(lambda: run_pipeline(gm, "tag-fsdp,remat")))
+        for row, pipeline in INPROC.items():
+            gm = fresh()
+            rows[row].append(_cpu(lambda: run_pipeline(gm, pipeline)))
+            for part, sec in gm.meta["jointfx_report"]["boundary_seconds"].items():
+                stages[row][part].append(sec)
         tagged = run_pipeline(fresh(), "tag-fsdp")
         rows["torch_remat"].append(_cpu(lambda: remat_using_tags_for_fwd_loss_bwd_graph(tagged)))
         if not a.skip_torchtitan:
@@ -132,8 +138,11 @@ def main() -> int:
                                                           / med["inproc_bucket"])
     commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
                             capture_output=True, text=True).stdout.strip()
+    stage_med = {row: {part: statistics.median(v) for part, v in parts.items()}
+                 for row, parts in stages.items()}
     result = {"graph": f"jointfx synth --preset {a.preset}", "nodes": nodes, "runs": a.runs,
               "cpu_seconds_median": med, "cpu_seconds_all": rows, "ratios": ratios,
+              "stage_wall_seconds_median": stage_med,
               "commit": commit, "machine": platform.processor() or platform.machine(),
               "loadavg": os.getloadavg()}
     out = Path(a.out)
@@ -143,6 +152,8 @@ def main() -> int:
              f"commit {commit}, load {os.getloadavg()[0]:.1f}"]
     lines += [f"  {k:24s} {v:8.3f}" for k, v in med.items()]
     lines += [f"  {k:40s} {v:8.2f}x" for k, v in ratios.items()]
+    lines += [f"  {row:24s} stages, wall s: " + ", ".join(f"{p} {v:.3f}" for p, v in parts.items())
+              for row, parts in stage_med.items()]
     (out / "boundary.txt").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0

@@ -15,6 +15,7 @@ from __future__ import annotations
 import gc
 import json
 import os
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -118,15 +119,23 @@ def _run_pipeline(gm: fx.GraphModule, pipeline: str, *, verify: bool,
         _copy_attrs(gm, new_gm)
         new_gm.meta["jointfx_report"] = report
         return new_gm
+    start = time.perf_counter()
     # stacklevel: a warning names the code that called run_pipeline or the graph_pass.
     exported = export_text(gm, extension=ext, stacklevel=4, **header)
+    exported_at = time.perf_counter()
     try:
         script = ext.EditScript(exported.text, pipeline, verify, timing)
     except ext.JointfxError as e:
         raise PipelineError(str(e)) from None
+    ran_at = time.perf_counter()
     report = script.report
     finish_report(report, exported.header, pipeline, strict=strict)
     report["edits"] = apply_script(gm, exported.node_meta, script, lint=not verify or LINT_EDITS)
+    # Where an in-process call spends its time (wall seconds): exporting the FX graph, the C++
+    # call (reading the document, the pipeline of total_seconds, building the edit script) and
+    # applying the edits to the FX graph.
+    report["boundary_seconds"] = {"export": exported_at - start, "cxx": ran_at - exported_at,
+                                  "apply": time.perf_counter() - ran_at}
     gm.meta["jointfx_report"] = report
     return gm
 

@@ -50,6 +50,22 @@ def test_dce_keeps_nodes_targets_args_and_meta(path) -> None:
     assert len(before) - len(after) == removed
 
 
+def test_report_splits_the_call_into_export_cxx_and_apply() -> None:
+    import time
+
+    gm = import_graph(load_graph(FIXTURES[0]))
+    start = time.perf_counter()
+    report = run_pipeline(gm, "tag-fsdp,remat").meta["jointfx_report"]
+    wall = time.perf_counter() - start
+    parts = report["boundary_seconds"]
+    assert set(parts) == {"export", "cxx", "apply"}
+    assert all(v > 0 for v in parts.values())
+    assert sum(parts.values()) <= wall
+    # The C++ call contains the pipeline it reports.
+    assert parts["cxx"] >= report["total_seconds"]
+    assert all(p["cpu_seconds"] >= 0 for p in report["passes"])
+
+
 def test_graph_pass_has_graph_trainer_signature() -> None:
     doc = load_graph(FIXTURES[0])
     gm = import_graph(doc)
