@@ -25,9 +25,9 @@ child; the median of --repeat runs, and the smallest, the least disturbed by oth
 shared box) of `bucket{plan=auto}` on the graph tag-fsdp, remat and dedup-fsdp-unshard leave, and of
 `schedule{prefetch=auto}` on what bucket and split-comm-groups leave, each minus the same
 `jointfx opt` running `dce` on that graph (load, a scan, save), and of the whole auto.json run
-with verification; and the two passes' own CPU time, the `cpu s` column of `--timing` (the thread
-CPU time of the pass alone: no process start, load or save, and no difference of two noisy
-figures). With --before, an older build is timed too, run for run interleaved with
+with verification; and the two passes' own CPU time, the `cpu s` column of `--timing` (the process
+CPU time over the pass alone, all its threads: no process start, load or save, and no
+difference of two noisy figures). With --before, an older build is timed too, run for run interleaved with
 this one so both see the same load, and its outputs must be byte-identical. Results:
 <out>/planner_time.txt and planner_time.json.
 """
@@ -118,6 +118,7 @@ def time_only(args: argparse.Namespace, jfx: str) -> None:
                                          "--set", f"hardware={H100}"])}
             cpu = {b: {j: [] for j in jobs} for b in builds}
             pass_cpu = {b: {"bucket": [], "schedule": []} for b in builds}
+            pass_wall = {b: {"bucket": [], "schedule": []} for b in builds}
             outs: dict = {}
             for _ in range(args.repeat):
                 for job, (src, pipeline, extra) in jobs.items():
@@ -127,15 +128,16 @@ def time_only(args: argparse.Namespace, jfx: str) -> None:
                                        *extra])
                         cpu[b][job].append(c)
                         outs[b] = out.read_bytes()
-                        # The pass's own thread CPU time (the `cpu s` column of --timing).
-                        for m in re.finditer(r"^\s+\d+\s+(bucket|schedule)\{.*?\}\s+[0-9.]+"
+                        # The pass's own CPU time, all threads (the `cpu s` column of --timing).
+                        for m in re.finditer(r"^\s+\d+\s+(bucket|schedule)\{.*?\}\s+([0-9.]+)"
                                              r"\s+([0-9.]+)\s+[0-9.]+\s+(?:yes|no)$", text, re.M):
-                            pass_cpu[b][m.group(1)].append(float(m.group(2)))
+                            pass_wall[b][m.group(1)].append(float(m.group(2)))
+                            pass_cpu[b][m.group(1)].append(float(m.group(3)))
                     if len(builds) > 1 and outs["before"] != outs["after"]:
                         sys.exit(f"{preset} {job}: the two builds' outputs differ")
             row = {}
             for b in builds:
-                row[b] = {"raw": cpu[b], "pass_cpu_raw": pass_cpu[b]}
+                row[b] = {"raw": cpu[b], "pass_cpu_raw": pass_cpu[b], "pass_wall_raw": pass_wall[b]}
                 for stat, f in (("median", statistics.median), ("min", min)):
                     m = {j: f(v) for j, v in cpu[b].items()}
                     r = {"bucket_s": m["bucket plan=auto"] - m["load+dce (pre)"],
@@ -147,6 +149,8 @@ def time_only(args: argparse.Namespace, jfx: str) -> None:
                         r["pass_cpu_schedule_s"] = f(pass_cpu[b]["schedule"])
                         r["pass_cpu_planning_s"] = (r["pass_cpu_bucket_s"]
                                                     + r["pass_cpu_schedule_s"])
+                        r["pass_wall_planning_s"] = (f(pass_wall[b]["bucket"])
+                                                     + f(pass_wall[b]["schedule"]))
                     row[b][stat] = r
             report["shapes"][preset] = {"world": world, "limit": limit, **row}
             lines.append(f"{preset} world {world}, memory-limit {gib(limit)} GiB:")
@@ -162,7 +166,9 @@ def time_only(args: argparse.Namespace, jfx: str) -> None:
                         f"  {b:>6}: pass CPU (--timing): bucket {md['pass_cpu_bucket_s']:.3f}"
                         f" ({mn['pass_cpu_bucket_s']:.3f}) + schedule"
                         f" {md['pass_cpu_schedule_s']:.3f} ({mn['pass_cpu_schedule_s']:.3f}) ="
-                        f" {md['pass_cpu_planning_s']:.3f} ({mn['pass_cpu_planning_s']:.3f}) s")
+                        f" {md['pass_cpu_planning_s']:.3f} ({mn['pass_cpu_planning_s']:.3f}) s;"
+                        f" wall {md['pass_wall_planning_s']:.3f}"
+                        f" ({mn['pass_wall_planning_s']:.3f}) s")
     lines.append(f"load average at end {' '.join(Path('/proc/loadavg').read_text().split()[:3])}")
     report["load_average_end"] = Path("/proc/loadavg").read_text().split()[:3]
     Path(args.out).mkdir(parents=True, exist_ok=True)

@@ -79,7 +79,7 @@ struct PassRecord {
   std::string options;  // as printed: "{k=v}"
   bool changed = false;
   double seconds = 0;      // wall clock
-  double cpu_seconds = 0;  // the calling thread's CPU time: what a loaded machine leaves alone
+  double cpu_seconds = 0;  // process CPU time (all threads): what a loaded machine leaves alone
   Statistics stats;
 };
 

@@ -1,8 +1,10 @@
 #include "passes/bucket/bucket.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdio>
+#include <exception>
 #include <functional>
 #include <limits>
 #include <map>
@@ -10,6 +12,7 @@
 #include <optional>
 #include <set>
 #include <sstream>
+#include <thread>
 #include <tuple>
 #include <unordered_map>
 
@@ -727,6 +730,9 @@ constexpr OptionDecl kBucketOptions[] = {
      "x4, caps 16-256 MB)"},
     {"group", "int", "1", "plan=blocks: this many consecutive blocks per bucket, in [1, 1000000]"},
     {"hardware", "string", "", "plan=auto: the hardware profile (JSON) that times the candidates"},
+    {"threads", "int", "0",
+     "plan=auto: candidates evaluated at once, each on its own copy (0 = one per hardware "
+     "thread); the plan chosen does not depend on it; in [0, 256]"},
     {"cap-mb", "int", "0",
      "bucket size cap in MiB, 0 = none; plan=size uses 64 when unset; in [0, 1073741824]"},
     {"kinds", "list", "ag,rs,ar", "collective kinds to bucket: ag, rs, ar"},
@@ -787,6 +793,9 @@ void BucketPass::configure(PassOptions& options) {
   } else if (!hardware.empty()) {
     throw JfxError({}, "pass 'bucket': option 'hardware' is read by plan=auto only");
   }
+  opts_.threads = options.getInt("threads", 0, 0, 256);
+  if (opts_.plan != BucketOptions::Plan::Auto && options.has("threads"))
+    throw JfxError({}, "pass 'bucket': option 'threads' is read by plan=auto only");
   // Up to 1 PiB: any real bucket, and far from where cap_mb * 2^20 would overflow.
   int64_t cap_mb = options.getInt("cap-mb", opts_.plan == BucketOptions::Plan::Size ? 64 : 0, 0,
                                   int64_t{1} << 30);
@@ -870,12 +879,19 @@ bool bucketAuto(Graph& g, const BucketOptions& opts, PassContext& ctx) {
   const BucketAnalyses shared(*pristine);
   SimOptions so;
   so.memory = false;
-  size_t best = 0;
-  double best_step = std::numeric_limits<double>::infinity();
-  int64_t best_peak = 0;
-  std::set<std::string> best_excluded;
-  std::string report;
-  for (size_t i = 0; i < cands.size(); ++i) {
+  // Each candidate is evaluated on its own copy of `g` and reads only `g`, `blocks`, `shared`
+  // and the cost model, so candidates run on several threads at once; the choice below walks
+  // the outcomes in candidate order, so it is the same for any number of threads.
+  struct Outcome {
+    bool over = false;
+    double step = 0;
+    int64_t peak = 0;
+    std::set<std::string> excluded;
+    std::exception_ptr error;
+  };
+  std::vector<Outcome> outcomes(cands.size());
+  auto evaluate = [&](size_t i) {
+    Outcome& out = outcomes[i];
     PassContext quiet;
     std::unique_ptr<Graph> copy;
     int64_t peak = peak_before;
@@ -892,8 +908,8 @@ bool bucketAuto(Graph& g, const BucketOptions& opts, PassContext& ctx) {
     }
     if (!copy) copy = cloneGraph(g), peak = peak_before, settled = {};
     if (bound > 0 && peak > bound) {  // cannot happen (bucketFixed keeps the bound); be safe
-      report += "; " + cands[i].name + ": over the bound";
-      continue;
+      out.over = true;
+      return;
     }
     // The copy is scored as the default pipeline goes on: split-comm-groups, then
     // schedule{prefetch=1} under the same bound (schedule{prefetch=auto} tunes the distance later).
@@ -907,13 +923,47 @@ bool bucketAuto(Graph& g, const BucketOptions& opts, PassContext& ctx) {
                           settled.memory ? &*settled.memory : nullptr);
     else
       scheduleCollectives(*copy, sched, quiet);
-    const double step = simulate(*copy, *opts.cost, so).step;
+    out.step = simulate(*copy, *opts.cost, so).step;
+    out.peak = peak;
+    out.excluded = std::move(excluded);
+  };
+  const size_t hw = std::max(1u, std::thread::hardware_concurrency());
+  const size_t n_threads =
+      std::min(cands.size(), opts.threads > 0 ? static_cast<size_t>(opts.threads) : hw);
+  std::atomic<size_t> next{0};
+  auto worker = [&] {
+    for (size_t i; (i = next.fetch_add(1)) < cands.size();) {
+      try {
+        evaluate(i);
+      } catch (...) {
+        outcomes[i].error = std::current_exception();
+      }
+    }
+  };
+  {
+    std::vector<std::jthread> pool;
+    for (size_t t = 1; t < n_threads; ++t)
+      pool.emplace_back(worker);
+    worker();
+  }  // joined
+  size_t best = 0;
+  double best_step = std::numeric_limits<double>::infinity();
+  int64_t best_peak = 0;
+  std::set<std::string> best_excluded;
+  std::string report;
+  for (size_t i = 0; i < cands.size(); ++i) {
+    Outcome& out = outcomes[i];
+    if (out.error) std::rethrow_exception(out.error);
+    if (out.over) {
+      report += "; " + cands[i].name + ": over the bound";
+      continue;
+    }
     char buf[64];
-    std::snprintf(buf, sizeof buf, "%.1f", step * 1e6);
+    std::snprintf(buf, sizeof buf, "%.1f", out.step * 1e6);
     report += (report.empty() ? "" : ", ") + cands[i].name + " " + buf + " us";
-    if (step < best_step) {
-      best = i, best_step = step, best_peak = peak;
-      best_excluded = std::move(excluded);
+    if (out.step < best_step) {
+      best = i, best_step = out.step, best_peak = out.peak;
+      best_excluded = std::move(out.excluded);
     }
   }
   ctx.stat("auto-candidates", static_cast<int64_t>(cands.size()));

@@ -83,6 +83,9 @@ struct BucketOptions {
   int64_t memory_limit = 0;
   // plan=auto: the cost model candidates are timed with (required there).
   std::shared_ptr<const CostModel> cost;
+  // plan=auto: threads that evaluate candidates at once (each on its own copy of the graph);
+  // 0 = one per hardware thread, at most one per candidate. The choice does not depend on it.
+  int64_t threads = 0;
 };
 
 // One candidate of plan=auto: a fixed plan and how remarks name it ("blocks", "blocks x2",
