@@ -29,8 +29,6 @@ from jointfx.export import (
     _import_meta,
     _json_bytes,
     _parse_dtype,
-    _parse_layout,
-    _parse_memory_format,
     arg_from_json,
     export_graph,
     export_text,
@@ -360,14 +358,9 @@ LINT_EDITS = os.environ.get("JOINTFX_LINT_EDITS", "") not in ("", "0")
 
 
 def _decode_arg(kind: str, text: str) -> Any:
-    """An EditScript argument of a torch type (cached per script by the extension)."""
-    if kind == "dtype":
-        return _parse_dtype(text)
-    if kind == "device":
-        return torch.device(text)
-    if kind == "layout":
-        return _parse_layout(text)
-    return _parse_memory_format(text)
+    """An EditScript argument of a torch type (cached per script by the extension): `kind` is
+    dtype, device, layout or memory_format, decoded as the JSON form {kind: text} is."""
+    return arg_from_json({kind: text}, {}, "?")
 
 
 def _keep_opaque(new: Any, old: Any) -> Any:
