@@ -794,7 +794,7 @@ void BucketPass::configure(PassOptions& options) {
     throw JfxError({}, "pass 'bucket': option 'hardware' is read by plan=auto only");
   }
   opts_.threads = options.getInt("threads", 0, 0, 256);
-  if (opts_.plan != BucketOptions::Plan::Auto && options.has("threads"))
+  if (opts_.plan != BucketOptions::Plan::Auto && opts_.threads != 0)
     throw JfxError({}, "pass 'bucket': option 'threads' is read by plan=auto only");
   // Up to 1 PiB: any real bucket, and far from where cap_mb * 2^20 would overflow.
   int64_t cap_mb = options.getInt("cap-mb", opts_.plan == BucketOptions::Plan::Size ? 64 : 0, 0,
