@@ -128,7 +128,7 @@ def _run_pipeline(gm: fx.GraphModule, pipeline: str, *, verify: bool,
     ran_at = time.perf_counter()
     report = script.report
     finish_report(report, exported.header, pipeline, strict=strict)
-    report["edits"] = apply_script(gm, exported.node_meta, script, lint=not verify or LINT_EDITS)
+    report["edits"] = apply_script(gm, exported.node_meta, script, lint=not verify or _lint_edits())
     # Where an in-process call spends its time (wall seconds): exporting the FX graph, the C++
     # call (reading the document, the pipeline of total_seconds, building the edit script) and
     # applying the edits to the FX graph.
@@ -354,7 +354,8 @@ def apply_edits(gm: fx.GraphModule, exported_meta: Callable[[fx.Node], Mapping[s
 
 # graph.lint() after applying an edit script, also when the C++ verifier checked the pipeline's
 # output (run_pipeline(verify=True), where it is skipped by default: see apply_script).
-LINT_EDITS = os.environ.get("JOINTFX_LINT_EDITS", "") not in ("", "0")
+def _lint_edits() -> bool:
+    return os.environ.get("JOINTFX_LINT_EDITS", "") not in ("", "0")
 
 
 def _decode_arg(kind: str, text: str) -> Any:

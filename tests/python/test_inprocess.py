@@ -66,6 +66,25 @@ def test_report_splits_the_call_into_export_cxx_and_apply() -> None:
     assert all(p["cpu_seconds"] >= 0 for p in report["passes"])
 
 
+def test_lint_runs_without_verify_or_when_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The C++ verifier checks the graph an edit script reproduces, so FX's lint runs only with
+    verify=False, or with JOINTFX_LINT_EDITS=1 (read at each call)."""
+    calls: list[int] = []
+    lint = torch.fx.Graph.lint
+    monkeypatch.setattr(torch.fx.Graph, "lint", lambda self: calls.append(1) or lint(self))
+
+    def lints(**kwargs: object) -> int:
+        gm = import_graph(load_graph(FIXTURES[0]))
+        calls.clear()
+        run_pipeline(gm, "dce", **kwargs)
+        return len(calls)
+
+    assert lints() == 0
+    assert lints(verify=False) == 1
+    monkeypatch.setenv("JOINTFX_LINT_EDITS", "1")
+    assert lints() == 1
+
+
 def test_graph_pass_has_graph_trainer_signature() -> None:
     doc = load_graph(FIXTURES[0])
     gm = import_graph(doc)
