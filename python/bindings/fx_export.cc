@@ -185,23 +185,28 @@ class Writer {
   void memoArg(PyObject* v, PyObject* node_name) {
     const int memoizable = PyObject_IsInstance(v, h_.memo_types);
     if (memoizable < 0) raise();
-    if (memoizable) {
-      PyObject* hit = PyDict_GetItemWithError(h_.memo, v);
-      if (hit != nullptr) {
-        char* s;
-        Py_ssize_t len;
-        if (PyBytes_AsStringAndSize(hit, &s, &len) != 0) raise();
-        out_.append(s, static_cast<size_t>(len));
-        return;
-      }
-      if (PyErr_Occurred()) raise();
-      const size_t start = out_.size();
+    if (memoizable)
+      cached(h_.memo, v, [&] { data(fallbackArg(v, node_name).ptr()); });
+    else
       data(fallbackArg(v, node_name).ptr());
-      py::bytes text(out_.data() + start, out_.size() - start);
-      if (PyDict_SetItem(h_.memo, v, text.ptr()) != 0) raise();
+  }
+
+  // Appends the JSON text `cache` holds for `key`; the first time, `write` appends it and the
+  // text is remembered.
+  template <typename Write>
+  void cached(PyObject* cache, PyObject* key, Write&& write) {
+    if (PyObject* hit = PyDict_GetItemWithError(cache, key)) {
+      char* s;
+      Py_ssize_t len;
+      if (PyBytes_AsStringAndSize(hit, &s, &len) != 0) raise();
+      out_.append(s, static_cast<size_t>(len));
       return;
     }
-    data(fallbackArg(v, node_name).ptr());
+    if (PyErr_Occurred()) raise();
+    const size_t start = out_.size();
+    write();
+    py::bytes text(out_.data() + start, out_.size() - start);
+    if (PyDict_SetItem(cache, key, text.ptr()) != 0) raise();
   }
 
   py::object fallbackArg(PyObject* v, PyObject* node_name) {
@@ -299,21 +304,11 @@ class Writer {
 
   // The JSON string of a device (str(device)) or dtype (`name_fn(dtype)`), once per object.
   void memoString(PyObject* v, PyObject* name_fn) {
-    PyObject* hit = PyDict_GetItemWithError(h_.names, v);
-    if (hit == nullptr) {
-      if (PyErr_Occurred()) raise();
+    cached(h_.names, v, [&] {
       py::object s = name_fn != nullptr ? call(name_fn, v)
                                         : py::reinterpret_steal<py::object>(check(PyObject_Str(v)));
-      const size_t start = out_.size();
       string(s.ptr());
-      py::bytes text(out_.data() + start, out_.size() - start);
-      if (PyDict_SetItem(h_.names, v, text.ptr()) != 0) raise();
-      return;
-    }
-    char* s;
-    Py_ssize_t len;
-    if (PyBytes_AsStringAndSize(hit, &s, &len) != 0) raise();
-    out_.append(s, static_cast<size_t>(len));
+    });
   }
 
   void ints(PyObject* seq) {
