@@ -1137,11 +1137,14 @@ class JsonWriter {
 // proportional to one node, not to the file. The header is small and read at the end.
 class JsonReader : public TreeBuilder {
  public:
-  JsonReader(std::string_view text, const std::string& filename, Tokenizer tokenizer)
+  // `into`: a graph whose nodes were built already (readJsonInto); the document's nodes are
+  // appended to it and its header applies to all of them.
+  JsonReader(std::string_view text, const std::string& filename, Tokenizer tokenizer,
+             std::unique_ptr<Graph> into = nullptr)
       : TreeBuilder(tokenizer, /*restartable=*/false),
         text_(text),
         filename_(filename),
-        g_(std::make_unique<Graph>()) {}
+        g_(into ? std::move(into) : std::make_unique<Graph>()) {}
 
   std::unique_ptr<Graph> read() {
     // Node names are hashed once per definition and once per use: size the table up front.
@@ -2071,6 +2074,13 @@ bool fastJsonTokenizerAccepts(std::string_view text) {
   } catch (const JfxError&) {
     return false;  // the builder's own limits (nesting, size)
   }
+}
+
+std::unique_ptr<Graph> readJsonInto(std::string_view text, const std::string& filename,
+                                    std::unique_ptr<Graph> g) {
+  // nlohmann's tokenizer reads every document alone; the fast one may hand a document back to be
+  // read again, which would need the graph as it was.
+  return JsonReader(text, filename, Tokenizer::Nlohmann, std::move(g)).read();
 }
 
 std::unique_ptr<Graph> readJsonGraphWithNlohmann(std::string_view text,

@@ -16,6 +16,11 @@ std::unique_ptr<Graph> readJsonGraph(std::string_view text, const std::string& f
 // hands anything else to nlohmann): for tests that check both read every document alike.
 std::unique_ptr<Graph> readJsonGraphWithNlohmann(std::string_view text,
                                                  const std::string& filename);
+// readJsonGraph with `g`'s nodes ahead of the document's: the nodes are appended to `g` and the
+// header applies to the whole graph. For callers that build most nodes another way (the in-process
+// bridge builds them from torch.fx objects) and hand the rest, and the header, over as JSON.
+std::unique_ptr<Graph> readJsonInto(std::string_view text, const std::string& filename,
+                                    std::unique_ptr<Graph> g);
 // Whether readJsonGraph's own tokenizer reads `text` as JSON by itself (for tests).
 bool fastJsonTokenizerAccepts(std::string_view text);
 // Canonical JSON: header keys in a fixed order, one node per line, sorted object keys.

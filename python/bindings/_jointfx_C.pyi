@@ -17,6 +17,19 @@ def export_nodes(nodes: Sequence[Any], phases: Sequence[str | None], include_sta
     (UTF-8); `hooks` (jointfx.export._native_hooks) holds the Python definitions it calls back
     into for values it does not write itself."""
 
+class FxGraph:
+    """A graph built by graph_from_fx; an EditScript takes it over."""
+    direct: int  # nodes built from the FX objects
+    via_json: int  # nodes read as JSON (the output node, extra meta, opaque values, ...)
+    def json(self) -> bytes:
+        """The canonical JSON document (writeJsonGraph), for tests."""
+
+def graph_from_fx(nodes: Sequence[Any], phases: Sequence[str | None], include_stack_trace: bool,
+                  hooks: dict[str, Any], head: bytes) -> FxGraph:
+    """The graph the C++ reader makes of export_text's document, built from the torch.fx
+    `nodes` directly (`head`: the document without its nodes, JSON). Raises where the reader
+    would reject the document."""
+
 def run_pipeline_edits(doc: str | bytes, pipeline: str, verify: bool = True, timing: bool = False
                        ) -> tuple[list[Any], list[str], dict[str, Any], dict[str, Any]]:
     """Runs `pipeline` on `doc`; returns the JSON edit script (the reference form: entries
@@ -29,7 +42,7 @@ class EditScript:
     slot (an input node's index in `doc`, n_input + k for the k-th new node); see
     docs/pytorch-bridge.md "In place"."""
 
-    def __init__(self, doc: str | bytes, pipeline: str, verify: bool = True,
+    def __init__(self, doc: str | bytes | FxGraph, pipeline: str, verify: bool = True,
                  timing: bool = False) -> None: ...
     @property
     def ops(self) -> list[tuple[Any, ...]]:

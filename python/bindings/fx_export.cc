@@ -1,19 +1,28 @@
-// export_nodes: the "nodes" array of the JSON v1 document, written straight from torch.fx nodes.
+// export_nodes and graph_from_fx: torch.fx nodes as the JSON v1 "nodes" array, or straight to the
+// jfx::Graph that reading that JSON would give.
 //
-// jointfx.export._node_to_json is the definition of how an FX node becomes JSON; this is the same
-// mapping for the values traced graphs are made of (nodes, ints, strings, FakeTensor values with
-// concrete sizes, plain-data meta), done without building Python dicts and serializing them: on a
-// 10K-node graph that Python work was most of an in-process pipeline's cost. Anything else (a
-// SymInt, an Opaque, a namedtuple, an enum, the output node) goes through the Python function for
-// that value, so both give the same document; tests/python/test_fx_export.py compares them on
-// every traced fixture and on freshly traced models of each family.
+// jointfx.export._node_to_json is the definition of how an FX node becomes JSON; export_nodes is
+// the same mapping for the values traced graphs are made of (nodes, ints, strings, FakeTensor
+// values with concrete sizes, plain-data meta), done without building Python dicts and
+// serializing them: on a 10K-node graph that Python work was most of an in-process pipeline's
+// cost. Anything else (a SymInt, an Opaque, a namedtuple, an enum, the output node) goes through
+// the Python function for that value, so both give the same document;
+// tests/python/test_fx_export.py compares them on every traced fixture and on freshly traced
+// models of each family. graph_from_fx skips the text as well (GraphBuilder below).
 #include "python/bindings/fx_export.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <vector>
+
+#include "ir/error.h"
+#include "ir/json_format.h"
 
 namespace py = pybind11;
 
@@ -22,19 +31,20 @@ namespace {
 
 // What the exporter needs from jointfx.export, looked up once per call.
 struct Hooks {
-  PyObject* node_type;     // torch.fx.Node
-  PyObject* list_type;     // torch.fx.immutable_collections.immutable_list
-  PyObject* tensor_type;   // torch.Tensor
-  PyObject* dropped;       // frozenset of meta keys never written
-  PyObject* memo;          // dict: dtype/device/layout/memory_format argument -> JSON bytes
-  PyObject* names;         // dict: a value's device or dtype -> its JSON string, as bytes
-  PyObject* memo_types;    // tuple of the types memo may hold
-  PyObject* target_name;   // (node) -> str
-  PyObject* arg_to_json;   // (value, node name) -> JSON data
-  PyObject* val_to_json;   // (val) -> (ok, JSON data)
-  PyObject* enum_int;      // (value) -> int | None
-  PyObject* node_to_json;  // (node, phase, include_stack_trace) -> dict
-  PyObject* dtype_name;    // (dtype) -> str
+  PyObject* node_type;         // torch.fx.Node
+  PyObject* list_type;         // torch.fx.immutable_collections.immutable_list
+  PyObject* tensor_type;       // torch.Tensor
+  PyObject* dropped;           // frozenset of meta keys never written
+  PyObject* memo;              // dict: dtype/device/layout/memory_format argument -> JSON bytes
+  PyObject* names;             // dict: a value's device or dtype -> its JSON string, as bytes
+  PyObject* memo_types;        // tuple of the types memo may hold
+  PyObject* target_name;       // (node) -> str
+  PyObject* arg_to_json;       // (value, node name) -> JSON data
+  PyObject* val_to_json;       // (val) -> (ok, JSON data)
+  PyObject* enum_int;          // (value) -> int | None
+  PyObject* node_to_json;      // (node, phase, include_stack_trace) -> dict
+  PyObject* dtype_name;        // (dtype) -> str
+  PyObject* fake_tensor_type;  // torch._subclasses.fake_tensor.FakeTensor
 };
 
 // A Python call failed: the error is already set; unwind to the caller as a Python exception.
@@ -46,6 +56,29 @@ PyObject* check(PyObject* p) {
   if (p == nullptr) raise();
   return p;
 }
+
+py::object attr(PyObject* o, const py::object& name) {
+  return py::reinterpret_steal<py::object>(check(PyObject_GetAttr(o, name.ptr())));
+}
+
+template <typename... A>
+py::object call(PyObject* fn, A*... a) {
+  return py::reinterpret_steal<py::object>(check(PyObject_CallFunctionObjArgs(fn, a..., nullptr)));
+}
+
+// Attribute names, interned once per call. _args and _kwargs are torch.fx.Node's own slots
+// (what its args/kwargs properties return), read without the property call.
+struct AttrNames {
+  py::object op = intern("op"), name = intern("name"), args = intern("_args"),
+             kwargs = intern("_kwargs"), meta = intern("meta"), target = intern("target"),
+             symbolic = intern("_has_symbolic_sizes_strides"), device = intern("device"),
+             dtype = intern("dtype"), shape = intern("shape"), stride = intern("stride"),
+             phase = intern("phase"), fake_mode = intern("fake_mode"),
+             in_kernel = intern("in_kernel_invocation"), fake_device = intern("_fake_device");
+  static py::object intern(const char* s) {
+    return py::reinterpret_steal<py::object>(check(PyUnicode_InternFromString(s)));
+  }
+};
 
 class Writer {
  public:
@@ -95,27 +128,7 @@ class Writer {
   }
 
  private:
-  static py::object attr(PyObject* o, const py::object& name) {
-    return py::reinterpret_steal<py::object>(check(PyObject_GetAttr(o, name.ptr())));
-  }
-
-  // Attribute names, interned once per call. _args and _kwargs are torch.fx.Node's own slots
-  // (what its args/kwargs properties return), read without the property call.
-  struct Names {
-    py::object op = intern("op"), name = intern("name"), args = intern("_args"),
-               kwargs = intern("_kwargs"), meta = intern("meta"), target = intern("target"),
-               symbolic = intern("_has_symbolic_sizes_strides"), device = intern("device"),
-               dtype = intern("dtype"), shape = intern("shape"), stride = intern("stride");
-    static py::object intern(const char* s) {
-      return py::reinterpret_steal<py::object>(check(PyUnicode_InternFromString(s)));
-    }
-  } n_;
-
-  template <typename... A>
-  static py::object call(PyObject* fn, A*... a) {
-    return py::reinterpret_steal<py::object>(
-        check(PyObject_CallFunctionObjArgs(fn, a..., nullptr)));
-  }
+  const AttrNames n_;
 
   void target(PyObject* node, PyObject* op) {
     // Memoized per call_function target object: a graph has a few dozen distinct ones. Keyed by
@@ -458,16 +471,11 @@ class Writer {
   std::unordered_map<PyObject*, std::string> targets_;  // target object -> its JSON string
 };
 
+Hooks hooksFrom(const py::dict& hooks);
+
 py::bytes exportNodes(py::sequence nodes, py::sequence phases, bool include_stack_trace,
                       py::dict hooks) {
-  auto get = [&](const char* k) { return py::object(hooks[k]).ptr(); };
-  // Borrowed: `hooks` keeps every object alive for the call.
-  const Hooks h{get("node_type"),   get("list_type"),   get("tensor_type"), get("dropped"),
-                get("memo"),        get("names"),       get("memo_types"),  get("target_name"),
-                get("arg_to_json"), get("val_to_json"), get("enum_int"),    get("node_to_json"),
-                get("dtype_name")};
-  if (!PyDict_Check(h.memo) || !PyDict_Check(h.names) || !PyAnySet_Check(h.dropped))
-    throw py::type_error("export_nodes: hooks 'memo' and 'names' must be dicts, 'dropped' a set");
+  const Hooks h = hooksFrom(hooks);
   const size_t n = py::len(nodes);
   if (py::len(phases) != n) throw py::value_error("export_nodes: one phase per node");
   Writer w(h, include_stack_trace);
@@ -482,9 +490,532 @@ py::bytes exportNodes(py::sequence nodes, py::sequence phases, bool include_stac
   return py::bytes(w.text());
 }
 
+// Builds the jfx::Graph that readJsonGraph makes of export_text's document, straight from the
+// fx.Node objects, for the values traced graphs are made of: node references, None, bool, int,
+// str, float, lists and tuples of them, dtype/device/layout/memory_format arguments; a tensor,
+// None, bool or int val; phase, recompute, seq_nr, ac_graph_id, stack_trace and a custom meta
+// that is only the module FQN. A node with anything else (the output node, extra meta, an opaque
+// argument, a symbolic shape) is written by the Writer and read by the JSON reader, node by node,
+// so the reader stays the one definition of what the JSON means; tests compare the two graphs
+// on every traced fixture. What the reader rejects raises its JfxError: the caller exports the
+// text instead, whose reading reports the problem where it is.
+// fx.Node object -> the node built for it: open addressing over the object's address, as the
+// nodes outlive the build (the caller's list holds them). About twice as fast as
+// std::unordered_map here, which allocates an entry per node.
+class BuiltNodes {
+ public:
+  explicit BuiltNodes(size_t n) {
+    size_t cap = 16;
+    while (cap < 2 * n)
+      cap *= 2;
+    slots_.resize(cap);
+  }
+  void add(PyObject* key, jfx::Node* n) {
+    if (2 * (count_ + 1) > slots_.size()) grow();
+    place(key, n);
+  }
+  jfx::Node* find(PyObject* key) const {
+    for (size_t i = start(key);; i = (i + 1) & (slots_.size() - 1)) {
+      if (slots_[i].key == key) return slots_[i].node;
+      if (slots_[i].key == nullptr) return nullptr;
+    }
+  }
+
+ private:
+  struct Slot {
+    PyObject* key = nullptr;
+    jfx::Node* node = nullptr;
+  };
+  size_t start(PyObject* key) const {
+    const auto h = reinterpret_cast<uintptr_t>(key) * 0x9E3779B97F4A7C15ull;
+    return static_cast<size_t>(h >> 20) & (slots_.size() - 1);
+  }
+  void place(PyObject* key, jfx::Node* n) {
+    size_t i = start(key);
+    while (slots_[i].key != nullptr && slots_[i].key != key)
+      i = (i + 1) & (slots_.size() - 1);
+    if (slots_[i].key == nullptr) ++count_;
+    slots_[i] = {key, n};
+  }
+  void grow() {
+    std::vector<Slot> old(slots_.size() * 2);
+    old.swap(slots_);
+    count_ = 0;
+    for (const Slot& s : old)
+      if (s.key != nullptr) place(s.key, s.node);
+  }
+  std::vector<Slot> slots_;
+  size_t count_ = 0;
+};
+
+class GraphBuilder {
+ public:
+  GraphBuilder(const Hooks& h, bool include_stack_trace, size_t nodes)
+      : h_(h), stack_(include_stack_trace), g_(std::make_unique<jfx::Graph>()), built_(nodes) {
+    g_->reserve(nodes);
+  }
+
+  // `phase` nullptr: the node's own meta["phase"] (export_graph's rule 1), which every
+  // call_function and get_attr node must have, else NeedPhases.
+  void node(PyObject* node, PyObject* phase) {
+    py::object op = attr(node, n_.op), meta = attr(node, n_.meta), own;
+    if (phase == nullptr) {
+      own = metaPhase(op.ptr(), meta.ptr());
+      phase = own.ptr();
+    }
+    if (!direct(node, op.ptr(), meta.ptr(), phase)) viaJson(node, phase);
+  }
+
+  struct NeedPhases {};
+
+  std::unique_ptr<jfx::Graph> finish(std::string_view head_text) {
+    // The header, with no nodes, applied to the nodes built.
+    g_ = jfx::readJsonInto(head_text, kFile, std::move(g_));
+    return std::move(g_);
+  }
+
+  size_t direct_count = 0, json_count = 0;
+
+ private:
+  static inline const std::string kFile = "<python>";
+
+  const AttrNames n_;
+
+  static std::string_view utf8(PyObject* s) {
+    Py_ssize_t len;
+    const char* c = PyUnicode_AsUTF8AndSize(s, &len);
+    if (c == nullptr) raise();
+    return {c, static_cast<size_t>(len)};
+  }
+
+  py::object metaPhase(PyObject* op, PyObject* meta) {
+    if (!PyUnicode_Check(op) || (PyUnicode_CompareWithASCIIString(op, "call_function") != 0 &&
+                                 PyUnicode_CompareWithASCIIString(op, "get_attr") != 0))
+      return py::none();
+    PyObject* p = PyDict_Check(meta) ? PyDict_GetItemWithError(meta, n_.phase.ptr()) : nullptr;
+    if (p == nullptr && PyErr_Occurred()) raise();
+    if (p == nullptr || !PyUnicode_Check(p)) throw NeedPhases{};
+    const std::optional<jfx::Phase> known = jfx::phaseFromName(utf8(p));
+    if (!known || *known == jfx::Phase::Unknown) throw NeedPhases{};
+    return py::reinterpret_borrow<py::object>(p);
+  }
+
+  // A node the reader's way: the Writer's JSON of it, read into the graph.
+  void viaJson(PyObject* node, PyObject* phase) {
+    Writer w(h_, stack_);
+    w.text() = R"({"format":"jointfx.graph","version":1,"nodes":[)";
+    w.node(node, phase);
+    w.text() += "]}";
+    g_ = jfx::readJsonInto(w.text(), kFile, std::move(g_));
+    remember(node, g_->nodeById(g_->maxId() - 1));
+    ++json_count;
+  }
+
+  void remember(PyObject* node, jfx::Node* n) { built_.add(node, n); }
+
+  // false: the node needs the JSON path (nothing was added to the graph).
+  bool direct(PyObject* node, PyObject* op_obj, PyObject* meta_in, PyObject* phase) {
+    if (!PyUnicode_Check(op_obj)) return false;
+    const std::string_view op_name = utf8(op_obj);
+    jfx::OpKind op;
+    if (op_name == "call_function")
+      op = jfx::OpKind::CallFunction;
+    else if (op_name == "placeholder")
+      op = jfx::OpKind::Placeholder;
+    else if (op_name == "get_attr")
+      op = jfx::OpKind::GetAttr;
+    else if (op_name == "output")
+      op = jfx::OpKind::Output;
+    else
+      return false;  // an op the format does not have: the exporter says so
+
+    py::object name_obj = attr(node, n_.name);
+    if (!PyUnicode_Check(name_obj.ptr())) return false;
+    const std::string_view name = utf8(name_obj.ptr());
+    if (name.empty()) return false;
+
+    std::vector<jfx::Arg> args;
+    py::object args_obj = attr(node, n_.args);
+    if (!PyTuple_Check(args_obj.ptr())) return false;
+    const Py_ssize_t n_args = PyTuple_GET_SIZE(args_obj.ptr());
+    args.reserve(static_cast<size_t>(n_args));
+    for (Py_ssize_t i = 0; i < n_args; ++i) {
+      std::optional<jfx::Arg> a = arg(PyTuple_GET_ITEM(args_obj.ptr(), i), name_obj.ptr());
+      if (!a) return false;
+      args.push_back(std::move(*a));
+    }
+    if (op == jfx::OpKind::Output && !args.empty() && args[0].kind() != jfx::Arg::Kind::List) {
+      // FX allows a tuple or a single value; the format's output has one list argument.
+      args[0] = args[0].kind() == jfx::Arg::Kind::Tuple
+                    ? jfx::Arg::ofList(std::move(args[0].items()))
+                    : jfx::Arg::ofList({std::move(args[0])});
+    }
+    jfx::Kwargs kwargs;
+    py::object kwargs_obj = attr(node, n_.kwargs);
+    if (!PyDict_Check(kwargs_obj.ptr())) return false;
+    PyObject *key, *value;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(kwargs_obj.ptr(), &pos, &key, &value)) {
+      if (!PyUnicode_Check(key)) return false;
+      std::optional<jfx::Arg> a = arg(value, name_obj.ptr());
+      if (!a) return false;
+      kwargs.emplace_back(jfx::Symbol::intern(utf8(key)), std::move(*a));
+    }
+    // The IR keeps kwargs sorted by key, as the reader and the printers do.
+    std::sort(kwargs.begin(), kwargs.end(),
+              [](const auto& a, const auto& b) { return a.first.str() < b.first.str(); });
+    if ((op == jfx::OpKind::Placeholder || op == jfx::OpKind::GetAttr) &&
+        (!args.empty() || !kwargs.empty()))
+      return false;
+
+    jfx::NodeMeta meta;
+    jfx::ValueMeta val;
+    PyObject* meta_obj = meta_in;
+    if (!this->meta(meta_obj, phase, meta, val)) return false;
+
+    std::optional<jfx::Symbol> target = this->target(node, op);
+    if (!target) return false;
+
+    jfx::Node* n = g_->create(op, *target, std::move(args), std::move(kwargs), name);
+    // create() renames a taken name; the reader rejects it, and so does the caller's fallback.
+    if (n->name() != name)
+      throw jfx::JfxError({}, "duplicate node name '" + std::string(name) + "'");
+    n->meta() = std::move(meta);
+    n->val() = std::move(val);
+    remember(node, n);
+    ++direct_count;
+    return true;
+  }
+
+  std::optional<jfx::Symbol> target(PyObject* node, jfx::OpKind op) {
+    py::object t = attr(node, n_.target);
+    if (op == jfx::OpKind::CallFunction) {
+      // Memoized per target object, as the Writer does (each node holds its target).
+      auto it = targets_.find(t.ptr());
+      if (it != targets_.end()) return it->second;
+    }
+    py::object s = call(h_.target_name, node);
+    if (!PyUnicode_Check(s.ptr())) return std::nullopt;
+    const std::string_view text = utf8(s.ptr());
+    if (op == jfx::OpKind::CallFunction && text.empty()) return std::nullopt;
+    if (op == jfx::OpKind::Output && text != "output") return std::nullopt;
+    const jfx::Symbol sym = jfx::Symbol::intern(text);
+    if (op == jfx::OpKind::CallFunction) targets_.emplace(t.ptr(), sym);
+    return sym;
+  }
+
+  static std::optional<int64_t> int64(PyObject* v) {
+    int overflow = 0;
+    const long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+    if (x == -1 && PyErr_Occurred()) raise();
+    if (overflow != 0) return std::nullopt;
+    return x;
+  }
+
+  std::optional<jfx::Arg> arg(PyObject* v, PyObject* node_name) {
+    PyTypeObject* type = Py_TYPE(v);
+    if (reinterpret_cast<PyObject*>(type) == h_.node_type) {
+      jfx::Node* n = built_.find(v);
+      if (n == nullptr) return std::nullopt;  // not defined yet: the reader says where
+      return jfx::Arg::ofNode(n);
+    }
+    if (v == Py_None) return jfx::Arg::none();
+    if (type == &PyBool_Type) return jfx::Arg::ofBool(v == Py_True);
+    if (type == &PyLong_Type) {
+      std::optional<int64_t> i = int64(v);
+      if (!i) return std::nullopt;
+      return jfx::Arg::ofInt(*i);
+    }
+    if (type == &PyUnicode_Type) return jfx::Arg::ofStr(utf8(v));
+    if (type == &PyFloat_Type) {
+      const double x = PyFloat_AS_DOUBLE(v);
+      // The JSON has "nan" for any NaN, which reads back as the quiet NaN.
+      return jfx::Arg::ofFloat(std::isnan(x) ? std::numeric_limits<double>::quiet_NaN() : x);
+    }
+    const bool list = type == &PyList_Type || reinterpret_cast<PyObject*>(type) == h_.list_type;
+    if (list || type == &PyTuple_Type) {
+      const Py_ssize_t n = list ? PyList_GET_SIZE(v) : PyTuple_GET_SIZE(v);
+      std::vector<jfx::Arg> items;
+      items.reserve(static_cast<size_t>(n));
+      for (Py_ssize_t i = 0; i < n; ++i) {
+        std::optional<jfx::Arg> a =
+            arg(list ? PyList_GET_ITEM(v, i) : PyTuple_GET_ITEM(v, i), node_name);
+        if (!a) return std::nullopt;
+        items.push_back(std::move(*a));
+      }
+      return list ? jfx::Arg::ofList(std::move(items)) : jfx::Arg::ofTuple(std::move(items));
+    }
+    return memoArg(v, node_name);
+  }
+
+  // dtype, device, layout and memory_format arguments: arg_to_json's {"dtype": name} (and the
+  // like) once per distinct object, held by `memo_` (a dict, so equal objects share an entry and
+  // none is freed while its entry is used).
+  std::optional<jfx::Arg> memoArg(PyObject* v, PyObject* node_name) {
+    const int memoizable = PyObject_IsInstance(v, h_.memo_types);
+    if (memoizable < 0) raise();
+    if (!memoizable) return std::nullopt;
+    if (PyObject* hit = PyDict_GetItemWithError(memo_.ptr(), v)) {
+      const Py_ssize_t k = PyLong_AsSsize_t(hit);
+      return k < 0 ? std::nullopt : std::optional<jfx::Arg>(memo_args_[static_cast<size_t>(k)]);
+    }
+    if (PyErr_Occurred()) raise();
+    std::optional<jfx::Arg> a;
+    py::object d = call(h_.arg_to_json, v, node_name);
+    if (PyDict_Check(d.ptr()) && PyDict_GET_SIZE(d.ptr()) == 1) {
+      PyObject *key, *value;
+      Py_ssize_t pos = 0;
+      PyDict_Next(d.ptr(), &pos, &key, &value);
+      if (PyUnicode_Check(key) && PyUnicode_Check(value)) {
+        const std::string_view k = utf8(key), s = utf8(value);
+        if (k == "dtype") {
+          if (auto t = jfx::dtypeFromName(s)) a = jfx::Arg::ofDtype(*t);
+        } else if (k == "device") {
+          a = jfx::Arg::ofDevice(s);
+        } else if (k == "layout") {
+          a = jfx::Arg::ofLayout(s);
+        } else if (k == "memory_format") {
+          a = jfx::Arg::ofMemoryFormat(s);
+        }
+      }
+    }
+    py::int_ index(a ? static_cast<Py_ssize_t>(memo_args_.size()) : -1);
+    if (a) memo_args_.push_back(*a);
+    if (PyDict_SetItem(memo_.ptr(), v, index.ptr()) != 0) raise();
+    return a;
+  }
+
+  // false: a meta the JSON path must read (extra keys, a val that is not a plain tensor or
+  // scalar, a value the reader would reject).
+  bool meta(PyObject* meta, PyObject* phase, jfx::NodeMeta& m, jfx::ValueMeta& val) {
+    if (!PyDict_Check(meta)) return false;
+    PyObject *k, *v;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(meta, &pos, &k, &v)) {
+      if (!PyUnicode_Check(k)) continue;  // the Writer drops it
+      const int dropped = PySet_Contains(h_.dropped, k);
+      if (dropped < 0) raise();
+      if (dropped) continue;
+      const std::string_view key = utf8(k);
+      if (key == "phase") continue;  // the phase comes from `phase`
+      if (key == "val") {
+        if (!this->val(v, val)) return false;
+      } else if (key == "recompute") {
+        py::object r = Py_TYPE(v) == &PyLong_Type ? py::reinterpret_borrow<py::object>(v)
+                                                  : call(h_.enum_int, v);
+        if (r.ptr() == Py_None) continue;
+        if (Py_TYPE(r.ptr()) != &PyLong_Type) return false;
+        std::optional<int64_t> i = int64(r.ptr());
+        if (!i || *i < 0 || *i > 3) return false;
+        m.recompute = static_cast<jfx::Recompute>(*i);
+      } else if (key == "ac_graph_id" || key == "seq_nr") {
+        if (!PyLong_Check(v) || PyBool_Check(v)) continue;  // the Writer drops it
+        std::optional<int64_t> i = int64(v);
+        if (!i) return false;
+        (key == "seq_nr" ? m.seq_nr : m.ac_graph_id) = *i;
+      } else if (key == "stack_trace") {
+        if (stack_ && PyUnicode_Check(v)) m.stack_trace = utf8(v);
+      } else if (key == "custom") {
+        if (!PyDict_Check(v) || PyDict_GET_SIZE(v) == 0) continue;  // the Writer drops it
+        // Only a custom meta that is the module FQN alone maps to a typed field by itself.
+        PyObject* fqn = PyDict_GetItemString(v, "module_fqn");
+        if (PyDict_GET_SIZE(v) != 1 || fqn == nullptr || !PyUnicode_Check(fqn)) return false;
+        const std::string_view s = utf8(fqn);
+        if (s.empty()) return false;
+        m.module_fqn = jfx::Symbol::intern(s);
+      } else {
+        return false;  // an extra meta key: the reader's canonical form
+      }
+    }
+    if (phase != Py_None) {
+      if (!PyUnicode_Check(phase)) return false;
+      std::optional<jfx::Phase> p = jfx::phaseFromName(utf8(phase));
+      if (!p || *p == jfx::Phase::Unknown) return false;
+      m.phase = *p;
+    }
+    return true;
+  }
+
+  bool val(PyObject* v, jfx::ValueMeta& out) {
+    if (v == Py_None) {
+      out.kind = jfx::ValueMeta::Kind::None;
+      return true;
+    }
+    if (Py_TYPE(v) == &PyBool_Type) {
+      out.kind = jfx::ValueMeta::Kind::Bool;
+      out.i = v == Py_True ? 1 : 0;
+      return true;
+    }
+    if (Py_TYPE(v) == &PyLong_Type) {
+      std::optional<int64_t> i = int64(v);
+      if (!i) return false;
+      out.kind = jfx::ValueMeta::Kind::Int;
+      out.i = *i;
+      return true;
+    }
+    if (Py_TYPE(v) == &PyList_Type || Py_TYPE(v) == &PyTuple_Type) {  // a multi-output op's
+      const bool list = Py_TYPE(v) == &PyList_Type;
+      const Py_ssize_t n = list ? PyList_GET_SIZE(v) : PyTuple_GET_SIZE(v);
+      std::vector<jfx::ValueMeta> items(static_cast<size_t>(n));
+      for (Py_ssize_t i = 0; i < n; ++i)
+        if (!val(list ? PyList_GET_ITEM(v, i) : PyTuple_GET_ITEM(v, i),
+                 items[static_cast<size_t>(i)]))
+          return false;
+      out = jfx::ValueMeta::ofList(std::move(items));
+      return true;
+    }
+    const bool fake = reinterpret_cast<PyObject*>(Py_TYPE(v)) == h_.fake_tensor_type;
+    if (!fake) {
+      const int is_tensor = PyObject_IsInstance(v, h_.tensor_type);
+      if (is_tensor < 0) raise();
+      if (!is_tensor) return false;
+    }
+    py::object symbolic = attr(v, n_.symbolic);
+    if (symbolic.ptr() != Py_False) return false;
+    jfx::TensorMeta t;
+    py::object dtype = attr(v, n_.dtype);
+    std::optional<jfx::ScalarType> d = this->dtype(dtype.ptr());
+    if (!d) return false;
+    t.dtype = *d;
+    py::object device = fake ? fakeDevice(v) : attr(v, n_.device);
+    t.device = this->device(device.ptr());
+    py::object shape = attr(v, n_.shape);
+    py::object stride =
+        py::reinterpret_steal<py::object>(check(PyObject_CallMethodNoArgs(v, n_.stride.ptr())));
+    if (!ints(shape.ptr(), t.shape) || !ints(stride.ptr(), t.stride)) return false;
+    if (t.stride.size() != t.shape.size() || !t.sizeProblem().empty()) return false;
+    out = jfx::ValueMeta::ofTensor(std::move(t));
+    return true;
+  }
+
+  // FakeTensor.device without its Python property: the mode's in_kernel_invocation (read once
+  // per mode; it is False outside a kernel) else the tensor's _fake_device.
+  py::object fakeDevice(PyObject* v) {
+    py::object mode = attr(v, n_.fake_mode);
+    if (mode.ptr() != mode_) {
+      py::object inside = attr(mode.ptr(), n_.in_kernel);
+      mode_ = mode.ptr();
+      mode_ref_ = mode;
+      mode_in_kernel_ = PyObject_IsTrue(inside.ptr()) != 0;
+    }
+    return mode_in_kernel_ ? attr(v, n_.device) : attr(v, n_.fake_device);
+  }
+
+  static bool ints(PyObject* seq, jfx::Dims& out) {
+    if (!PyTuple_Check(seq)) return false;  // torch.Size is a tuple
+    const Py_ssize_t n = PyTuple_GET_SIZE(seq);
+    out.resize(static_cast<size_t>(n));
+    for (Py_ssize_t i = 0; i < n; ++i) {
+      PyObject* x = PyTuple_GET_ITEM(seq, i);
+      if (!PyLong_Check(x)) return false;
+      std::optional<int64_t> v = int64(x);
+      if (!v) return false;
+      out[static_cast<size_t>(i)] = *v;
+    }
+    return true;
+  }
+
+  // A value's dtype through _dtype_name and device through str(), once per distinct object.
+  std::optional<jfx::ScalarType> dtype(PyObject* d) {
+    return lookup<jfx::ScalarType>(dtypes_, dtype_index_, d,
+                                   [&]() -> std::optional<jfx::ScalarType> {
+                                     py::object s = call(h_.dtype_name, d);
+                                     if (!PyUnicode_Check(s.ptr())) return std::nullopt;
+                                     return jfx::dtypeFromName(utf8(s.ptr()));
+                                   });
+  }
+  jfx::Symbol device(PyObject* d) {
+    return *lookup<jfx::Symbol>(devices_, device_index_, d, [&]() -> std::optional<jfx::Symbol> {
+      py::object s = py::reinterpret_steal<py::object>(check(PyObject_Str(d)));
+      return jfx::Symbol::intern(utf8(s.ptr()));
+    });
+  }
+  template <typename T, typename Make>
+  std::optional<T> lookup(std::vector<std::optional<T>>& values, py::dict& index, PyObject* key,
+                          Make&& make) {
+    if (PyObject* hit = PyDict_GetItemWithError(index.ptr(), key))
+      return values[static_cast<size_t>(PyLong_AsSsize_t(hit))];
+    if (PyErr_Occurred()) raise();
+    values.push_back(make());
+    py::int_ k(static_cast<Py_ssize_t>(values.size() - 1));
+    if (PyDict_SetItem(index.ptr(), key, k.ptr()) != 0) raise();
+    return values.back();
+  }
+
+  const Hooks& h_;
+  const bool stack_;
+  std::unique_ptr<jfx::Graph> g_;
+  BuiltNodes built_;
+  PyObject* mode_ = nullptr;  // the FakeTensorMode last seen (held by mode_ref_)
+  py::object mode_ref_;
+  bool mode_in_kernel_ = false;
+  std::unordered_map<PyObject*, jfx::Symbol> targets_;  // call_function target -> name
+  py::dict memo_;                                       // memo-type argument -> index
+  std::vector<jfx::Arg> memo_args_;
+  py::dict dtype_index_, device_index_;  // dtype / device -> index
+  std::vector<std::optional<jfx::ScalarType>> dtypes_;
+  std::vector<std::optional<jfx::Symbol>> devices_;
+};
+
+Hooks hooksFrom(const py::dict& hooks) {
+  auto get = [&](const char* k) { return py::object(hooks[k]).ptr(); };
+  // Borrowed: `hooks` keeps every object alive for the call.
+  const Hooks h{get("node_type"),   get("list_type"),       get("tensor_type"), get("dropped"),
+                get("memo"),        get("names"),           get("memo_types"),  get("target_name"),
+                get("arg_to_json"), get("val_to_json"),     get("enum_int"),    get("node_to_json"),
+                get("dtype_name"),  get("fake_tensor_type")};
+  if (!PyDict_Check(h.memo) || !PyDict_Check(h.names) || !PyAnySet_Check(h.dropped))
+    throw py::type_error("export_nodes: hooks 'memo' and 'names' must be dicts, 'dropped' a set");
+  return h;
+}
+
+py::object graphFromFx(py::sequence nodes, const py::object& phases, bool include_stack_trace,
+                       py::dict hooks, const py::bytes& head) {
+  const Hooks h = hooksFrom(hooks);
+  const size_t n = py::len(nodes);
+  const bool given = !phases.is_none();
+  if (given && py::len(phases) != n) throw py::value_error("graph_from_fx: one phase per node");
+  GraphBuilder b(h, include_stack_trace, n);
+  try {
+    for (size_t i = 0; i < n; ++i) {
+      py::object node = nodes[i];
+      py::object phase = given ? py::object(phases[py::int_(i)]) : py::object();
+      b.node(node.ptr(), phase.ptr());
+    }
+  } catch (const GraphBuilder::NeedPhases&) {
+    return py::none();
+  }
+  char* data;
+  Py_ssize_t size;
+  if (PyBytes_AsStringAndSize(head.ptr(), &data, &size) != 0) raise();
+  FxGraph out;
+  out.graph = b.finish({data, static_cast<size_t>(size)});
+  out.direct = b.direct_count;
+  out.via_json = b.json_count;
+  return py::cast(std::move(out));
+}
+
 }  // namespace
 
 void registerFxExport(py::module_& m) {
+  py::class_<FxGraph>(m, "FxGraph",
+                      "A graph built by graph_from_fx, for EditScript (which takes it over).")
+      .def_readonly("direct", &FxGraph::direct, "nodes built from the FX objects directly")
+      .def_readonly("via_json", &FxGraph::via_json, "nodes read as JSON")
+      .def(
+          "json",
+          [](const FxGraph& g) {
+            if (!g.graph) throw py::value_error("FxGraph: already taken by an EditScript");
+            return py::bytes(jfx::writeJsonGraph(*g.graph));
+          },
+          "The canonical JSON document (writeJsonGraph), for tests.");
+  m.def("graph_from_fx", &graphFromFx, py::arg("nodes"), py::arg("phases"),
+        py::arg("include_stack_trace"), py::arg("hooks"), py::arg("head"),
+        "The graph readJsonGraph makes of export_text's document, built from `nodes` "
+        "(torch.fx.Node) with `phases` (each node's phase or None; None: each call_function and "
+        "get_attr node's meta['phase'], and the result is None if one has none) and `head` (the "
+        "document without nodes, JSON bytes). Raises JointfxError or another error where the "
+        "reader would reject the document: export the text then, whose reading says where.");
   m.def("export_nodes", &exportNodes, py::arg("nodes"), py::arg("phases"),
         py::arg("include_stack_trace"), py::arg("hooks"),
         "The JSON array of `nodes` (torch.fx.Node) as jointfx.export._node_to_json writes them, "

@@ -1,9 +1,10 @@
 // _jointfx_C: the in-process bridge from Python to the C++ pass manager. Graphs go in as JSON
-// strings in the interchange format (docs/graph-format.md): no files and no subprocesses, and the
-// exporter stays the single definition of the mapping from torch.fx. They come back either as a
-// whole document (run_pipeline_json) or as an edit script against the input (EditScript, of Python
-// objects; run_pipeline_edits, of node JSON, the reference form), which Python applies to the
-// caller's own fx.Graph (docs/pytorch-bridge.md, "In place").
+// strings in the interchange format (docs/graph-format.md), or built from the torch.fx objects
+// into the graph reading that JSON would give (graph_from_fx, fx_export.cc): no files and no
+// subprocesses, and the exporter stays the single definition of the mapping from torch.fx. They
+// come back either as a whole document (run_pipeline_json) or as an edit script against the input
+// (EditScript, of Python objects; run_pipeline_edits, of node JSON, the reference form), which
+// Python applies to the caller's own fx.Graph (docs/pytorch-bridge.md, "In place").
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -143,10 +144,10 @@ struct PipelineRun {
 };
 
 // Call without the GIL.
-PipelineRun runPipelineWithSnapshot(std::string_view doc, const std::string& pipeline, bool verify,
-                                    bool timing) {
+PipelineRun runPipelineWithSnapshot(std::unique_ptr<jfx::Graph> input, const std::string& pipeline,
+                                    bool verify, bool timing) {
   PipelineRun run;
-  run.g = jfx::readJsonGraph(doc, "<python>");
+  run.g = std::move(input);
   jfx::Graph& g = *run.g;
   const uint32_t n0 = run.n0 = g.maxId();
   run.before.resize(n0);
@@ -248,7 +249,7 @@ py::tuple runPipelineEdits(const std::string& doc, const std::string& pipeline, 
   PipelineRun run;
   {
     py::gil_scoped_release release;
-    run = runPipelineWithSnapshot(doc, pipeline, verify, timing);
+    run = runPipelineWithSnapshot(jfx::readJsonGraph(doc, "<python>"), pipeline, verify, timing);
     const jfx::Graph& g = *run.g;
     entries.reserve(g.size());
     g.forEach([&](jfx::Node* n) {
@@ -305,8 +306,16 @@ std::string_view utf8(const py::object& s) {
 
 class EditScript {
  public:
-  EditScript(const py::object& doc_text, const std::string& pipeline, bool verify, bool timing) {
-    const std::string_view doc = utf8(doc_text);
+  // `doc`: the document's JSON text (str or bytes), or an FxGraph (graph_from_fx), taken over.
+  EditScript(const py::object& doc, const std::string& pipeline, bool verify, bool timing) {
+    std::unique_ptr<jfx::Graph> built;
+    std::string_view text;
+    if (py::isinstance<jfx::python::FxGraph>(doc)) {
+      built = std::move(doc.cast<jfx::python::FxGraph&>().graph);
+      if (!built) throw py::value_error("EditScript: this FxGraph was taken by another already");
+    } else {
+      text = utf8(doc);
+    }
     struct Step {
       enum Kind : uint8_t { Untouched, Changed, New } kind;
       const jfx::Node* n;
@@ -317,7 +326,8 @@ class EditScript {
     size_t kept = 0, changed = 0, added = 0, moved = 0;
     {
       py::gil_scoped_release release;
-      run_ = runPipelineWithSnapshot(doc, pipeline, verify, timing);
+      if (!built) built = jfx::readJsonGraph(text, "<python>");
+      run_ = runPipelineWithSnapshot(std::move(built), pipeline, verify, timing);
       const jfx::Graph& g = *run_.g;
       const uint32_t n0 = run_.n0;
       slot_.assign(g.maxId(), UINT32_MAX);

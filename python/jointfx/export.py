@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import ctypes
 import enum
+import functools
 import json
 import math
 import operator
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -587,17 +588,71 @@ def export_graph(
 
 @dataclass
 class ExportedText:
-    """export_graph's document as JSON text for the C++ reader (export_text), with what the
-    in-place application needs to know about the graph as it was exported."""
+    """export_graph's document for the extension (export_text, export_native), with what the
+    in-place application needs to know about the graph as it was exported: as JSON text, or as
+    the extension's graph built from the FX nodes (`graph`, text None)."""
 
-    text: bytes | str
+    text: bytes | str | None
     header: dict[str, Any]  # the document without "nodes"
-    phases: dict[fx.Node, str]
+    phases: Mapping[fx.Node, str]
     include_stack_trace: bool
+
+    graph: Any = None  # _jointfx_C.FxGraph, from export_native
 
     def node_meta(self, node: fx.Node) -> dict[str, Any]:
         """The exported meta of `node` (call before changing its meta)."""
         return _node_meta(node, self.phases.get(node), self.include_stack_trace)
+
+    @property
+    def document(self) -> Any:
+        """What _jointfx_C.EditScript reads: the graph, else the text."""
+        return self.graph if self.graph is not None else self.text
+
+
+def export_native(gm: fx.GraphModule, *, extension: Any, include_stack_trace: bool = False,
+                  stacklevel: int = 2, **header: Any) -> ExportedText:
+    """export_text's document as the extension's own graph: extension.graph_from_fx builds it
+    from the fx.Node objects, with no JSON text for the nodes in between (the graph the C++
+    reader makes of export_text's text; tests/python/test_fx_export.py compares the two). Where
+    the reader would reject the document, the text is exported instead, so that reading it
+    reports the problem where it is."""
+    head, compute_phases = _export_head(gm, stacklevel=stacklevel, lazy_phases=True, **header)
+    nodes = list(gm.graph.nodes)
+    head_text = _json_bytes({**head, "nodes": []})
+    phases: Mapping[fx.Node, str] = _MetaPhases(gm.graph)
+    try:
+        # First with each node's own meta["phase"] (graphs from import_graph or an earlier run
+        # have them all): rule 1 of _phases decides alone then.
+        graph = extension.graph_from_fx(nodes, None, include_stack_trace, _native_hooks(),
+                                        head_text)
+        if graph is None:
+            phases = compute_phases()
+            graph = extension.graph_from_fx(nodes, [phases.get(n) for n in nodes],
+                                            include_stack_trace, _native_hooks(), head_text)
+    except Exception:  # noqa: BLE001 - reading the text says what is wrong, or succeeds
+        if isinstance(phases, _MetaPhases):
+            phases = compute_phases()
+        return _exported_text(head, phases, nodes, extension, include_stack_trace)
+    return ExportedText(None, head, phases, include_stack_trace, graph)
+
+
+class _MetaPhases(Mapping):
+    """_phases' result for a graph whose call_function and get_attr nodes all have their phase
+    in meta["phase"], read from there on demand."""
+
+    def __init__(self, graph: fx.Graph) -> None:
+        self._graph = graph
+
+    def __getitem__(self, node: fx.Node) -> str:
+        if node.op in ("call_function", "get_attr") and node.graph is self._graph:
+            return node.meta["phase"]
+        raise KeyError(node)
+
+    def __iter__(self) -> Iterator[fx.Node]:
+        return (n for n in self._graph.nodes if n.op in ("call_function", "get_attr"))
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
 
 
 def export_text(gm: fx.GraphModule, *, extension: Any = None, include_stack_trace: bool = False,
@@ -609,7 +664,11 @@ def export_text(gm: fx.GraphModule, *, extension: Any = None, include_stack_trac
     graph, the same JSON as _node_to_json; the header is written by orjson (or json). Any failure
     there falls back to export_graph, which gives the same document or the ExportError."""
     head, phases = _export_head(gm, stacklevel=stacklevel, **header)
-    nodes = list(gm.graph.nodes)
+    return _exported_text(head, phases, list(gm.graph.nodes), extension, include_stack_trace)
+
+
+def _exported_text(head: dict[str, Any], phases: dict[fx.Node, str], nodes: list[fx.Node],
+                   extension: Any, include_stack_trace: bool) -> ExportedText:
     if extension is not None:
         try:
             body = extension.export_nodes(nodes, [phases.get(n) for n in nodes],
@@ -629,6 +688,8 @@ def export_text(gm: fx.GraphModule, *, extension: Any = None, include_stack_trac
 def _native_hooks() -> dict[str, Any]:
     """What _jointfx_C.export_nodes calls back into: the Python definitions of each mapping,
     for the values it does not write itself."""
+    from torch._subclasses.fake_tensor import FakeTensor
+
     return {
         "node_type": fx.Node,
         "list_type": _IMMUTABLE_LIST,
@@ -643,6 +704,7 @@ def _native_hooks() -> dict[str, Any]:
         "enum_int": _enum_int,
         "node_to_json": _node_to_json,
         "dtype_name": _dtype_name,
+        "fake_tensor_type": FakeTensor,
     }
 
 
@@ -673,9 +735,11 @@ def _export_head(
     graph_meta: Mapping[str, Any] | None = None,
     include_constants: bool = True,
     stacklevel: int = 1,
-) -> tuple[dict[str, Any], dict[fx.Node, str]]:
-    """export_graph's document without "nodes", and every node's phase. A warning names the
-    code `stacklevel` frames above this function's caller."""
+    lazy_phases: bool = False,
+) -> tuple[dict[str, Any], Any]:
+    """export_graph's document without "nodes", and every node's phase (a dict); with
+    `lazy_phases`, a function that computes that dict instead. A warning names the code
+    `stacklevel` frames above this function's caller."""
     stored = gm.meta.get(GM_META_KEY, {}) if hasattr(gm, "meta") else {}
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     if process_groups is None and "process_groups" not in stored:
@@ -704,7 +768,9 @@ def _export_head(
             raise ExportError(f"output {i} (buffer_mutation) names {spec.fqn!r}, which is no "
                               "buffer input")
     param_names = {n.name for n, s in zip(placeholders, in_specs) if s.kind == "parameter"}
-    phases = _phases(gm.graph, out_specs, param_names)
+    def phases() -> dict[fx.Node, str]:
+        return _phases(gm.graph, out_specs, param_names)
+
     doc: dict[str, Any] = {
         "format": FORMAT,
         "version": VERSION,
@@ -717,7 +783,7 @@ def _export_head(
         constants = _constants(gm)
         if constants:
             doc["constants"] = constants
-    return doc, phases
+    return doc, (phases if lazy_phases else phases())
 
 
 _ABSENT = object()
@@ -1069,9 +1135,15 @@ def _import_node(graph: fx.Graph, nd: Mapping[str, Any], env: Mapping[str, fx.No
     return node
 
 
-def _import_meta(meta: Mapping[str, Any], vals: _ValFactory) -> dict[str, Any]:
+@functools.cache
+def _checkpoint_policies() -> dict[int, Any]:
+    """CheckpointPolicy by value: the enum's own lookup costs a Python call per node."""
     from torch.utils.checkpoint import CheckpointPolicy
 
+    return {p.value: p for p in CheckpointPolicy}
+
+
+def _import_meta(meta: Mapping[str, Any], vals: _ValFactory) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in meta.items():
         if key == "val":
@@ -1081,7 +1153,12 @@ def _import_meta(meta: Mapping[str, Any], vals: _ValFactory) -> dict[str, Any]:
             if value == "backward":
                 out["autograd_backward"] = True
         elif key == "recompute":
-            out["recompute"] = CheckpointPolicy(value)
+            policy = _checkpoint_policies().get(value) if type(value) is int else None
+            if policy is None:
+                from torch.utils.checkpoint import CheckpointPolicy
+
+                policy = CheckpointPolicy(value)  # its error for a value it does not have
+            out["recompute"] = policy
         elif key == "custom":
             out["custom"] = dict(value)
         else:

@@ -31,7 +31,7 @@ from jointfx.export import (
     _parse_dtype,
     arg_from_json,
     export_graph,
-    export_text,
+    export_native,
     fake_tensor,
     import_graph,
     resolve_target,
@@ -119,10 +119,10 @@ def _run_pipeline(gm: fx.GraphModule, pipeline: str, *, verify: bool,
         return new_gm
     start = time.perf_counter()
     # stacklevel: a warning names the code that called run_pipeline or the graph_pass.
-    exported = export_text(gm, extension=ext, stacklevel=4, **header)
+    exported = export_native(gm, extension=ext, stacklevel=4, **header)
     exported_at = time.perf_counter()
     try:
-        script = ext.EditScript(exported.text, pipeline, verify, timing)
+        script = ext.EditScript(exported.document, pipeline, verify, timing)
     except ext.JointfxError as e:
         raise PipelineError(str(e)) from None
     ran_at = time.perf_counter()

@@ -17,7 +17,15 @@ import torch
 from torch import fx
 from torch.utils.checkpoint import CheckpointPolicy
 
-from jointfx.export import Opaque, dumps_graph, export_graph, export_text, import_graph, load_graph
+from jointfx.export import (
+    Opaque,
+    dumps_graph,
+    export_graph,
+    export_native,
+    export_text,
+    import_graph,
+    load_graph,
+)
 
 from test_export import _all_kinds_graph, _fake
 
@@ -29,18 +37,31 @@ FIXTURES = sorted((REPO / "tests" / "data" / "traced").glob("*.json")) + sorted(
     (REPO / "tests" / "data" / "buffers").glob("*.json"))
 
 
-def _same(gm: fx.GraphModule, **header: object) -> None:
+def _same(gm: fx.GraphModule, **header: object) -> tuple[int, int]:
+    """Checks the exporters against each other; returns export_native's (nodes built from the
+    FX objects, nodes read as JSON)."""
     for stack in (False, True):
         want = dumps_graph(export_graph(gm, include_stack_trace=stack, **header))
         native = export_text(gm, extension=ext, include_stack_trace=stack, **header)
         assert dumps_graph(json.loads(native.text)) == want
         python = export_text(gm, include_stack_trace=stack, **header)
         assert dumps_graph(json.loads(python.text)) == want
+        # The graph built from the FX objects is the one the C++ reader makes of the text.
+        built = export_native(gm, extension=ext, include_stack_trace=stack, **header)
+        assert built.text is None and built.graph is not None
+        counts = built.graph.direct, built.graph.via_json
+        assert sum(counts) == len(gm.graph.nodes)
+        read, _ = ext.run_pipeline_json(native.text, "", False, False)
+        assert built.graph.json().decode() == read
+    return counts
 
 
 @pytest.mark.parametrize("path", FIXTURES, ids=lambda p: p.stem)
 def test_fixture_graphs(path: Path) -> None:
-    _same(import_graph(load_graph(path)))
+    direct, via_json = _same(import_graph(load_graph(path)))
+    # Traced graphs are what the direct build is for: at most the odd node (the output, a dtype
+    # or opaque argument, extra meta) goes through JSON.
+    assert via_json * 10 < direct
 
 
 def test_every_argument_kind() -> None:
@@ -85,8 +106,9 @@ def test_traced_model_families() -> None:
     init_fake_world(2)
     traced = [trace_variant("sac", 2), trace_case("gpt2"), trace_case("moe")]
     for t in traced:
-        _same(t.gm, inputs=t.inputs, outputs=t.outputs, process_groups=t.process_groups,
-              graph_meta=t.graph_meta)
+        direct, via_json = _same(t.gm, inputs=t.inputs, outputs=t.outputs,
+                                 process_groups=t.process_groups, graph_meta=t.graph_meta)
+        assert via_json * 10 < direct
 
 
 def test_python_objects_become_opaque() -> None:
@@ -108,6 +130,26 @@ def test_an_extension_failure_falls_back_to_the_python_exporter() -> None:
     gm = _all_kinds_graph()
     got = export_text(gm, extension=Broken())
     assert dumps_graph(json.loads(got.text)) == dumps_graph(export_graph(gm))
+
+
+def test_a_graph_the_reader_rejects_is_exported_as_text() -> None:
+    """A forward reference: the direct build gives up, and reading the text says where."""
+    from jointfx.passes import PipelineError, run_pipeline
+
+    g = fx.Graph()
+    x = g.placeholder("x")
+    x.meta["val"] = _fake((4,))
+    a = g.call_function(torch.ops.aten.add.Tensor, (x, x))
+    a.meta["val"] = _fake((4,))
+    b = g.call_function(torch.ops.aten.neg.default, (x,))
+    b.meta["val"] = _fake((4,))
+    a.args = (x, b)  # `a` now reads `b`, defined after it
+    g.output(a)
+    gm = fx.GraphModule(torch.nn.Module(), g)
+    got = export_native(gm, extension=ext)
+    assert got.graph is None and got.document is got.text
+    with pytest.raises(PipelineError, match="/nodes/1/args/1/node .*'neg_default' is used before its definition at /nodes/2"):
+        run_pipeline(gm, "dce")
 
 
 def test_torchtitan_traced_graph() -> None:

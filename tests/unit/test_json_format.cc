@@ -7,6 +7,8 @@
 #include <set>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "ir/error.h"
 #include "ir/hash.h"
 #include "ir/json_format.h"
@@ -529,7 +531,11 @@ TEST_CASE("json: writer rejects a hand-built extra_json that is not an object", 
         std::string::npos);
 }
 
-TEST_CASE("json: traced fixtures round-trip byte-identically through both formats", "[format]") {
+namespace {
+
+// Calls fn(path, text) on each traced fixture; returns how many there were.
+template <typename Fn>
+size_t forEachTracedFixture(Fn&& fn) {
   namespace fs = std::filesystem;
   fs::path dir = fs::path(JFX_SOURCE_DIR) / "tests" / "data" / "traced";
   size_t files = 0;
@@ -539,14 +545,63 @@ TEST_CASE("json: traced fixtures round-trip byte-identically through both format
     std::ifstream in(entry.path(), std::ios::binary);
     std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     INFO(entry.path().string());
-    auto g = readJsonGraph(text, entry.path().string());
+    fn(entry.path().string(), text);
+  }
+  return files;
+}
+
+}  // namespace
+
+TEST_CASE("json: traced fixtures round-trip byte-identically through both formats", "[format]") {
+  const size_t files = forEachTracedFixture([](const std::string& path, const std::string& text) {
+    auto g = readJsonGraph(text, path);
     CHECK(writeJsonGraph(*g) == text);
     std::string printed = printTextGraph(*g);
     auto from_text = parseTextGraph(printed, "traced.jfx");
     CHECK(printTextGraph(*from_text) == printed);
     CHECK(writeJsonGraph(*from_text) == text);
-  }
+  });
   CHECK(files > 0);
+}
+
+TEST_CASE("json: readJsonInto appends to a graph built already and applies the header to it",
+          "[format]") {
+  const size_t files = forEachTracedFixture([](const std::string&, const std::string& text) {
+    // The first half of the nodes alone, then the rest with the header, then the header alone.
+    nlohmann::json doc = nlohmann::json::parse(text);
+    nlohmann::json nodes = doc["nodes"];
+    const size_t half = nodes.size() / 2;
+    nlohmann::json first = {{"format", doc["format"]}, {"version", doc["version"]}};
+    first["nodes"] = nlohmann::json(nodes.begin(), nodes.begin() + static_cast<long>(half));
+    nlohmann::json rest = doc;
+    rest["nodes"] = nlohmann::json(nodes.begin() + static_cast<long>(half), nodes.end());
+    nlohmann::json head = doc;
+    head["nodes"] = nlohmann::json::array();
+
+    auto g = readJsonGraph(first.dump(), "first.json");
+    g = readJsonInto(rest.dump(), "rest.json", std::move(g));
+    CHECK(writeJsonGraph(*g) == text);
+
+    auto nodes_only = doc;
+    nodes_only.erase("process_groups");
+    nodes_only.erase("inputs");
+    nodes_only.erase("outputs");
+    nodes_only.erase("meta");
+    nodes_only.erase("constants");
+    auto h = readJsonInto(head.dump(), "head.json", readJsonGraph(nodes_only.dump(), "n.json"));
+    CHECK(writeJsonGraph(*h) == text);
+  });
+  CHECK(files > 0);
+
+  // The header's references resolve against the nodes given, and are checked as always.
+  auto g = readJsonGraph(R"({"format":"jointfx.graph","version":1,"nodes":[)"
+                         R"({"name":"x","op":"placeholder","target":"x"}]})",
+                         "g.json");
+  CHECK_THROWS_WITH(
+      readJsonInto(R"({"format":"jointfx.graph","version":1,"nodes":[],)"
+                   R"("inputs":[{"name":"y","kind":"parameter"}]})",
+                   "head.json", std::move(g)),
+      Catch::Contains("head.json at /inputs/0/name") && Catch::Contains("input 'y' names no node"));
 }
 
 namespace {
