@@ -74,7 +74,8 @@ struct AttrNames {
              symbolic = intern("_has_symbolic_sizes_strides"), device = intern("device"),
              dtype = intern("dtype"), shape = intern("shape"), stride = intern("stride"),
              phase = intern("phase"), fake_mode = intern("fake_mode"),
-             in_kernel = intern("in_kernel_invocation"), fake_device = intern("_fake_device");
+             in_kernel = intern("in_kernel_invocation"), fake_device = intern("_fake_device"),
+             module_fqn = intern("module_fqn");
   static py::object intern(const char* s) {
     return py::reinterpret_steal<py::object>(check(PyUnicode_InternFromString(s)));
   }
@@ -749,40 +750,30 @@ class GraphBuilder {
   }
 
   // dtype, device, layout and memory_format arguments: arg_to_json's {"dtype": name} (and the
-  // like) once per distinct object, held by `memo_` (a dict, so equal objects share an entry and
-  // none is freed while its entry is used).
+  // like), once per distinct object.
   std::optional<jfx::Arg> memoArg(PyObject* v, PyObject* node_name) {
     const int memoizable = PyObject_IsInstance(v, h_.memo_types);
     if (memoizable < 0) raise();
     if (!memoizable) return std::nullopt;
-    if (PyObject* hit = PyDict_GetItemWithError(memo_.ptr(), v)) {
-      const Py_ssize_t k = PyLong_AsSsize_t(hit);
-      return k < 0 ? std::nullopt : std::optional<jfx::Arg>(memo_args_[static_cast<size_t>(k)]);
-    }
-    if (PyErr_Occurred()) raise();
-    std::optional<jfx::Arg> a;
-    py::object d = call(h_.arg_to_json, v, node_name);
-    if (PyDict_Check(d.ptr()) && PyDict_GET_SIZE(d.ptr()) == 1) {
+    return memo_args_.get(v, [&]() -> std::optional<jfx::Arg> {
+      py::object d = call(h_.arg_to_json, v, node_name);
+      if (!PyDict_Check(d.ptr()) || PyDict_GET_SIZE(d.ptr()) != 1) return std::nullopt;
       PyObject *key, *value;
       Py_ssize_t pos = 0;
       PyDict_Next(d.ptr(), &pos, &key, &value);
-      if (PyUnicode_Check(key) && PyUnicode_Check(value)) {
-        const std::string_view k = utf8(key), s = utf8(value);
-        if (k == "dtype") {
-          if (auto t = jfx::dtypeFromName(s)) a = jfx::Arg::ofDtype(*t);
-        } else if (k == "device") {
-          a = jfx::Arg::ofDevice(s);
-        } else if (k == "layout") {
-          a = jfx::Arg::ofLayout(s);
-        } else if (k == "memory_format") {
-          a = jfx::Arg::ofMemoryFormat(s);
-        }
+      if (!PyUnicode_Check(key) || !PyUnicode_Check(value)) return std::nullopt;
+      const std::string_view k = utf8(key), s = utf8(value);
+      if (k == "dtype") {
+        if (auto t = jfx::dtypeFromName(s)) return jfx::Arg::ofDtype(*t);
+      } else if (k == "device") {
+        return jfx::Arg::ofDevice(s);
+      } else if (k == "layout") {
+        return jfx::Arg::ofLayout(s);
+      } else if (k == "memory_format") {
+        return jfx::Arg::ofMemoryFormat(s);
       }
-    }
-    py::int_ index(a ? static_cast<Py_ssize_t>(memo_args_.size()) : -1);
-    if (a) memo_args_.push_back(*a);
-    if (PyDict_SetItem(memo_.ptr(), v, index.ptr()) != 0) raise();
-    return a;
+      return std::nullopt;
+    });
   }
 
   // false: a meta the JSON path must read (extra keys, a val that is not a plain tensor or
@@ -818,7 +809,8 @@ class GraphBuilder {
       } else if (key == "custom") {
         if (!PyDict_Check(v) || PyDict_GET_SIZE(v) == 0) continue;  // the Writer drops it
         // Only a custom meta that is the module FQN alone maps to a typed field by itself.
-        PyObject* fqn = PyDict_GetItemString(v, "module_fqn");
+        PyObject* fqn = PyDict_GetItemWithError(v, n_.module_fqn.ptr());
+        if (fqn == nullptr && PyErr_Occurred()) raise();
         if (PyDict_GET_SIZE(v) != 1 || fqn == nullptr || !PyUnicode_Check(fqn)) return false;
         const std::string_view s = utf8(fqn);
         if (s.empty()) return false;
@@ -915,31 +907,46 @@ class GraphBuilder {
     return true;
   }
 
+  // Values by Python object, made once per distinct object: `index` holds every key (so none is
+  // freed and its address reused while the build runs), and the last key is checked first by
+  // address, as consecutive nodes mostly share their dtype and device.
+  template <typename T>
+  struct Memo {
+    py::dict index;  // key -> position in values
+    std::vector<std::optional<T>> values;
+    PyObject* last = nullptr;
+    size_t last_at = 0;
+
+    template <typename Make>
+    std::optional<T> get(PyObject* key, Make&& make) {
+      if (key == last) return values[last_at];
+      if (PyObject* hit = PyDict_GetItemWithError(index.ptr(), key)) {
+        last_at = static_cast<size_t>(PyLong_AsSsize_t(hit));
+      } else {
+        if (PyErr_Occurred()) raise();
+        values.push_back(make());
+        last_at = values.size() - 1;
+        py::int_ k(static_cast<Py_ssize_t>(last_at));
+        if (PyDict_SetItem(index.ptr(), key, k.ptr()) != 0) raise();
+      }
+      last = key;
+      return values[last_at];
+    }
+  };
+
   // A value's dtype through _dtype_name and device through str(), once per distinct object.
   std::optional<jfx::ScalarType> dtype(PyObject* d) {
-    return lookup<jfx::ScalarType>(dtypes_, dtype_index_, d,
-                                   [&]() -> std::optional<jfx::ScalarType> {
-                                     py::object s = call(h_.dtype_name, d);
-                                     if (!PyUnicode_Check(s.ptr())) return std::nullopt;
-                                     return jfx::dtypeFromName(utf8(s.ptr()));
-                                   });
+    return dtypes_.get(d, [&]() -> std::optional<jfx::ScalarType> {
+      py::object s = call(h_.dtype_name, d);
+      if (!PyUnicode_Check(s.ptr())) return std::nullopt;
+      return jfx::dtypeFromName(utf8(s.ptr()));
+    });
   }
   jfx::Symbol device(PyObject* d) {
-    return *lookup<jfx::Symbol>(devices_, device_index_, d, [&]() -> std::optional<jfx::Symbol> {
+    return *devices_.get(d, [&]() -> std::optional<jfx::Symbol> {
       py::object s = py::reinterpret_steal<py::object>(check(PyObject_Str(d)));
       return jfx::Symbol::intern(utf8(s.ptr()));
     });
-  }
-  template <typename T, typename Make>
-  std::optional<T> lookup(std::vector<std::optional<T>>& values, py::dict& index, PyObject* key,
-                          Make&& make) {
-    if (PyObject* hit = PyDict_GetItemWithError(index.ptr(), key))
-      return values[static_cast<size_t>(PyLong_AsSsize_t(hit))];
-    if (PyErr_Occurred()) raise();
-    values.push_back(make());
-    py::int_ k(static_cast<Py_ssize_t>(values.size() - 1));
-    if (PyDict_SetItem(index.ptr(), key, k.ptr()) != 0) raise();
-    return values.back();
   }
 
   const Hooks& h_;
@@ -950,11 +957,9 @@ class GraphBuilder {
   py::object mode_ref_;
   bool mode_in_kernel_ = false;
   std::unordered_map<PyObject*, jfx::Symbol> targets_;  // call_function target -> name
-  py::dict memo_;                                       // memo-type argument -> index
-  std::vector<jfx::Arg> memo_args_;
-  py::dict dtype_index_, device_index_;  // dtype / device -> index
-  std::vector<std::optional<jfx::ScalarType>> dtypes_;
-  std::vector<std::optional<jfx::Symbol>> devices_;
+  Memo<jfx::Arg> memo_args_;  // dtype/device/layout/memory_format argument -> its Arg
+  Memo<jfx::ScalarType> dtypes_;
+  Memo<jfx::Symbol> devices_;
 };
 
 Hooks hooksFrom(const py::dict& hooks) {
