@@ -30,12 +30,7 @@ size_t normDim(int64_t dim, size_t rank, std::string_view op, const Node* x) {
 }  // namespace
 
 TensorMeta contiguousLike(const TensorMeta& like, Dims shape) {
-  TensorMeta t;
-  t.dtype = like.dtype;
-  t.device = like.device;
-  t.stride = TensorMeta::contiguousStride(shape);
-  t.shape = std::move(shape);
-  return t;
+  return TensorMeta::contiguous(like.dtype, std::move(shape), like.device);
 }
 
 const TensorMeta& OpBuilder::tensorOf(const Node* x, std::string_view op) const {

@@ -85,6 +85,15 @@ int64_t TensorMeta::bytes() const {
   return saturatingMul(numel(), dtypeItemSize(dtype));
 }
 
+TensorMeta TensorMeta::contiguous(ScalarType dtype, Dims shape, Symbol device) {
+  TensorMeta t;
+  t.dtype = dtype;
+  t.device = device;
+  t.stride = contiguousStride(shape);
+  t.shape = std::move(shape);
+  return t;
+}
+
 Dims TensorMeta::contiguousStride(std::span<const int64_t> shape) {
   Dims stride(shape.size());
   int64_t s = 1;

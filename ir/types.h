@@ -88,6 +88,8 @@ struct TensorMeta {
   bool isContiguous() const;
   // Row-major strides of `shape` (dims of size 0 and 1 count as 1); saturate at INT64_MAX.
   static Dims contiguousStride(std::span<const int64_t> shape);
+  // A contiguous tensor of `shape`.
+  static TensorMeta contiguous(ScalarType dtype, Dims shape, Symbol device = {});
   // Why this meta cannot describe a tensor, or "" when it can: a negative dimension or stride,
   // or an element count, a stride or a size in bytes (including the extent its strides reach)
   // that does not fit int64. PyTorch rejects the same tensors.

@@ -165,12 +165,7 @@ struct Rank {
   }
 
   static TensorMeta meta(std::vector<int64_t> shape) {
-    TensorMeta t;
-    t.dtype = ScalarType::Float32;
-    t.stride = TensorMeta::contiguousStride(shape);
-    t.shape = std::move(shape);
-    t.device = Symbol::intern("cpu");
-    return t;
+    return TensorMeta::contiguous(ScalarType::Float32, std::move(shape), Symbol::intern("cpu"));
   }
   static Node* placeholder(Graph& g, const std::string& name, TensorMeta t) {
     Node* n = g.create(OpKind::Placeholder, Symbol::intern(name), {}, {}, name);

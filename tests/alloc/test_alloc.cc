@@ -44,11 +44,7 @@ size_t allocationsOf(F&& f) {
 }
 
 TensorMeta contiguous(std::vector<int64_t> shape) {
-  TensorMeta t;
-  t.dtype = ScalarType::Float32;
-  t.stride = TensorMeta::contiguousStride(shape);
-  t.shape = std::move(shape);
-  return t;
+  return TensorMeta::contiguous(ScalarType::Float32, std::move(shape));
 }
 
 // What copying `v` must allocate once tensor metas are inline: one block per non-empty tuple.

@@ -24,12 +24,7 @@ namespace jfx {
 namespace {
 
 TensorMeta meta(ScalarType dt, std::vector<int64_t> shape) {
-  TensorMeta t;
-  t.dtype = dt;
-  t.stride = TensorMeta::contiguousStride(shape);
-  t.shape = std::move(shape);
-  t.device = Symbol::intern("cpu");
-  return t;
+  return TensorMeta::contiguous(dt, std::move(shape), Symbol::intern("cpu"));
 }
 TensorMeta f32(std::vector<int64_t> shape) {
   return meta(ScalarType::Float32, std::move(shape));

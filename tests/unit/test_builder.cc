@@ -12,12 +12,7 @@ using jfx::test::errorOf;
 namespace {
 
 TensorMeta tensor(std::vector<int64_t> shape, ScalarType dtype = ScalarType::BFloat16) {
-  TensorMeta t;
-  t.dtype = dtype;
-  t.shape = shape;
-  t.stride = TensorMeta::contiguousStride(shape);
-  t.device = Symbol::intern("cuda:0");
-  return t;
+  return TensorMeta::contiguous(dtype, std::move(shape), Symbol::intern("cuda:0"));
 }
 
 Node* input(Graph& g, const std::string& name, TensorMeta t) {

@@ -28,11 +28,7 @@ const char* kProfile = R"({
 })";
 
 TensorMeta tensor(ScalarType dt, std::vector<int64_t> shape) {
-  TensorMeta t;
-  t.dtype = dt;
-  t.stride = TensorMeta::contiguousStride(shape);
-  t.shape = std::move(shape);
-  return t;
+  return TensorMeta::contiguous(dt, std::move(shape));
 }
 
 Node* input(Graph& g, const std::string& name, TensorMeta t) {

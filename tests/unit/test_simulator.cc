@@ -26,11 +26,7 @@ const char* kProfile = R"({
 constexpr double kMs = 1e-3;
 
 TensorMeta f32(std::vector<int64_t> shape) {
-  TensorMeta t;
-  t.dtype = ScalarType::Float32;
-  t.stride = TensorMeta::contiguousStride(shape);
-  t.shape = std::move(shape);
-  return t;
+  return TensorMeta::contiguous(ScalarType::Float32, std::move(shape));
 }
 
 struct Sim {

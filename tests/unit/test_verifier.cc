@@ -8,12 +8,7 @@ using namespace jfx;
 namespace {
 
 ValueMeta tensor(std::vector<int64_t> shape, ScalarType dt = ScalarType::Float32) {
-  TensorMeta t;
-  t.dtype = dt;
-  t.stride = TensorMeta::contiguousStride(shape);
-  t.shape = std::move(shape);
-  t.device = Symbol::intern("cpu");
-  return ValueMeta::ofTensor(std::move(t));
+  return ValueMeta::ofTensor(TensorMeta::contiguous(dt, std::move(shape), Symbol::intern("cpu")));
 }
 
 Node* input(Graph& g, const char* name, InputKind kind, const char* fqn,
