@@ -741,7 +741,7 @@ def _export_head(
     `lazy_phases`, a function that computes that dict instead. A warning names the code
     `stacklevel` frames above this function's caller."""
     stored = gm.meta.get(GM_META_KEY, {}) if hasattr(gm, "meta") else {}
-    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    placeholders = gm.graph.find_nodes(op="placeholder")  # FX keeps them indexed, in order
     if process_groups is None and "process_groups" not in stored:
         process_groups = infer_process_groups(gm)
     pgs = [_as_spec(ProcessGroupSpec, p) for p in

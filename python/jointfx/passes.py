@@ -26,6 +26,7 @@ from torch._subclasses.fake_tensor import FakeTensor
 from jointfx.export import (
     GM_META_KEY,
     Opaque,
+    _checkpoint_policies,
     _import_meta,
     _json_bytes,
     _parse_dtype,
@@ -426,6 +427,7 @@ def apply_script(gm: fx.GraphModule, exported_meta: Callable[[fx.Node], Mapping[
     hooks = bool(getattr(gm, "_create_node_hooks", None))
     set_args = _set_new_node_args
     new_get_attrs = []
+    policies = _checkpoint_policies()
     cursor = graph._root
     with graph.inserting_after(None):  # new nodes at the end, until moved after the cursor
         for op in script.ops:
@@ -456,7 +458,12 @@ def apply_script(gm: fx.GraphModule, exported_meta: Callable[[fx.Node], Mapping[
                         args = (values,)
                     node.args, node.kwargs = args, kwargs
                 if meta_set is not None:
-                    node.meta.update(_import_meta(meta_set, vals))
+                    # A new tag alone (what tag-fsdp changes on most nodes) skips _import_meta.
+                    policy = policies.get(meta_set.get("recompute")) if len(meta_set) == 1 else None
+                    if policy is not None:
+                        node.meta["recompute"] = policy
+                    else:
+                        node.meta.update(_import_meta(meta_set, vals))
                 if meta_drop is not None:
                     for key in meta_drop:
                         node.meta.pop(key, None)
