@@ -57,6 +57,14 @@ PyObject* check(PyObject* p) {
   return p;
 }
 
+// A str's UTF-8 text (CPython keeps it in the object); valid while `s` lives.
+std::string_view utf8(PyObject* s) {
+  Py_ssize_t len;
+  const char* c = PyUnicode_AsUTF8AndSize(s, &len);
+  if (c == nullptr) raise();
+  return {c, static_cast<size_t>(len)};
+}
+
 py::object attr(PyObject* o, const py::object& name) {
   return py::reinterpret_steal<py::object>(check(PyObject_GetAttr(o, name.ptr())));
 }
@@ -231,7 +239,7 @@ class Writer {
     py::object meta = attr(node, n_.meta);
     out_ += '{';
     bool first = true;
-    auto key = [&](const char* k) {
+    auto key = [&](std::string_view k) {
       if (!first) out_ += ',';
       first = false;
       out_ += '"';
@@ -245,10 +253,7 @@ class Writer {
       const int dropped = PySet_Contains(h_.dropped, k);
       if (dropped < 0) raise();
       if (dropped || PyUnicode_CompareWithASCIIString(k, "phase") == 0) continue;
-      Py_ssize_t klen;
-      const char* kc = PyUnicode_AsUTF8AndSize(k, &klen);
-      if (kc == nullptr) raise();
-      const std::string_view name(kc, static_cast<size_t>(klen));
+      const std::string_view name = utf8(k);
       if (name == "val") {
         const size_t mark = out_.size();
         const bool was_first = first;
@@ -261,7 +266,7 @@ class Writer {
         py::object r = isPlainInt(v) ? py::reinterpret_borrow<py::object>(v) : call(h_.enum_int, v);
         if (r.ptr() != Py_None) key("recompute"), data(r.ptr());
       } else if (name == "ac_graph_id" || name == "seq_nr") {
-        if (PyLong_Check(v) && !PyBool_Check(v)) key(kc), data(v);
+        if (PyLong_Check(v) && !PyBool_Check(v)) key(name), data(v);
       } else if (name == "stack_trace") {
         if (stack_ && PyUnicode_Check(v)) key("stack_trace"), string(v);
       } else if (name == "custom") {
@@ -384,10 +389,7 @@ class Writer {
     } else if (PyLong_Check(v)) {
       if (!integer(v)) {  // beyond 64 bits: its decimal digits, as json.dumps writes them
         py::object s = py::reinterpret_steal<py::object>(check(PyLong_Type.tp_repr(v)));
-        Py_ssize_t len;
-        const char* c = PyUnicode_AsUTF8AndSize(s.ptr(), &len);
-        if (c == nullptr) raise();
-        out_.append(c, static_cast<size_t>(len));
+        out_ += utf8(s.ptr());
       }
     } else if (PyUnicode_Check(v)) {
       string(v);
@@ -430,12 +432,9 @@ class Writer {
   }
 
   void string(PyObject* s) {
-    Py_ssize_t len;
-    const char* c = PyUnicode_AsUTF8AndSize(s, &len);
-    if (c == nullptr) raise();
     out_ += '"';
-    for (Py_ssize_t i = 0; i < len; ++i) {
-      const unsigned char ch = static_cast<unsigned char>(c[i]);
+    for (const char c : utf8(s)) {
+      const unsigned char ch = static_cast<unsigned char>(c);
       switch (ch) {
         case '"':
           out_ += "\\\"";
@@ -472,7 +471,17 @@ class Writer {
   std::unordered_map<PyObject*, std::string> targets_;  // target object -> its JSON string
 };
 
-Hooks hooksFrom(const py::dict& hooks);
+Hooks hooksFrom(const py::dict& hooks) {
+  auto get = [&](const char* k) { return py::object(hooks[k]).ptr(); };
+  // Borrowed: `hooks` keeps every object alive for the call.
+  const Hooks h{get("node_type"),   get("list_type"),       get("tensor_type"), get("dropped"),
+                get("memo"),        get("names"),           get("memo_types"),  get("target_name"),
+                get("arg_to_json"), get("val_to_json"),     get("enum_int"),    get("node_to_json"),
+                get("dtype_name"),  get("fake_tensor_type")};
+  if (!PyDict_Check(h.memo) || !PyDict_Check(h.names) || !PyAnySet_Check(h.dropped))
+    throw py::type_error("hooks: 'memo' and 'names' must be dicts, 'dropped' a set");
+  return h;
+}
 
 py::bytes exportNodes(py::sequence nodes, py::sequence phases, bool include_stack_trace,
                       py::dict hooks) {
@@ -582,13 +591,6 @@ class GraphBuilder {
 
   const AttrNames n_;
 
-  static std::string_view utf8(PyObject* s) {
-    Py_ssize_t len;
-    const char* c = PyUnicode_AsUTF8AndSize(s, &len);
-    if (c == nullptr) raise();
-    return {c, static_cast<size_t>(len)};
-  }
-
   py::object metaPhase(PyObject* op, PyObject* meta) {
     if (!PyUnicode_Check(op) || (PyUnicode_CompareWithASCIIString(op, "call_function") != 0 &&
                                  PyUnicode_CompareWithASCIIString(op, "get_attr") != 0))
@@ -615,7 +617,7 @@ class GraphBuilder {
   void remember(PyObject* node, jfx::Node* n) { built_.add(node, n); }
 
   // false: the node needs the JSON path (nothing was added to the graph).
-  bool direct(PyObject* node, PyObject* op_obj, PyObject* meta_in, PyObject* phase) {
+  bool direct(PyObject* node, PyObject* op_obj, PyObject* meta_obj, PyObject* phase) {
     if (!PyUnicode_Check(op_obj)) return false;
     const std::string_view op_name = utf8(op_obj);
     jfx::OpKind op;
@@ -671,7 +673,6 @@ class GraphBuilder {
 
     jfx::NodeMeta meta;
     jfx::ValueMeta val;
-    PyObject* meta_obj = meta_in;
     if (!this->meta(meta_obj, phase, meta, val)) return false;
 
     std::optional<jfx::Symbol> target = this->target(node, op);
@@ -961,18 +962,6 @@ class GraphBuilder {
   Memo<jfx::ScalarType> dtypes_;
   Memo<jfx::Symbol> devices_;
 };
-
-Hooks hooksFrom(const py::dict& hooks) {
-  auto get = [&](const char* k) { return py::object(hooks[k]).ptr(); };
-  // Borrowed: `hooks` keeps every object alive for the call.
-  const Hooks h{get("node_type"),   get("list_type"),       get("tensor_type"), get("dropped"),
-                get("memo"),        get("names"),           get("memo_types"),  get("target_name"),
-                get("arg_to_json"), get("val_to_json"),     get("enum_int"),    get("node_to_json"),
-                get("dtype_name"),  get("fake_tensor_type")};
-  if (!PyDict_Check(h.memo) || !PyDict_Check(h.names) || !PyAnySet_Check(h.dropped))
-    throw py::type_error("export_nodes: hooks 'memo' and 'names' must be dicts, 'dropped' a set");
-  return h;
-}
 
 py::object graphFromFx(py::sequence nodes, const py::object& phases, bool include_stack_trace,
                        py::dict hooks, const py::bytes& head) {

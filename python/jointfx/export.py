@@ -620,15 +620,15 @@ def export_native(gm: fx.GraphModule, *, extension: Any, include_stack_trace: bo
     nodes = list(gm.graph.nodes)
     head_text = _json_bytes({**head, "nodes": []})
     phases: Mapping[fx.Node, str] = _MetaPhases(gm.graph)
+    hooks = _native_hooks()
     try:
         # First with each node's own meta["phase"] (graphs from import_graph or an earlier run
         # have them all): rule 1 of _phases decides alone then.
-        graph = extension.graph_from_fx(nodes, None, include_stack_trace, _native_hooks(),
-                                        head_text)
+        graph = extension.graph_from_fx(nodes, None, include_stack_trace, hooks, head_text)
         if graph is None:
             phases = compute_phases()
             graph = extension.graph_from_fx(nodes, [phases.get(n) for n in nodes],
-                                            include_stack_trace, _native_hooks(), head_text)
+                                            include_stack_trace, hooks, head_text)
     except Exception:  # noqa: BLE001 - reading the text says what is wrong, or succeeds
         if isinstance(phases, _MetaPhases):
             phases = compute_phases()
@@ -667,7 +667,7 @@ def export_text(gm: fx.GraphModule, *, extension: Any = None, include_stack_trac
     return _exported_text(head, phases, list(gm.graph.nodes), extension, include_stack_trace)
 
 
-def _exported_text(head: dict[str, Any], phases: dict[fx.Node, str], nodes: list[fx.Node],
+def _exported_text(head: dict[str, Any], phases: Mapping[fx.Node, str], nodes: list[fx.Node],
                    extension: Any, include_stack_trace: bool) -> ExportedText:
     if extension is not None:
         try:
@@ -768,6 +768,7 @@ def _export_head(
             raise ExportError(f"output {i} (buffer_mutation) names {spec.fqn!r}, which is no "
                               "buffer input")
     param_names = {n.name for n, s in zip(placeholders, in_specs) if s.kind == "parameter"}
+
     def phases() -> dict[fx.Node, str]:
         return _phases(gm.graph, out_specs, param_names)
 
