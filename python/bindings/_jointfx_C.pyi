@@ -43,11 +43,12 @@ class EditScript:
     docs/pytorch-bridge.md "In place"."""
 
     def __init__(self, doc: str | bytes | FxGraph, pipeline: str, verify: bool = True,
-                 timing: bool = False) -> None: ...
+                 timing: bool = False, check_unchanged: bool = True) -> None: ...
     @property
     def ops(self) -> list[tuple[Any, ...]]:
         """(0, slot) | (1, slot) | (2, slot, moved, args, meta_set, meta_drop, node_json) |
-        (3, name, op, target, origin, moved, args, meta, node_json), in the new program order."""
+        (3, name, op, target, origin, moved, args, meta, node_json) | (4, slot, moved, recompute),
+        in the new program order."""
     @property
     def erased(self) -> list[int]:
         """The erased input nodes' slots, in input order."""

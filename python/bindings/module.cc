@@ -145,7 +145,7 @@ struct PipelineRun {
 
 // Call without the GIL.
 PipelineRun runPipelineWithSnapshot(std::unique_ptr<jfx::Graph> input, const std::string& pipeline,
-                                    bool verify, bool timing) {
+                                    bool verify, bool timing, bool check_unchanged = true) {
   PipelineRun run;
   run.g = std::move(input);
   jfx::Graph& g = *run.g;
@@ -163,6 +163,7 @@ PipelineRun runPipelineWithSnapshot(std::unique_ptr<jfx::Graph> input, const std
   std::ostringstream sink;
   jfx::PassManagerOptions opts;
   opts.verify_each = verify;
+  opts.check_unchanged_hash = check_unchanged;
   opts.timing = timing;
   opts.out = &sink;
   run.result = jfx::runPipeline(g, jfx::resolvePipeline(pipeline), opts);
@@ -307,7 +308,8 @@ std::string_view utf8(const py::object& s) {
 class EditScript {
  public:
   // `doc`: the document's JSON text (str or bytes), or an FxGraph (graph_from_fx), taken over.
-  EditScript(const py::object& doc, const std::string& pipeline, bool verify, bool timing) {
+  EditScript(const py::object& doc, const std::string& pipeline, bool verify, bool timing,
+             bool check_unchanged) {
     std::unique_ptr<jfx::Graph> built;
     std::string_view text;
     if (py::isinstance<jfx::python::FxGraph>(doc)) {
@@ -327,7 +329,7 @@ class EditScript {
     {
       py::gil_scoped_release release;
       if (!built) built = jfx::readJsonGraph(text, "<python>");
-      run_ = runPipelineWithSnapshot(std::move(built), pipeline, verify, timing);
+      run_ = runPipelineWithSnapshot(std::move(built), pipeline, verify, timing, check_unchanged);
       const jfx::Graph& g = *run_.g;
       const uint32_t n0 = run_.n0;
       slot_.assign(g.maxId(), UINT32_MAX);
@@ -557,10 +559,19 @@ class EditScript {
   // and custom the same); otherwise as the node's JSON for Python to compare with the document.
   py::tuple changedOp(const jfx::Node* n, bool moved) {
     const Snapshot& s = run_.before[n->id()];
-    const int64_t args = run_.argsChanged(n) ? argEntry(n) : -1;
-    py::object set = py::none(), drop = py::none(), json = py::none();
+    const bool args_changed = run_.argsChanged(n);
     const jfx::NodeMeta& a = s.meta;
     const jfx::NodeMeta& b = n->meta();
+    // A new recompute tag alone (tag-fsdp's edit on most nodes it changes): the short form.
+    if (!args_changed && b.recompute != jfx::Recompute::Unset && s.val == n->val() &&
+        s.name == n->name() && s.input_kind == n->inputKind() && s.input_fqn == n->inputFqn()) {
+      jfx::NodeMeta tagged = a;
+      tagged.recompute = b.recompute;
+      if (tagged == b)
+        return py::make_tuple(4, slot_[n->id()], moved, static_cast<int>(b.recompute));
+    }
+    const int64_t args = args_changed ? argEntry(n) : -1;
+    py::object set = py::none(), drop = py::none(), json = py::none();
     if (!(s.val == n->val()) || !(a == b)) {
       if (a.extra_json != b.extra_json || !(a.attrs == b.attrs) || a.module_fqn != b.module_fqn) {
         json = py::str(jfx::writeJsonNode(*n));
@@ -672,8 +683,12 @@ PYBIND11_MODULE(_jointfx_C, m) {
   m.def("run_pipeline_edits", &runPipelineEdits, py::arg("doc"), py::arg("pipeline"),
         py::arg("verify") = true, py::arg("timing") = false);
   py::class_<EditScript>(m, "EditScript")
-      .def(py::init<const py::object&, const std::string&, bool, bool>(), py::arg("doc"),
-           py::arg("pipeline"), py::arg("verify") = true, py::arg("timing") = false)
+      .def(py::init<const py::object&, const std::string&, bool, bool, bool>(), py::arg("doc"),
+           py::arg("pipeline"), py::arg("verify") = true, py::arg("timing") = false,
+           py::arg("check_unchanged") = true,
+           "check_unchanged: the pass manager's hash check that a pass reporting no change "
+           "changed nothing (a check on the passes, not on the graph: two whole-graph hashes "
+           "per changing pass)")
       .def_property_readonly("ops", &EditScript::ops)
       .def_property_readonly("erased", &EditScript::erased)
       .def_property_readonly("header", &EditScript::header)

@@ -622,13 +622,17 @@ def export_native(gm: fx.GraphModule, *, extension: Any, include_stack_trace: bo
     phases: Mapping[fx.Node, str] = _MetaPhases(gm.graph)
     hooks = _native_hooks()
     try:
-        # First with each node's own meta["phase"] (graphs from import_graph or an earlier run
-        # have them all): rule 1 of _phases decides alone then.
-        graph = extension.graph_from_fx(nodes, None, include_stack_trace, hooks, head_text)
-        if graph is None:
-            phases = compute_phases()
-            graph = extension.graph_from_fx(nodes, [phases.get(n) for n in nodes],
-                                            include_stack_trace, hooks, head_text)
+        # Torch-function dispatch off for the build: each dtype/shape/stride read of a tensor
+        # subclass (FakeTensor) otherwise first looks up its __torch_function__, a third of the
+        # cost of those reads. Reading metadata calls no torch function.
+        with torch._C.DisableTorchFunctionSubclass():
+            # First with each node's own meta["phase"] (graphs from import_graph or an earlier
+            # run have them all): rule 1 of _phases decides alone then.
+            graph = extension.graph_from_fx(nodes, None, include_stack_trace, hooks, head_text)
+            if graph is None:
+                phases = compute_phases()
+                graph = extension.graph_from_fx(nodes, [phases.get(n) for n in nodes],
+                                                include_stack_trace, hooks, head_text)
     except Exception:  # noqa: BLE001 - reading the text says what is wrong, or succeeds
         if isinstance(phases, _MetaPhases):
             phases = compute_phases()
@@ -705,7 +709,31 @@ def _native_hooks() -> dict[str, Any]:
         "node_to_json": _node_to_json,
         "dtype_name": _dtype_name,
         "fake_tensor_type": FakeTensor,
+        "tensor_shim": _tensor_shim(),
     }
+
+
+@functools.cache
+def _tensor_shim() -> tuple[Any, ...] | None:
+    """PyTorch's stable C ABI for tensor metadata (AOTInductor's shim in libtorch_cpu), for
+    graph_from_fx: (list of tensors -> handles, the addresses of aoti_torch_get_dim, _get_sizes,
+    _get_strides, _get_dtype and _delete_tensor_object, {dtype code: torch.dtype}). None where
+    this torch lacks any of it: the build reads the attributes then."""
+    try:
+        alloc = torch._C._aoti.unsafe_alloc_void_ptrs_from_tensors
+        lib = ctypes.CDLL(str(Path(torch.__file__).parent / "lib" / "libtorch_cpu.so"))
+        fns = [ctypes.cast(getattr(lib, "aoti_torch_" + name), ctypes.c_void_p).value
+               for name in ("get_dim", "get_sizes", "get_strides", "get_dtype",
+                            "delete_tensor_object")]
+        codes: dict[int, torch.dtype] = {}
+        for dtype in {v for v in vars(torch).values() if isinstance(v, torch.dtype)}:
+            code_of = getattr(lib, "aoti_torch_dtype_" + str(dtype).removeprefix("torch."), None)
+            if code_of is not None:
+                code_of.restype = ctypes.c_int32
+                codes[int(code_of())] = dtype
+    except (AttributeError, OSError):
+        return None
+    return (alloc, *fns, codes)
 
 
 def _json_bytes(value: Any) -> bytes:

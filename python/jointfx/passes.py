@@ -123,7 +123,8 @@ def _run_pipeline(gm: fx.GraphModule, pipeline: str, *, verify: bool,
     exported = export_native(gm, extension=ext, stacklevel=4, **header)
     exported_at = time.perf_counter()
     try:
-        script = ext.EditScript(exported.document, pipeline, verify, timing)
+        script = ext.EditScript(exported.document, pipeline, verify, timing,
+                                check_unchanged=_expensive_checks())
     except ext.JointfxError as e:
         raise PipelineError(str(e)) from None
     ran_at = time.perf_counter()
@@ -353,6 +354,15 @@ def apply_edits(gm: fx.GraphModule, exported_meta: Callable[[fx.Node], Mapping[s
     return counts
 
 
+# The pass manager's check that a pass reporting "unchanged" changed nothing (a structural hash of
+# the whole graph before each pass and after one that reports no change) guards against bugs in
+# the passes, not in the user's graph; like MLIR's expensive checks it is off in the in-process
+# path, which runs inside training loops, and on with JOINTFX_EXPENSIVE_CHECKS=1 (the test suite
+# sets it). The CLI keeps it on by default.
+def _expensive_checks() -> bool:
+    return os.environ.get("JOINTFX_EXPENSIVE_CHECKS", "") not in ("", "0")
+
+
 # graph.lint() after applying an edit script, also when the C++ verifier checked the pipeline's
 # output (run_pipeline(verify=True), where it is skipped by default: see apply_script).
 def _lint_edits() -> bool:
@@ -381,18 +391,18 @@ def _keep_opaque(new: Any, old: Any) -> Any:
     return new
 
 
-def _set_new_node_args(node: fx.Node, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-    """What `node.args = args; node.kwargs = kwargs` does (the setters call _update_args_kwargs),
-    once, and without Node.__setattr__ taking the node out of the graph's find_nodes table and
-    putting it back: a node just made is last there either way."""
+def _set_node_args(node: fx.Node, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    """What `node.args = args; node.kwargs = kwargs` does (both setters call
+    _update_args_kwargs, which keeps the use lists), in one call and without Node.__setattr__
+    taking the node out of the graph's find_nodes table and putting it back twice: that table is
+    keyed by op and target, which this leaves alone."""
     node._update_args_kwargs(args, kwargs)
 
 
 if not hasattr(torch._C._NodeBase, "_update_args_kwargs"):  # an older torch: the setters
-    def _set_new_node_args(node: fx.Node, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:  # noqa: F811
+    def _set_node_args(node: fx.Node, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:  # noqa: F811
         node.args = args
-        if kwargs:
-            node.kwargs = kwargs
+        node.kwargs = kwargs
 
 
 def apply_script(gm: fx.GraphModule, exported_meta: Callable[[fx.Node], Mapping[str, Any]],
@@ -425,7 +435,7 @@ def apply_script(gm: fx.GraphModule, exported_meta: Callable[[fx.Node], Mapping[
     # node). Create-node hooks (torch.export's metadata hook) must see the arguments, so with
     # hooks the arguments go to create_node.
     hooks = bool(getattr(gm, "_create_node_hooks", None))
-    set_args = _set_new_node_args
+    set_args = _set_node_args
     new_get_attrs = []
     policies = _checkpoint_policies()
     cursor = graph._root
@@ -440,7 +450,11 @@ def apply_script(gm: fx.GraphModule, exported_meta: Callable[[fx.Node], Mapping[
                 cursor.append(node)
                 cursor = node
                 continue
-            if kind == 2:
+            if kind == 4:  # a new recompute tag alone
+                _, slot, moved, recompute = op
+                node = slots[slot]
+                node.meta["recompute"] = policies[recompute]
+            elif kind == 2:
                 _, slot, moved, args_k, meta_set, meta_drop, node_json = op
                 node = slots[slot]
                 if args_k >= 0:
@@ -456,14 +470,9 @@ def apply_script(gm: fx.GraphModule, exported_meta: Callable[[fx.Node], Mapping[
                         if node.args and isinstance(node.args[0], tuple):
                             values = tuple(values)
                         args = (values,)
-                    node.args, node.kwargs = args, kwargs
+                    _set_node_args(node, args, kwargs)
                 if meta_set is not None:
-                    # A new tag alone (what tag-fsdp changes on most nodes) skips _import_meta.
-                    policy = policies.get(meta_set.get("recompute")) if len(meta_set) == 1 else None
-                    if policy is not None:
-                        node.meta["recompute"] = policy
-                    else:
-                        node.meta.update(_import_meta(meta_set, vals))
+                    node.meta.update(_import_meta(meta_set, vals))
                 if meta_drop is not None:
                     for key in meta_drop:
                         node.meta.pop(key, None)

@@ -18,6 +18,9 @@ if str(REPO / "python") not in sys.path:
 
 # Tracing and the tiny graphs gain nothing from intra-op threads on a small shared machine.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# The pass manager's unchanged-graph hash check in every in-process run (off by default there),
+# so a pass that reports "unchanged" but changed the graph fails the tests.
+os.environ.setdefault("JOINTFX_EXPENSIVE_CHECKS", "1")
 
 
 # The tiny-Llama variants (jointfx.trace.VARIANTS); the other fixtures are model families

@@ -192,3 +192,26 @@ def test_create_node_hooks_see_new_nodes_with_their_arguments() -> None:
     new = {n.name for n in hooked.graph.nodes} - {n["name"] for n in doc["nodes"]}
     assert {name for name, _ in seen} == new
     assert all(inputs > 0 for _, inputs in seen)
+
+
+def test_a_new_recompute_tag_alone_is_the_short_op() -> None:
+    """tag-fsdp's edit on most nodes it changes is a new recompute tag and nothing else: the
+    script says it as (4, slot, moved, tag), and applying it sets exactly meta['recompute'] (the
+    graph is the JSON script's, as the fixture tests check for every pipeline)."""
+    doc = load_graph(REPO / "tests" / "data" / "traced" / "fsdp_w2.json")
+    text = dumps_graph(doc)
+    script = ext.EditScript(text, "tag-fsdp", True, False)
+    short = [op for op in script.ops if op[0] == 4]
+    assert short and all(len(op) == 4 and op[3] in (0, 1, 2, 3) for op in short)
+    assert not [op for op in script.ops if op[0] == 2 and op[4] is not None
+                and set(op[4]) == {"recompute"} and op[3] < 0 and op[5] is None]
+    gm = import_graph(doc)
+    before = {n.name: dict(n.meta) for n in gm.graph.nodes}
+    slots = list(gm.graph.nodes)
+    apply_script(gm, export_text(gm, extension=ext).node_meta,
+                 ext.EditScript(text, "tag-fsdp", True, False), lint=True)
+    for op in short:
+        node = slots[op[1]]
+        changed = {k for k in node.meta if node.meta[k] is not before[node.name].get(k)}
+        assert changed == {"recompute"}, node.name
+        assert node.meta["recompute"].value == op[3]

@@ -175,3 +175,29 @@ def test_symbolic_shapes() -> None:
     gm = make_fx(f, tracing_mode="symbolic")(torch.randn(4, 6))
     assert any(isinstance(n.meta.get("val"), torch.SymInt) for n in gm.graph.nodes)
     _same(gm)
+
+
+def test_tensor_metadata_through_the_stable_c_abi(monkeypatch: pytest.MonkeyPatch) -> None:
+    """graph_from_fx reads FakeTensor metadata through PyTorch's stable C ABI (_tensor_shim) on
+    the pinned torch; without it, or when making its handles fails, the tensors are read through
+    their attributes, and every fixture's graph is the same byte for byte (bf16 and int64 values,
+    views with strides, multi-output values)."""
+    import jointfx.export as export
+
+    spec = export._tensor_shim()
+    assert spec is not None, "the pinned torch has the AOTInductor shim: the fast path is tested"
+    assert spec[6][6] is torch.float32 and torch.bfloat16 in spec[6].values()
+
+    def fail(tensors: list) -> list:
+        raise RuntimeError("no handles")
+
+    graphs = {}
+    for path in FIXTURES:
+        gm = import_graph(load_graph(path))
+        fakes = sum(isinstance(n.meta.get("val"), torch.Tensor) for n in gm.graph.nodes)
+        assert fakes > 0
+        graphs[path] = (gm, export_native(gm, extension=ext).graph.json())
+    for shim in (None, (fail, *spec[1:])):
+        monkeypatch.setattr(export, "_tensor_shim", lambda shim=shim: shim)
+        for path, (gm, want) in graphs.items():
+            assert export_native(gm, extension=ext).graph.json() == want, path.stem
