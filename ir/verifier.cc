@@ -89,10 +89,10 @@ class Verifier {
     // The order matters only for which issues come first when max_issues truncates: structure
     // before semantics, so the root cause of a broken graph is reported first.
     if (!checkNodeList()) return std::move(issues_);
-    checkNames();
+    if (opts_.ir_invariants) checkNames();
     checkOperands();
     size_t before = issues_.size();
-    checkUseLists();
+    if (opts_.ir_invariants) checkUseLists();
     // Later rules follow use lists; with broken ones they could read deleted nodes.
     if (issues_.size() != before) return std::move(issues_);
     checkOutput();

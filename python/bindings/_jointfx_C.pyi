@@ -43,7 +43,7 @@ class EditScript:
     docs/pytorch-bridge.md "In place"."""
 
     def __init__(self, doc: str | bytes | FxGraph, pipeline: str, verify: bool = True,
-                 timing: bool = False, check_unchanged: bool = True) -> None: ...
+                 timing: bool = False, expensive_checks: bool = True) -> None: ...
     @property
     def ops(self) -> list[tuple[Any, ...]]:
         """(0, slot) | (1, slot) | (2, slot, moved, args, meta_set, meta_drop, node_json) |

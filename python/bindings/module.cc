@@ -145,7 +145,7 @@ struct PipelineRun {
 
 // Call without the GIL.
 PipelineRun runPipelineWithSnapshot(std::unique_ptr<jfx::Graph> input, const std::string& pipeline,
-                                    bool verify, bool timing, bool check_unchanged = true) {
+                                    bool verify, bool timing, bool expensive_checks = true) {
   PipelineRun run;
   run.g = std::move(input);
   jfx::Graph& g = *run.g;
@@ -163,7 +163,8 @@ PipelineRun runPipelineWithSnapshot(std::unique_ptr<jfx::Graph> input, const std
   std::ostringstream sink;
   jfx::PassManagerOptions opts;
   opts.verify_each = verify;
-  opts.check_unchanged_hash = check_unchanged;
+  opts.check_unchanged_hash = expensive_checks;
+  opts.verify.ir_invariants = expensive_checks;
   opts.timing = timing;
   opts.out = &sink;
   run.result = jfx::runPipeline(g, jfx::resolvePipeline(pipeline), opts);
@@ -309,7 +310,7 @@ class EditScript {
  public:
   // `doc`: the document's JSON text (str or bytes), or an FxGraph (graph_from_fx), taken over.
   EditScript(const py::object& doc, const std::string& pipeline, bool verify, bool timing,
-             bool check_unchanged) {
+             bool expensive_checks) {
     std::unique_ptr<jfx::Graph> built;
     std::string_view text;
     if (py::isinstance<jfx::python::FxGraph>(doc)) {
@@ -329,7 +330,7 @@ class EditScript {
     {
       py::gil_scoped_release release;
       if (!built) built = jfx::readJsonGraph(text, "<python>");
-      run_ = runPipelineWithSnapshot(std::move(built), pipeline, verify, timing, check_unchanged);
+      run_ = runPipelineWithSnapshot(std::move(built), pipeline, verify, timing, expensive_checks);
       const jfx::Graph& g = *run_.g;
       const uint32_t n0 = run_.n0;
       slot_.assign(g.maxId(), UINT32_MAX);
@@ -685,10 +686,10 @@ PYBIND11_MODULE(_jointfx_C, m) {
   py::class_<EditScript>(m, "EditScript")
       .def(py::init<const py::object&, const std::string&, bool, bool, bool>(), py::arg("doc"),
            py::arg("pipeline"), py::arg("verify") = true, py::arg("timing") = false,
-           py::arg("check_unchanged") = true,
-           "check_unchanged: the pass manager's hash check that a pass reporting no change "
-           "changed nothing (a check on the passes, not on the graph: two whole-graph hashes "
-           "per changing pass)")
+           py::arg("expensive_checks") = true,
+           "expensive_checks: the checks on the passes and the IR rather than on the graph: the "
+           "pass manager's unchanged-graph hash (two whole-graph hashes per changing pass) and "
+           "the verifier's ir_invariants (name index, use lists)")
       .def_property_readonly("ops", &EditScript::ops)
       .def_property_readonly("erased", &EditScript::erased)
       .def_property_readonly("header", &EditScript::header)

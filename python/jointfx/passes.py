@@ -124,7 +124,7 @@ def _run_pipeline(gm: fx.GraphModule, pipeline: str, *, verify: bool,
     exported_at = time.perf_counter()
     try:
         script = ext.EditScript(exported.document, pipeline, verify, timing,
-                                check_unchanged=_expensive_checks())
+                                expensive_checks=_expensive_checks())
     except ext.JointfxError as e:
         raise PipelineError(str(e)) from None
     ran_at = time.perf_counter()
@@ -354,11 +354,12 @@ def apply_edits(gm: fx.GraphModule, exported_meta: Callable[[fx.Node], Mapping[s
     return counts
 
 
-# The pass manager's check that a pass reporting "unchanged" changed nothing (a structural hash of
-# the whole graph before each pass and after one that reports no change) guards against bugs in
-# the passes, not in the user's graph; like MLIR's expensive checks it is off in the in-process
-# path, which runs inside training loops, and on with JOINTFX_EXPENSIVE_CHECKS=1 (the test suite
-# sets it). The CLI keeps it on by default.
+# Checks on the passes and the IR rather than on the user's graph: the pass manager's structural
+# hash of the whole graph before each pass and after one that reports "unchanged" (it catches a
+# pass that changed the graph and said it did not), and the verifier's whole-graph pass over the
+# Graph's own bookkeeping (name index, use lists; VerifyOptions::ir_invariants). Like MLIR's
+# expensive checks they are off in the in-process path, which runs inside training steps, and on
+# with JOINTFX_EXPENSIVE_CHECKS=1 (the test suite sets it). The CLI keeps them on.
 def _expensive_checks() -> bool:
     return os.environ.get("JOINTFX_EXPENSIVE_CHECKS", "") not in ("", "0")
 

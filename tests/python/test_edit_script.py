@@ -215,3 +215,18 @@ def test_a_new_recompute_tag_alone_is_the_short_op() -> None:
         changed = {k for k in node.meta if node.meta[k] is not before[node.name].get(k)}
         assert changed == {"recompute"}, node.name
         assert node.meta["recompute"].value == op[3]
+
+
+def test_expensive_checks_change_nothing_but_the_checks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """In process the unchanged-graph hash and the IR bookkeeping check run only with
+    JOINTFX_EXPENSIVE_CHECKS=1 (the tests set it); the graph comes out the same either way."""
+    doc = load_graph(REPO / "tests" / "data" / "traced" / "fsdp_w2.json")
+    graphs, hashes = [], []
+    for on in ("1", "0"):
+        monkeypatch.setenv("JOINTFX_EXPENSIVE_CHECKS", on)
+        gm = import_graph(doc)
+        run_pipeline(gm, PIPELINES["default"])
+        graphs.append(_describe(gm))
+        hashes.append(gm.meta["jointfx_report"]["hash_seconds"])
+    assert graphs[0] == graphs[1]
+    assert hashes[0] > 0 and hashes[1] == 0
