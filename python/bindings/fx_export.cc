@@ -901,39 +901,47 @@ class GraphBuilder {
     Py_ssize_t pos = 0;
     while (PyDict_Next(meta, &pos, &k, &v)) {
       if (!PyUnicode_Check(k)) continue;  // the Writer drops it
-      const int dropped = PySet_Contains(h_.dropped, k);
-      if (dropped < 0) raise();
-      if (dropped) continue;
-      const std::string_view key = utf8(k);
-      if (key == "phase") continue;  // the phase comes from `phase`
-      if (key == "val") {
-        if (!this->val(v, val)) return false;
-      } else if (key == "recompute") {
-        py::object r = Py_TYPE(v) == &PyLong_Type ? py::reinterpret_borrow<py::object>(v)
-                                                  : call(h_.enum_int, v);
-        if (r.ptr() == Py_None) continue;
-        if (Py_TYPE(r.ptr()) != &PyLong_Type) return false;
-        std::optional<int64_t> i = int64(r.ptr());
-        if (!i || *i < 0 || *i > 3) return false;
-        m.recompute = static_cast<jfx::Recompute>(*i);
-      } else if (key == "ac_graph_id" || key == "seq_nr") {
-        if (!PyLong_Check(v) || PyBool_Check(v)) continue;  // the Writer drops it
-        std::optional<int64_t> i = int64(v);
-        if (!i) return false;
-        (key == "seq_nr" ? m.seq_nr : m.ac_graph_id) = *i;
-      } else if (key == "stack_trace") {
-        if (stack_ && PyUnicode_Check(v)) m.stack_trace = utf8(v);
-      } else if (key == "custom") {
-        if (!PyDict_Check(v) || PyDict_GET_SIZE(v) == 0) continue;  // the Writer drops it
-        // Only a custom meta that is the module FQN alone maps to a typed field by itself.
-        PyObject* fqn = PyDict_GetItemWithError(v, n_.module_fqn.ptr());
-        if (fqn == nullptr && PyErr_Occurred()) raise();
-        if (PyDict_GET_SIZE(v) != 1 || fqn == nullptr || !PyUnicode_Check(fqn)) return false;
-        const std::string_view s = utf8(fqn);
-        if (s.empty()) return false;
-        m.module_fqn = jfx::Symbol::intern(s);
-      } else {
-        return false;  // an extra meta key: the reader's canonical form
+      const MetaKey kind = metaKey(k);
+      switch (kind) {
+        case MetaKey::Skipped:
+          continue;
+        case MetaKey::Val:
+          if (!this->val(v, val)) return false;
+          continue;
+        case MetaKey::Recompute: {
+          py::object r = Py_TYPE(v) == &PyLong_Type ? py::reinterpret_borrow<py::object>(v)
+                                                    : call(h_.enum_int, v);
+          if (r.ptr() == Py_None) continue;
+          if (Py_TYPE(r.ptr()) != &PyLong_Type) return false;
+          std::optional<int64_t> i = int64(r.ptr());
+          if (!i || *i < 0 || *i > 3) return false;
+          m.recompute = static_cast<jfx::Recompute>(*i);
+          continue;
+        }
+        case MetaKey::AcGraphId:
+        case MetaKey::SeqNr: {
+          if (!PyLong_Check(v) || PyBool_Check(v)) continue;  // the Writer drops it
+          std::optional<int64_t> i = int64(v);
+          if (!i) return false;
+          (kind == MetaKey::SeqNr ? m.seq_nr : m.ac_graph_id) = *i;
+          continue;
+        }
+        case MetaKey::StackTrace:
+          if (stack_ && PyUnicode_Check(v)) m.stack_trace = utf8(v);
+          continue;
+        case MetaKey::Custom: {
+          if (!PyDict_Check(v) || PyDict_GET_SIZE(v) == 0) continue;  // the Writer drops it
+          // Only a custom meta that is the module FQN alone maps to a typed field by itself.
+          PyObject* fqn = PyDict_GetItemWithError(v, n_.module_fqn.ptr());
+          if (fqn == nullptr && PyErr_Occurred()) raise();
+          if (PyDict_GET_SIZE(v) != 1 || fqn == nullptr || !PyUnicode_Check(fqn)) return false;
+          const std::string_view s = utf8(fqn);
+          if (s.empty()) return false;
+          m.module_fqn = jfx::Symbol::intern(s);
+          continue;
+        }
+        case MetaKey::Other:
+          return false;  // an extra meta key: the reader's canonical form
       }
     }
     if (phase != Py_None) {
@@ -943,6 +951,47 @@ class GraphBuilder {
       m.phase = *p;
     }
     return true;
+  }
+
+  // What a meta key means here. Skipped: a key the Writer drops, and phase (it comes from the
+  // `phase` argument).
+  enum class MetaKey : uint8_t {
+    Skipped,
+    Val,
+    Recompute,
+    AcGraphId,
+    SeqNr,
+    StackTrace,
+    Custom,
+    Other
+  };
+
+  // By the key object: a graph's meta dicts share a handful of key strings, so the first few
+  // distinct ones are remembered (and held, so no other string can take their address).
+  MetaKey metaKey(PyObject* k) {
+    for (const auto& [key, kind] : meta_keys_)
+      if (key.ptr() == k) return kind;
+    MetaKey kind = MetaKey::Other;
+    const int dropped = PySet_Contains(h_.dropped, k);
+    if (dropped < 0) raise();
+    const std::string_view key = utf8(k);
+    if (dropped || key == "phase")
+      kind = MetaKey::Skipped;
+    else if (key == "val")
+      kind = MetaKey::Val;
+    else if (key == "recompute")
+      kind = MetaKey::Recompute;
+    else if (key == "ac_graph_id")
+      kind = MetaKey::AcGraphId;
+    else if (key == "seq_nr")
+      kind = MetaKey::SeqNr;
+    else if (key == "stack_trace")
+      kind = MetaKey::StackTrace;
+    else if (key == "custom")
+      kind = MetaKey::Custom;
+    if (meta_keys_.size() < 16)
+      meta_keys_.emplace_back(py::reinterpret_borrow<py::object>(k), kind);
+    return kind;
   }
 
   bool val(PyObject* v, jfx::ValueMeta& out) {
@@ -1094,6 +1143,7 @@ class GraphBuilder {
   Memo<jfx::Arg> memo_args_;  // dtype/device/layout/memory_format argument -> its Arg
   Memo<jfx::ScalarType> dtypes_;
   Memo<jfx::Symbol> devices_;
+  std::vector<std::pair<py::object, MetaKey>> meta_keys_;
 };
 
 py::object graphFromFx(py::sequence nodes, const py::object& phases, bool include_stack_trace,
