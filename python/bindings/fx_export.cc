@@ -971,24 +971,16 @@ class GraphBuilder {
   MetaKey metaKey(PyObject* k) {
     for (const auto& [key, kind] : meta_keys_)
       if (key.ptr() == k) return kind;
-    MetaKey kind = MetaKey::Other;
+    static constexpr std::pair<std::string_view, MetaKey> kKeys[] = {
+        {"phase", MetaKey::Skipped},       {"val", MetaKey::Val},
+        {"recompute", MetaKey::Recompute}, {"ac_graph_id", MetaKey::AcGraphId},
+        {"seq_nr", MetaKey::SeqNr},        {"stack_trace", MetaKey::StackTrace},
+        {"custom", MetaKey::Custom}};
     const int dropped = PySet_Contains(h_.dropped, k);
     if (dropped < 0) raise();
-    const std::string_view key = utf8(k);
-    if (dropped || key == "phase")
-      kind = MetaKey::Skipped;
-    else if (key == "val")
-      kind = MetaKey::Val;
-    else if (key == "recompute")
-      kind = MetaKey::Recompute;
-    else if (key == "ac_graph_id")
-      kind = MetaKey::AcGraphId;
-    else if (key == "seq_nr")
-      kind = MetaKey::SeqNr;
-    else if (key == "stack_trace")
-      kind = MetaKey::StackTrace;
-    else if (key == "custom")
-      kind = MetaKey::Custom;
+    MetaKey kind = dropped ? MetaKey::Skipped : MetaKey::Other;
+    for (const auto& [name, known] : kKeys)
+      if (!dropped && utf8(k) == name) kind = known;
     if (meta_keys_.size() < 16)
       meta_keys_.emplace_back(py::reinterpret_borrow<py::object>(k), kind);
     return kind;
@@ -1030,33 +1022,26 @@ class GraphBuilder {
     }
     py::object symbolic = attr(v, n_.symbolic);
     if (symbolic.ptr() != Py_False) return false;
-    if (fake) {
-      // (The shim reads a symbolic size as some integer without failing: checked above.)
-      if (void* handle = shim_.next(v)) {
-        jfx::TensorMeta t;
-        PyObject* dt = nullptr;
-        if (shim_.read(handle, t.shape, t.stride, dt)) {
-          std::optional<jfx::ScalarType> d = this->dtype(dt);
-          if (!d) return false;
-          t.dtype = *d;
-          t.device = this->device(fakeDevice(v).ptr());
-          if (!t.sizeProblem().empty()) return false;
-          out = jfx::ValueMeta::ofTensor(std::move(t));
-          return true;
-        }
-      }
-    }
+    // Shape, stride and dtype from the shim where it has this tensor (a FakeTensor; it reads a
+    // symbolic size as some integer without failing, hence the check above), else from the
+    // tensor's attributes.
     jfx::TensorMeta t;
-    py::object dtype = attr(v, n_.dtype);
-    std::optional<jfx::ScalarType> d = this->dtype(dtype.ptr());
+    py::object dtype;
+    void* handle = fake ? shim_.next(v) : nullptr;
+    PyObject* dt = nullptr;
+    if (handle == nullptr || !shim_.read(handle, t.shape, t.stride, dt)) {
+      dtype = attr(v, n_.dtype);
+      dt = dtype.ptr();
+      py::object shape = attr(v, n_.shape);
+      py::object stride =
+          py::reinterpret_steal<py::object>(check(PyObject_CallMethodNoArgs(v, n_.stride.ptr())));
+      if (!ints(shape.ptr(), t.shape) || !ints(stride.ptr(), t.stride)) return false;
+    }
+    std::optional<jfx::ScalarType> d = this->dtype(dt);
     if (!d) return false;
     t.dtype = *d;
     py::object device = fake ? fakeDevice(v) : attr(v, n_.device);
     t.device = this->device(device.ptr());
-    py::object shape = attr(v, n_.shape);
-    py::object stride =
-        py::reinterpret_steal<py::object>(check(PyObject_CallMethodNoArgs(v, n_.stride.ptr())));
-    if (!ints(shape.ptr(), t.shape) || !ints(stride.ptr(), t.stride)) return false;
     if (t.stride.size() != t.shape.size() || !t.sizeProblem().empty()) return false;
     out = jfx::ValueMeta::ofTensor(std::move(t));
     return true;
