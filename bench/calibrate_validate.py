@@ -4,11 +4,13 @@
     .venv/bin/python bench/calibrate_validate.py [--jointfx build/tools/jointfx]
         [--fixture fsdp_w1 ...] [--pipeline configs/pipelines/default.json] [--steps 40]
         [--warmup 10] [--repeat 5] [--threads 1] [--awake] [--quick]
-        [--out bench/results/calibrate_validate]
+        [--workload tests/data/traced/encoder_w2.json] [--out bench/results/calibrate_validate]
 
-1. `jointfx calibrate --world N -o <out>_w<N>.json` for every world size among the fixtures
-   (the profile of a fixture is the one measured at its own world: same ranks, same intra-op
-   threads per rank as exec, same gloo group).
+1. `jointfx calibrate --world N --workload W -o <out>_w<N>.json` for every world size among the
+   fixtures (the profile of a fixture is the one measured at its own world: same ranks, same
+   intra-op threads per rank as exec, same gloo group). The workload, whose compute scales the
+   per-node overheads, is a model family none of the validated fixtures comes from (the BERT-style
+   encoder by default; --workload "" for the microbenchmarks alone).
 2. For each fixture x {original, the pipeline}: `jointfx analyze G --hardware P --json`
    (simulation.step_s, the prediction) and `jointfx exec G --nproc N --steps S --optimizer none
    --log {rank}` (each rank logs the seconds of Executor::run; a step counts as its slowest rank;
@@ -66,6 +68,8 @@ def main() -> int:
     p.add_argument("--awake", action="store_true",
                    help="keep every CPU from idling: one SCHED_IDLE busy loop per CPU")
     p.add_argument("--quick", action="store_true", help="jointfx calibrate --quick")
+    p.add_argument("--workload", default=str(REPO / "tests/data/traced/encoder_w2.json"),
+                   help="jointfx calibrate --workload (\"\": none)")
     p.add_argument("--out", type=Path, default=REPO / "bench/results/calibrate_validate")
     a = p.parse_args()
     with keep_cpus_awake(a.awake):
@@ -76,6 +80,8 @@ def calibrate(a: argparse.Namespace, world: int, prof: Path) -> dict:
     cmd = [a.jointfx, "calibrate", "--world", world, "--threads", a.threads, "-o", prof]
     if a.quick:
         cmd.append("--quick")
+    if a.workload:
+        cmd += ["--workload", a.workload]
     run(cmd)
     hw = json.loads(prof.read_text())
     print(f"  calibrated world {world}: fp32 {hw['peak_tflops']['float32'] * 1e3:.1f} GFLOP/s, "
@@ -174,7 +180,7 @@ def run_all(a: argparse.Namespace) -> int:
             f"{med(lambda h: h['intra_node']['hop_latency_us']):.1f} us")
     print("\n".join(lines))
     meta = {"threads": a.threads, "steps": a.steps, "warmup": a.warmup, "repeat": a.repeat,
-            "awake": a.awake, "quick": a.quick, "pipeline": a.pipeline,
+            "awake": a.awake, "quick": a.quick, "pipeline": a.pipeline, "workload": a.workload,
             "calibrations": {str(w): c for w, c in calibrations.items()}}
     a.out.with_suffix(".json").write_text(json.dumps({**meta, "rows": rows}, indent=1) + "\n")
     a.out.with_suffix(".txt").write_text("\n".join(lines) + "\n")

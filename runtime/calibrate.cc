@@ -5,6 +5,7 @@
 #include <ATen/detail/CUDAHooksInterface.h>
 #include <ATen/ops/add.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/empty_strided.h>
 #include <ATen/ops/mm.h>
 #include <ATen/ops/ones.h>
 #include <ATen/ops/randn.h>
@@ -29,12 +30,14 @@
 #include <thread>
 #include <vector>
 
+#include "ir/collectives.h"
 #include "ir/error.h"
 #include "ir/graph.h"
 #include "ir/io.h"
 #include "runtime/executor.h"
 #include "runtime/launcher.h"
 #include "runtime/process_groups.h"
+#include "runtime/tensor_io.h"
 #include "runtime/trainer.h"
 
 namespace jfx::rt {
@@ -97,6 +100,58 @@ double median(std::vector<double> v) {
 }
 
 // ------------------------------------------------------------------------- one rank's figures
+
+// The workload with its collectives made local, so that one rank runs the graph's compute alone:
+// an all-gather becomes a cat of the group-size copies of its shard, a reduce-scatter a slice of
+// its input, an all-reduce and a wait an alias. Every other node is left as it is. Throws
+// JfxError naming the node for a collective that has no local stand-in.
+void localizeCollectives(Graph& g) {
+  std::vector<Node*> collectives;
+  for (Node* n = g.first(); n; n = n->next())
+    if (n->isCollective() || n->isWait()) collectives.push_back(n);
+  for (Node* n : collectives) {
+    if (n->inputs().size() < 1)
+      throw JfxError({}, "workload node '" + n->name() + "' has no input");
+    Node* x = n->inputs()[0];
+    std::vector<Arg> args;
+    std::string target = "aten.alias.default";
+    int64_t size = collectiveGroupSize(*n, g);
+    switch (collectiveKind(*n)) {
+      case CollectiveKind::AllGather: {
+        std::vector<Arg> copies(static_cast<size_t>(size), Arg::ofNode(x));
+        target = "aten.cat.default";
+        args = {Arg::ofList(std::move(copies))};
+        break;
+      }
+      case CollectiveKind::ReduceScatter: {
+        const TensorMeta* out =
+            n->val().kind == ValueMeta::Kind::Tensor ? &n->val().tensor : nullptr;
+        if (!out || out->shape.empty())
+          throw JfxError(
+              {}, "workload reduce-scatter '" + n->name() + "' has no tensor meta to slice to");
+        target = "aten.slice.Tensor";
+        args = {Arg::ofNode(x), Arg::ofInt(0), Arg::ofInt(0), Arg::ofInt(out->shape[0])};
+        break;
+      }
+      case CollectiveKind::AllReduce:
+      case CollectiveKind::None:  // a wait
+        args = {Arg::ofNode(x)};
+        break;
+      default:  // all-to-all, broadcast: an alias where the shape does not change
+        if (n->val().kind != ValueMeta::Kind::Tensor || x->val().kind != ValueMeta::Kind::Tensor ||
+            n->val().tensor.shape != x->val().tensor.shape)
+          throw JfxError({}, "workload collective '" + n->name() + "' (" +
+                                 std::string(n->target().str()) + ") has no local stand-in");
+        args = {Arg::ofNode(x)};
+    }
+    Node* local = g.createCall(target, std::move(args), {}, n, n->name() + "_local");
+    local->val() = n->val();
+    local->meta().phase = n->meta().phase;
+    g.replaceAllUsesWith(n, local);
+    g.erase(n);
+  }
+  g.processGroups().clear();
+}
 
 struct Rank {
   const CalibrateOptions& o;
@@ -208,6 +263,30 @@ struct Rank {
     return timePerCall(fn, reps, o.quick ? 3 : 7) / k;
   }
 
+  // Seconds per Executor::run of a localized workload graph, on inputs made from its placeholders'
+  // meta: floating point small and random, integers (token ids, labels) zero.
+  double workloadStep(const Graph& g) const {
+    std::vector<c10::IValue> inputs;
+    for (const Node* p : g.placeholders()) {
+      if (p->val().kind != ValueMeta::Kind::Tensor)
+        throw JfxError({}, "workload input '" + p->name() + "' is not a tensor");
+      const TensorMeta& m = p->val().tensor;
+      auto opts = at::TensorOptions().dtype(atenDtype(m.dtype)).device(device);
+      at::Tensor t = at::empty_strided(atenSizes(m.shape), atenSizes(m.stride), opts);
+      if (dtypeIsFloatingPoint(m.dtype))
+        t.copy_(at::randn(atenSizes(m.shape), opts.dtype(at::kFloat)).mul_(0.02));
+      else
+        t.zero_();
+      inputs.emplace_back(std::move(t));
+    }
+    ExecutorOptions eo;
+    eo.device = device;
+    Executor ex(g, eo);
+    auto fn = [&] { (void)ex.run(inputs); };
+    int reps = repsFor(fn, o.quick ? 0.05 : 0.3);
+    return timePerCall(fn, reps, o.quick ? 3 : 5);
+  }
+
   // A graph of `k` independent collective + wait pairs on `group` (of `size` ranks),
   // `per_rank` floats per rank, each waited for at once as the traced graphs do; batch() times
   // `reps` runs of it and records seconds per pair.
@@ -292,7 +371,8 @@ json measureRank(const CalibrateOptions& o, const CalibrateModel& model, const D
     groups.push_back(self);
   }
   ProcessGroups pgs(groups, env, o.device == "cuda" ? CommBackend::Nccl : CommBackend::Gloo,
-                    std::chrono::seconds(o.timeout_s), o.gloo_threads);
+                    std::chrono::seconds(o.timeout_s),
+                    GlooOptions{o.gloo_threads, o.gloo_share_groups});
   Rank R{o, device, env.rank, env.world_size};
   json out;
   out["threads"] = threads;
@@ -335,6 +415,20 @@ json measureRank(const CalibrateOptions& o, const CalibrateModel& model, const D
   out["view_node_s"] = view;
   R.log("per node: mm/add/mul " + fmt(mix * 1e6) + " us (roofline work " + fmt(work * 1e6) +
         " us), view " + fmt(view * 1e6) + " us");
+  if (!o.workload.empty()) {
+    // A real graph's compute, every rank at once: what a node costs amid a model's op mix and
+    // live tensors, against what the chains above say.
+    std::unique_ptr<Graph> wg = loadGraph(o.workload);
+    localizeCollectives(*wg);
+    auto [kernels, hosts] = model.overhead_nodes(*wg);
+    double seconds = R.workloadStep(*wg);
+    out["workload"] = json{{"seconds", seconds},
+                           {"work_s", roofline(*wg)},
+                           {"kernel_nodes", kernels},
+                           {"host_nodes", hosts}};
+    R.log("workload " + o.workload + ": " + fmt(seconds * 1e3) + " ms a step (" +
+          std::to_string(kernels) + " kernel and " + std::to_string(hosts) + " host nodes)");
+  }
 
   // Collectives: a small message (latency) and a large one (bandwidth), on the world group and
   // on this rank alone. The batches of all eight go round-robin, so that a burst of load from
@@ -436,18 +530,41 @@ json buildProfile(const CalibrateOptions& o, const std::vector<json>& ranks, con
       "memory_efficiency 1";
   double add = mean([](const json& r) { return r["kernel_node_s"].get<double>(); });
   double view = mean([](const json& r) { return r["view_node_s"].get<double>(); });
-  p["kernel_overhead_us"] = add * 1e6;
-  p["host_overhead_us"] = view * 1e6;
-  sources["kernel_overhead_us"] =
-      by +
+  std::string chains =
       ": Executor::run of a chain of 256 nodes cycling through aten.mm.default, "
       "aten.add.Tensor and aten.mul.Tensor on float32[32, 32], per node, less the roofline time "
       "of their work at the measured rates (dispatch, allocation, meta check, value table), at "
-      "least host_overhead_us, mean over ranks";
-  sources["host_overhead_us"] =
-      by +
+      "least host_overhead_us";
+  std::string views =
       ": Executor::run of a chain of 256 aten.view.default nodes, per node: what a node "
       "that launches no kernel (view, getitem, wait, collective issue) costs the executor";
+  std::string scaled;
+  if (ranks[0].contains("workload")) {
+    // The chains run hot: three ops, one live tensor. Amid a model's op mix, its live
+    // activations and its larger ops, a node costs more; the workload's step says how much. One
+    // factor for both overheads, fitted to the step: seconds = work + s (kernels x kernel
+    // overhead + hosts x host overhead).
+    double s = mean([](const json& r) {
+      const json& w = r["workload"];
+      double overhead = w["kernel_nodes"].get<double>() * r["kernel_node_s"].get<double>() +
+                        w["host_nodes"].get<double>() * r["view_node_s"].get<double>();
+      double left = w["seconds"].get<double>() - w["work_s"].get<double>();
+      return overhead > 0 && left > 0 ? left / overhead : 1.0;
+    });
+    add *= s;
+    view *= s;
+    const json& w = ranks[0]["workload"];
+    scaled = ", times " + fmt(s) + ": the factor that makes the overheads explain the step of " +
+             o.workload + " with its collectives made local (" +
+             fmt(w["seconds"].get<double>() * 1e3) + " ms on rank 0 for " +
+             std::to_string(w["kernel_nodes"].get<int64_t>()) + " kernel and " +
+             std::to_string(w["host_nodes"].get<int64_t>()) + " host nodes, " +
+             fmt(w["work_s"].get<double>() * 1e3) + " ms of it roofline work), every rank at once";
+  }
+  p["kernel_overhead_us"] = add * 1e6;
+  p["host_overhead_us"] = view * 1e6;
+  sources["kernel_overhead_us"] = by + chains + scaled + "; mean over ranks";
+  sources["host_overhead_us"] = by + views + scaled + "; mean over ranks";
 
   // Collectives: t = latency + S / algBw from the small and the large message.
   auto fit = [&](const char* kind, const char* seconds_key, const char* bytes_key) {
@@ -476,6 +593,14 @@ json buildProfile(const CalibrateOptions& o, const std::vector<json>& ranks, con
         o.device + "), the fixed part of the time (" + fmt(t1a * 1e6) + " / " + fmt(t1r * 1e6) +
         " us at " + fmt(s1a) + " B), less the two nodes' host overhead";
   }
+  // How exec maps groups to streams: its gloo backend runs groups over the same ranks on one
+  // worker thread unless told otherwise; NCCL gives every group its own communicator.
+  bool shared = o.device == "cpu" && o.gloo_share_groups;
+  p["collective_streams"] = shared ? "per_rank_set" : "per_group";
+  sources["collective_streams"] =
+      by + ": " +
+      (shared ? "jointfx exec runs gloo groups over the same ranks on one backend"
+              : "one backend per group");
   json intra = p.contains("intra_node") ? p["intra_node"] : json::object();
   if (G > 1) {
     auto [lat_ag, alg_ag, t1a, t2a, s1a, s2a] = fit("all_gather", "seconds", "bytes");
@@ -559,6 +684,11 @@ int launchOrRun(const CalibrateOptions& o, const CalibrateModel& model) {
                  "--rank-dir",
                  dir};
     if (o.quick) spec.args.push_back("--quick");
+    if (!o.gloo_share_groups) spec.args.push_back("--gloo-separate-groups");
+    if (!o.workload.empty()) {
+      spec.args.push_back("--workload");
+      spec.args.push_back(o.workload);
+    }
     if (o.verbose) spec.args.push_back("--verbose");
     spec.nproc = o.world;
     LaunchResult r = launchRanks(spec);
@@ -593,6 +723,15 @@ int runCalibrate(const CalibrateOptions& o, const CalibrateModel& model) {
     }
     if (!o.base.empty())  // a bad base fails before measuring
       model.check_profile(readInputFile(o.base, "hardware profile"), o.base);
+    if (!o.workload.empty() && !inWorker()) {            // so does a workload that cannot run alone
+      std::unique_ptr<Graph> g = loadGraph(o.workload);  // its errors name the file
+      try {
+        localizeCollectives(*g);
+      } catch (const JfxError& e) {
+        printError("--workload " + o.workload + ": " + e.what());
+        return kExitInput;
+      }
+    }
     return launchOrRun(o, model);
   } catch (const JfxError& e) {
     printError(e.what());

@@ -15,32 +15,40 @@
 #include <functional>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "ir/graph.h"
 
 namespace jfx::rt {
 
 struct CalibrateOptions {
-  int world = 1;               // ranks (one process each) for the collectives and for compute
-  std::string output = "-";    // profile path ("-": stdout); written atomically
-  std::string base;            // optional profile whose unmeasured fields are kept
-  std::string device = "cpu";  // cpu (gloo) or cuda (NCCL)
-  std::string name;            // profile name; default "calibrated-<host>"
-  bool quick = false;          // smaller sizes and fewer repetitions (seconds, for tests)
-  int threads = 0;             // intra-op threads per rank; 0: cores / world, as exec
-  int gloo_threads = 1;        // as exec --gloo-threads
-  int timeout_s = 120;         // rendezvous and collective timeout
-  bool verbose = false;        // each measurement on stderr as it is taken
+  int world = 1;                  // ranks (one process each) for the collectives and for compute
+  std::string output = "-";       // profile path ("-": stdout); written atomically
+  std::string base;               // optional profile whose unmeasured fields are kept
+  std::string device = "cpu";     // cpu (gloo) or cuda (NCCL)
+  std::string name;               // profile name; default "calibrated-<host>"
+  bool quick = false;             // smaller sizes and fewer repetitions (seconds, for tests)
+  int threads = 0;                // intra-op threads per rank; 0: cores / world, as exec
+  int gloo_threads = 1;           // as exec --gloo-threads
+  bool gloo_share_groups = true;  // as exec (!--gloo-separate-groups)
+  int timeout_s = 120;            // rendezvous and collective timeout
+  bool verbose = false;           // each measurement on stderr as it is taken
+  // Optional graph (.json or .jfx) whose compute, run on every rank with its collectives made
+  // local, scales kernel_overhead_us and host_overhead_us to what a node costs in a real graph.
+  std::string workload;
   // Set by the launcher for its ranks: where each rank writes its figures (JSON).
   std::string rank_dir;
 };
 
 // What calibrate needs from the cost model (passes/analysis/cost_model.h), handed in by the CLI:
-// the runtime depends on ir/ only, and these two are the whole of its use of the model.
+// the runtime depends on ir/ only, and these three are the whole of its use of the model.
 struct CalibrateModel {
   // Seconds the cost model's roofline charges for the work of `g`'s nodes, summed, on a machine
   // of `peak_flops` (FLOP/s, every dtype) and `memory_bandwidth` (bytes/s), kernel overhead 0.
   std::function<double(const Graph& g, double peak_flops, double memory_bandwidth)> work_seconds;
+  // How many of `g`'s nodes the model charges kernel_overhead (nodes that launch a kernel) and
+  // host_overhead (call_function nodes that launch none).
+  std::function<std::pair<int64_t, int64_t>(const Graph& g)> overhead_nodes;
   // Throws JfxError naming `filename` unless `json_text` is a hardware profile the cost model
   // loads.
   std::function<void(std::string_view json_text, const std::string& filename)> check_profile;

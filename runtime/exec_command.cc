@@ -67,6 +67,7 @@ std::vector<std::string> execArgs(const ExecOptions& o) {
   add("--device", o.device);
   add("--timeout-s", std::to_string(o.timeout_s));
   add("--gloo-threads", std::to_string(o.gloo_threads));
+  if (!o.gloo_share_groups) a.push_back("--gloo-separate-groups");
   add("--seed", std::to_string(o.seed));
   if (!o.params.empty()) add("--params", o.params);
   if (!o.batch.empty()) add("--batch", o.batch);

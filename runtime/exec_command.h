@@ -24,6 +24,7 @@ struct ExecOptions {
   std::string device = "cpu";  // "cpu" (gloo) or "cuda" (NCCL)
   int timeout_s = 300;         // rendezvous, every collective, the end-of-run barrier
   int gloo_threads = 1;        // worker threads per gloo group (2 is faster, see docs/executor.md)
+  bool gloo_share_groups = true;  // groups over the same ranks share one gloo backend
   uint64_t seed = 0;
   std::string params;             // safetensors of full parameters by FQN; empty: seeded init
   std::string batch;              // safetensors of user inputs by placeholder name; empty: seeded

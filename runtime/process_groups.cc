@@ -196,9 +196,49 @@ struct ProcessGroups::Group {
   c10::intrusive_ptr<c10d::ProcessGroup> pg;
 };
 
+namespace {
+
+// One c10d group with its backend: gloo on a loopback (or MASTER_ADDR) device, or NCCL.
+c10::intrusive_ptr<c10d::ProcessGroup> makeGroup(const std::string& name,
+                                                 const c10::intrusive_ptr<c10d::Store>& store,
+                                                 int my_rank, int size, const DistEnv& env,
+                                                 CommBackend backend,
+                                                 std::chrono::milliseconds timeout,
+                                                 const GlooOptions& gloo) {
+  auto pg = c10::make_intrusive<c10d::ProcessGroup>(store, my_rank, size);
+  if (backend == CommBackend::Gloo) {
+    auto opts = c10d::ProcessGroupGloo::Options::create(timeout);
+    // One worker thread by default, not gloo's two: with two, collectives of one group run
+    // concurrently and LibTorch 2.15's gloo path corrupts the heap now and then
+    // (AsyncAllgatherCoalescedWork; PyTorch alone does it too): sac_w1 after the default
+    // pipeline with idle-priority busy loops on every CPU crashed in 15 of 140 runs with
+    // two threads, in none of 400 with one. The price: collectives in flight on one group
+    // run one after another (docs/executor.md, Limits). Results are the same either way.
+    opts->threads = gloo.threads;
+    // Loopback or the master's address: ranks meet on this host (or where MASTER_ADDR says).
+    opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(
+        env.master_addr == "localhost" ? "127.0.0.1" : env.master_addr));
+    auto be = c10::make_intrusive<c10d::ProcessGroupGloo>(store, my_rank, size, opts);
+    pg->setBackend(c10::DeviceType::CPU, c10d::ProcessGroup::BackendType::GLOO, be);
+    pg->setDefaultBackend(c10d::ProcessGroup::BackendType::GLOO);
+  } else {
+#if JFX_WITH_CUDA
+    auto opts = c10d::ProcessGroupNCCL::Options::create();
+    opts->timeout = timeout;
+    auto be = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, my_rank, size, opts);
+    pg->setBackend(c10::DeviceType::CUDA, c10d::ProcessGroup::BackendType::NCCL, be);
+    pg->setDefaultBackend(c10d::ProcessGroup::BackendType::NCCL);
+#endif
+  }
+  pg->setGroupName(name);
+  return pg;
+}
+
+}  // namespace
+
 ProcessGroups::ProcessGroups(const std::vector<ProcessGroupInfo>& groups, const DistEnv& env,
                              CommBackend backend, std::chrono::milliseconds timeout,
-                             int gloo_threads)
+                             GlooOptions gloo)
     : env_(env), timeout_(timeout) {
 #if !JFX_WITH_CUDA
   if (backend == CommBackend::Nccl)
@@ -267,33 +307,13 @@ ProcessGroups::ProcessGroups(const std::vector<ProcessGroupInfo>& groups, const 
     for (size_t k = 0; k < ranks.size(); ++k)
       key += (k ? "," : "") + std::to_string(ranks[k]);
     auto prefixed = c10::make_intrusive<c10d::PrefixStore>(key + "/", store_);
+    const Group* same = nullptr;  // an earlier group over the same ranks, to share a backend with
+    if (backend == CommBackend::Gloo && gloo.share_rank_sets)
+      for (const auto& o : groups_)
+        if (!same && o->ranks == ranks) same = o.get();
     try {
-      g->pg = c10::make_intrusive<c10d::ProcessGroup>(prefixed, g->my_rank, size);
-      if (backend == CommBackend::Gloo) {
-        auto opts = c10d::ProcessGroupGloo::Options::create(timeout);
-        // One worker thread by default, not gloo's two: with two, collectives of one group run
-        // concurrently and LibTorch 2.15's gloo path corrupts the heap now and then
-        // (AsyncAllgatherCoalescedWork; PyTorch alone does it too): sac_w1 after the default
-        // pipeline with idle-priority busy loops on every CPU crashed in 15 of 140 runs with
-        // two threads, in none of 400 with one. The price: collectives in flight on one group
-        // run one after another (docs/executor.md, Limits). Results are the same either way.
-        opts->threads = gloo_threads;
-        // Loopback or the master's address: ranks meet on this host (or where MASTER_ADDR says).
-        opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(
-            env.master_addr == "localhost" ? "127.0.0.1" : env.master_addr));
-        auto be = c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, g->my_rank, size, opts);
-        g->pg->setBackend(c10::DeviceType::CPU, c10d::ProcessGroup::BackendType::GLOO, be);
-        g->pg->setDefaultBackend(c10d::ProcessGroup::BackendType::GLOO);
-      } else {
-#if JFX_WITH_CUDA
-        auto opts = c10d::ProcessGroupNCCL::Options::create();
-        opts->timeout = timeout;
-        auto be = c10::make_intrusive<c10d::ProcessGroupNCCL>(prefixed, g->my_rank, size, opts);
-        g->pg->setBackend(c10::DeviceType::CUDA, c10d::ProcessGroup::BackendType::NCCL, be);
-        g->pg->setDefaultBackend(c10d::ProcessGroup::BackendType::NCCL);
-#endif
-      }
-      g->pg->setGroupName(info->name);
+      g->pg = same ? same->pg
+                   : makeGroup(info->name, prefixed, g->my_rank, size, env, backend, timeout, gloo);
     } catch (const std::exception& e) {
       const auto* ce = dynamic_cast<const c10::Error*>(&e);
       throw CommError("creating process group '" + info->name + "' (rank " +

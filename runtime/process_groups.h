@@ -74,15 +74,25 @@ int64_t tracedWorldSize(const std::vector<ProcessGroupInfo>& groups, const std::
 std::string worldSizeProblem(const std::vector<ProcessGroupInfo>& groups,
                              const std::string& extra_json, int world_size);
 
+struct GlooOptions {
+  int threads = 1;  // worker threads of each gloo backend (see process_groups.cc for why 1)
+  // Groups over the same ranks (split-comm-groups' `0` and `0_rs`) run on one gloo backend:
+  // one worker thread and one set of connections per rank set. On a host whose cores the ranks
+  // fill, a second backend's threads make every collective slower (fsdp_w2 after the default
+  // pipeline: 12.4 -> 8.2 ms a step, docs/executor.md) and buy no overlap. Safe because every
+  // rank issues collectives in the same program order, so the shared queue is in the same order
+  // on every member.
+  bool share_rank_sets = true;
+};
+
 class ProcessGroups {
  public:
   // Rendezvous and group creation; blocks until every member of every group this rank belongs to
   // has arrived, or `timeout` passes (then throws). `timeout` also bounds every collective.
   // Throws JfxError when the header does not fit the world (a group needing more ranks than there
   // are, duplicate ranks, size != ranks) or NCCL was asked for in a build without it.
-  // `gloo_threads`: worker threads of each gloo group (see process_groups.cc for why 1).
   ProcessGroups(const std::vector<ProcessGroupInfo>& groups, const DistEnv& env,
-                CommBackend backend, std::chrono::milliseconds timeout, int gloo_threads = 1);
+                CommBackend backend, std::chrono::milliseconds timeout, GlooOptions gloo = {});
   ~ProcessGroups();
   ProcessGroups(const ProcessGroups&) = delete;
   ProcessGroups& operator=(const ProcessGroups&) = delete;

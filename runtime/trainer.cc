@@ -596,7 +596,7 @@ class RankRun {
       pgs_ = std::make_unique<ProcessGroups>(
           localizeGroups(g_->processGroups(), g_->extraJson(), env_.rank, env_.world_size), env_,
           o_.device == "cuda" ? CommBackend::Nccl : CommBackend::Gloo,
-          std::chrono::seconds(o_.timeout_s), o_.gloo_threads);
+          std::chrono::seconds(o_.timeout_s), GlooOptions{o_.gloo_threads, o_.gloo_share_groups});
     } catch (const CommError& e) {
       throw RankError{kExecRankFailed, e.message()};
     } catch (const JfxError& e) {

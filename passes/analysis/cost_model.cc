@@ -107,7 +107,7 @@ HardwareProfile parseHardwareProfile(std::string_view json_text, const std::stri
             {"name", "description", "gpus_per_node", "peak_tflops", "compute_efficiency",
              "memory_bandwidth_gbps", "memory_efficiency", "memory_capacity_gib",
              "kernel_overhead_us", "base_latency_us", "intra_node", "inter_node",
-             "host_overhead_us", "local_collective_us", "sources", "notes"},
+             "host_overhead_us", "local_collective_us", "collective_streams", "sources", "notes"},
             filename, "");
   HardwareProfile hw;
   if (!doc.contains("name") || !doc["name"].is_string())
@@ -152,6 +152,12 @@ HardwareProfile parseHardwareProfile(std::string_view json_text, const std::stri
   hw.base_latency = number(doc, "base_latency_us", filename, "", false, 0, true) * 1e-6;
   hw.host_overhead = number(doc, "host_overhead_us", filename, "", false, 0, true) * 1e-6;
   hw.local_collective = number(doc, "local_collective_us", filename, "", false, 0, true) * 1e-6;
+  if (doc.contains("collective_streams")) {
+    const json& v = doc["collective_streams"];
+    if (!v.is_string() || (v != "per_group" && v != "per_rank_set"))
+      profileError(filename, "/collective_streams", "expected \"per_group\" or \"per_rank_set\"");
+    hw.stream_per_rank_set = v == "per_rank_set";
+  }
   for (const char* which : {"intra_node", "inter_node"}) {
     std::string at = std::string("/") + which;
     if (!doc.contains(which))

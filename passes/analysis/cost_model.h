@@ -69,6 +69,10 @@ struct HardwareProfile {
   double host_overhead = 0;     // compute-stream seconds of every call_function node that
                                 // launches no kernel (view, getitem, wait, collective issue)
   double local_collective = 0;  // fixed seconds of a collective on a group of one rank
+  // "collective_streams": "per_group" (default: one NCCL communicator, so one stream, per group
+  // name) or "per_rank_set" (groups over the same ranks share one stream: jointfx exec's gloo
+  // backend, which runs them on one worker thread).
+  bool stream_per_rank_set = false;
 
   double peakFlops(ScalarType t) const;
 };

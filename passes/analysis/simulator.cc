@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <map>
 #include <unordered_map>
 
 #include "ir/checked.h"
@@ -23,8 +24,19 @@ std::string fmtMs(double seconds) {
 SimResult simulate(const Graph& g, const CostModel& cost, const SimOptions& opts) {
   SimResult r;
   r.streams.push_back({"compute", 0, 0});
-  // Group name -> stream index. Lookups only; the stream order is first use in program order.
+  // Stream key -> stream index. Lookups only; the stream order is first use in program order.
+  // The key is the group name, or with a per-rank-set profile the first header group over the
+  // same ranks (split-comm-groups' `0_rs` then shares `0`'s stream).
   std::unordered_map<std::string, uint32_t> stream_of;
+  std::unordered_map<std::string, std::string> key_of;  // per-rank-set: group name -> key
+  if (cost.hardware().stream_per_rank_set) {
+    std::map<std::vector<int64_t>, std::string> first;
+    for (const ProcessGroupInfo& pg : g.processGroups()) {
+      std::vector<int64_t> ranks = pg.ranks;
+      if (ranks.empty()) ranks.push_back(-pg.size);  // all ranks of a world of that size
+      key_of.emplace(pg.name, first.emplace(std::move(ranks), pg.name).first->second);
+    }
+  }
   std::vector<double> stream_free(1, 0.0);
   std::vector<double> ready(g.maxId(), 0.0);  // when each node's value is available
   std::vector<double> chain(g.maxId(), 0.0);  // longest dependency chain ending at each node
@@ -71,6 +83,7 @@ SimResult simulate(const Graph& g, const CostModel& cost, const SimOptions& opts
     if (n->isCollective()) {
       hostTime();  // issuing it
       std::string group(collectiveGroupName(*n));
+      if (auto k = key_of.find(group); k != key_of.end()) group = k->second;
       auto [it, fresh] = stream_of.emplace(group, static_cast<uint32_t>(r.streams.size()));
       if (fresh) {
         r.streams.push_back({group.empty() ? "(no group)" : group, 0, 0});

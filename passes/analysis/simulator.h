@@ -7,7 +7,9 @@
 //    previous compute node and after its operands are ready.
 //  - A collective is issued when the compute stream reaches it (its operands are then ready) and
 //    starts when its group's stream is free: collectives of one group run one at a time, in
-//    issue order (one NCCL communicator = one stream). Groups run concurrently.
+//    issue order (one NCCL communicator = one stream). Groups run concurrently, except that a
+//    profile with "collective_streams": "per_rank_set" gives groups over the same ranks one
+//    stream (jointfx exec's gloo backend runs them on one worker thread).
 //  - A wait blocks the compute stream until its collective ends; that stall is exposed
 //    communication. Collectives still running when compute finishes are exposed too (the tail).
 //  - Peak memory is the memory analysis (passes/analysis/memory.h) of the same order.

@@ -1,16 +1,18 @@
 #!/usr/bin/env python3
 """jointfx calibrate --quick --world W writes a profile that analyze --hardware loads.
 
-    check_calibrate.py JOINTFX WORLD GRAPH
+    check_calibrate.py JOINTFX WORLD GRAPH [WORKLOAD]
 
 Checks: exit 0; the profile has the measured figures (matmul rate for float32 and bfloat16,
 memory bandwidth, per-node overheads, at world > 1 the collectives' busBw and hop latency), each
 with a source saying it was measured by jointfx calibrate on this host; `jointfx analyze GRAPH
 --hardware PROFILE --json` loads it and simulates a positive step; the written profile is
-refused as its own --base's output (never overwrite an input). No timing limits.
+refused as its own --base's output (never overwrite an input). With WORKLOAD, calibrate runs it
+too: the per-node overheads' sources name it and the factor it gave. No timing limits.
 """
 
 import json
+import re
 import socket
 import subprocess
 import sys
@@ -20,10 +22,12 @@ from pathlib import Path
 
 def main() -> int:
     jfx, world, graph = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+    workload = sys.argv[4] if len(sys.argv) > 4 else None
     with tempfile.TemporaryDirectory(prefix="jfx-calib-test-") as tmp:
         prof = Path(tmp) / "calibrated.json"
-        r = subprocess.run([jfx, "calibrate", "--quick", "--world", str(world), "-o", str(prof)],
-                           capture_output=True, text=True)
+        extra = ["--workload", workload] if workload else []
+        r = subprocess.run([jfx, "calibrate", "--quick", "--world", str(world), "-o", str(prof),
+                            *extra], capture_output=True, text=True)
         print(r.stdout, r.stderr, sep="")
         assert r.returncode == 0, f"calibrate exited {r.returncode}"
         hw = json.loads(prof.read_text())
@@ -37,6 +41,15 @@ def main() -> int:
         for key in ("peak_tflops", "memory_bandwidth_gbps", "kernel_overhead_us",
                     "host_overhead_us", "local_collective_us"):
             assert src[key].startswith(f"measured by jointfx calibrate on {host}, "), (key, src[key])
+        # exec's gloo backend: groups over the same ranks share a stream.
+        assert hw["collective_streams"] == "per_rank_set", hw["collective_streams"]
+        for key in ("kernel_overhead_us", "host_overhead_us"):
+            if workload:
+                m = re.search(r", times ([0-9.e+-]+): the factor that makes the overheads explain "
+                              r"the step of (\S+) with its collectives made local", src[key])
+                assert m and float(m.group(1)) > 0 and m.group(2) == workload, src[key]
+            else:
+                assert ", times " not in src[key], src[key]
         if world > 1:
             assert hw["intra_node"]["bus_bandwidth_gbps"] > 0
             assert hw["intra_node"]["hop_latency_us"] > 0

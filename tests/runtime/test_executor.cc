@@ -7,6 +7,8 @@
 #include <ATen/ops/stack.h>
 #include <ATen/ops/sum.h>
 
+#include <torch/csrc/distributed/c10d/GroupRegistry.hpp>
+
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <cstring>
@@ -352,6 +354,37 @@ TEST_CASE("executor: values die after their last use; collective inputs live unt
   CHECK(bitwiseEqual(o2[0].toTensor(), pv.neg().add(pv.neg())));
   // p, q (kept for the wait), ag, filler are all alive when w runs.
   CHECK(ex2.stats().max_live_values >= 4);
+}
+
+TEST_CASE("process groups: gloo groups over the same ranks share one backend unless told not to",
+          "[runtime]") {
+  // As split-comm-groups leaves them: `0` and `0_rs` over the same ranks, plus a group of its own.
+  Graph g;
+  addGroup(g, "0");
+  addGroup(g, "0_rs");
+  auto resolve = [](const char* name) { return c10d::resolve_process_group(name).get(); };
+  {
+    rt::ProcessGroups shared(g.processGroups(), rt::DistEnv{}, rt::CommBackend::Gloo,
+                             std::chrono::seconds(30));
+    CHECK(resolve("0") == resolve("0_rs"));
+    CHECK(shared.sizeOf("0_rs") == 1);
+    // A collective on either name runs, and the executor's results are unchanged (the numerics
+    // of the whole pipeline are compared by the parity matrix, which runs with sharing on).
+    Node* x = placeholder(g, "x", f32({4}), InputKind::UserInput);
+    Node* ag = call(g, "_c10d_functional.all_gather_into_tensor.default",
+                    {N(x), Arg::ofInt(1), Arg::ofStr("0")}, f32({4}));
+    Node* w1 = call(g, "_c10d_functional.wait_tensor.default", {N(ag)}, f32({4}));
+    Node* rs = call(g, "_c10d_functional.reduce_scatter_tensor.default",
+                    {N(w1), Arg::ofStr("sum"), Arg::ofInt(1), Arg::ofStr("0_rs")}, f32({4}));
+    Node* w2 = call(g, "_c10d_functional.wait_tensor.default", {N(rs)}, f32({4}));
+    output(g, {w2});
+    rt::Executor ex(g);
+    at::Tensor in = at::randn({4});
+    CHECK(bitwiseEqual(ex.run({in})[0].toTensor(), in));
+  }
+  rt::ProcessGroups separate(g.processGroups(), rt::DistEnv{}, rt::CommBackend::Gloo,
+                             std::chrono::seconds(30), rt::GlooOptions{1, false});
+  CHECK(resolve("0") != resolve("0_rs"));
 }
 
 }  // namespace jfx

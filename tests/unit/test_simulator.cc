@@ -152,6 +152,35 @@ TEST_CASE("simulator: one group runs its collectives one at a time, groups overl
     REQUIRE(r.streams.size() == 3);
     CHECK(r.streams[2].name == "1");
   }
+  SECTION("collective_streams per_rank_set: groups over the same ranks share one stream") {
+    // jointfx exec's gloo backend runs `0` and `1` (both ranks {0, 1}) on one worker thread.
+    std::string shared = kProfile;
+    shared.replace(shared.find("\"gpus_per_node\""), 0,
+                   "\"collective_streams\": \"per_rank_set\", ");
+    CostModel cm(parseHardwareProfile(shared, "gloo.json"));
+    CHECK(cm.hardware().stream_per_rank_set);
+    CHECK_FALSE(Sim().cm.hardware().stream_per_rank_set);  // the default: one per group
+    Sim s;
+    s.g.processGroups().push_back({"other", 2, {0, 2}});
+    Node* w1 = s.input("w1", f32({250, 1000}), InputKind::Parameter);
+    Node* w2 = s.input("w2", f32({250, 1000}), InputKind::Parameter);
+    Node* w3 = s.input("w3", f32({250, 1000}), InputKind::Parameter);
+    Node* a1 = s.gather(w1, "0");
+    Node* a2 = s.gather(w2, "1");
+    Node* a3 = s.gather(w3, "other");
+    s.output({s.wait(a2), s.wait(a1), s.wait(a3)});
+    SimResult r = simulate(s.g, cm);
+    CHECK(r.step == Approx(2 * kMs));  // `1` queues behind `0`; `other` runs beside them
+    REQUIRE(r.streams.size() == 3);
+    CHECK(r.streams[1].name == "0");
+    CHECK(r.streams[1].ops == 2);
+    CHECK(r.streams[2].name == "other");
+    CHECK(simulate(s.g, s.cm).step == Approx(1 * kMs));
+    shared.replace(shared.find("per_rank_set"), 12, "per_rankset");
+    CHECK_THROWS_WITH(parseHardwareProfile(shared, "bad.json"),
+                      Catch::Contains("bad.json") && Catch::Contains("/collective_streams") &&
+                          Catch::Contains("per_rank_set"));
+  }
 }
 
 TEST_CASE("simulator: a collective starts when issued, not before", "[sched]") {

@@ -29,6 +29,14 @@ rt::CalibrateModel costModelForCalibrate() {
       sum += roofline.computeSeconds(*n);
     return sum;
   };
+  m.overhead_nodes = [](const Graph& g) {
+    std::pair<int64_t, int64_t> counts{0, 0};
+    for (const Node* n = g.first(); n; n = n->next()) {
+      if (n->op() != OpKind::CallFunction) continue;
+      ++(CostModel::isFree(*n) ? counts.second : counts.first);
+    }
+    return counts;
+  };
   m.check_profile = [](std::string_view text, const std::string& filename) {
     (void)parseHardwareProfile(text, filename);
   };
@@ -61,6 +69,11 @@ void addCalibrateCommand(CLI::App& app, int& exit_code) {
       ->check(IntRange(0, 4096));
   cmd->add_option("--gloo-threads", o->gloo_threads, "Worker threads per gloo group, as exec")
       ->check(IntRange(1, 64));
+  cmd->add_option("--workload", o->workload,
+                  "A graph (.json or .jfx) to run with its collectives made local: scales the "
+                  "per-node overheads to what a node costs amid a real model's ops");
+  cmd->add_flag("!--gloo-separate-groups", o->gloo_share_groups,
+                "As exec: the profile then gives each group its own stream");
   cmd->add_option("--timeout-s", o->timeout_s, "Rendezvous and collective timeout")
       ->check(IntRange(1, 86400));
   cmd->add_flag("-v,--verbose", o->verbose, "Print each figure on stderr as it is measured");

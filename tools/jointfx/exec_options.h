@@ -30,6 +30,10 @@ inline void addRunOptions(CLI::App* cmd, rt::ExecOptions& o) {
                   "on one group overlap, but LibTorch 2.15's gloo then corrupts the heap now and "
                   "then (docs/executor.md, Limits)")
       ->check(IntRange(1, 64));
+  cmd->add_flag("!--gloo-separate-groups", o.gloo_share_groups,
+                "One gloo backend per group name; by default groups over the same ranks (`0` and "
+                "split-comm-groups' `0_rs`) share one, which is faster where the ranks fill the "
+                "cores (docs/executor.md)");
   cmd->add_option("--seed", o.seed, "Seed of the generated parameters and batches");
   cmd->add_option("--params", o.params,
                   "safetensors file of full parameters (and buffers) by FQN; default: seeded "
