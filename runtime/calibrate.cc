@@ -555,7 +555,7 @@ json buildProfile(const CalibrateOptions& o, const std::vector<json>& ranks, con
     view *= s;
     const json& w = ranks[0]["workload"];
     scaled = ", times " + fmt(s) + ": the factor that makes the overheads explain the step of " +
-             o.workload + " with its collectives made local (" +
+             o.workload_label + " with its collectives made local (" +
              fmt(w["seconds"].get<double>() * 1e3) + " ms on rank 0 for " +
              std::to_string(w["kernel_nodes"].get<int64_t>()) + " kernel and " +
              std::to_string(w["host_nodes"].get<int64_t>()) + " host nodes, " +
@@ -664,9 +664,19 @@ int launchOrRun(const CalibrateOptions& o, const CalibrateModel& model) {
       fs::remove_all(d, ec);
     }
   } cleanup{dir};
+  // What the ranks run: the workload a path, the default one written into the run directory.
+  CalibrateOptions ro = o;
+  ro.workload_label = o.workload;
+  if (o.workload == kNoWorkload) {
+    ro.workload.clear();
+  } else if (o.workload.empty() && model.default_workload) {
+    ro.workload = dir + "/workload.json";
+    saveGraph(*model.default_workload(), ro.workload, GraphFormat::Json);
+    ro.workload_label = model.default_workload_label;
+  }
   std::vector<json> ranks;
   if (o.world == 1) {
-    ranks.push_back(measureRank(o, model, DistEnv{}));
+    ranks.push_back(measureRank(ro, model, DistEnv{}));
   } else {
     LaunchSpec spec;
     spec.exe = selfExecutable();
@@ -685,9 +695,9 @@ int launchOrRun(const CalibrateOptions& o, const CalibrateModel& model) {
                  dir};
     if (o.quick) spec.args.push_back("--quick");
     if (!o.gloo_share_groups) spec.args.push_back("--gloo-separate-groups");
-    if (!o.workload.empty()) {
+    if (!ro.workload.empty()) {
       spec.args.push_back("--workload");
-      spec.args.push_back(o.workload);
+      spec.args.push_back(ro.workload);
     }
     if (o.verbose) spec.args.push_back("--verbose");
     spec.nproc = o.world;
@@ -702,7 +712,7 @@ int launchOrRun(const CalibrateOptions& o, const CalibrateModel& model) {
   }
   json base;
   if (!o.base.empty()) base = json::parse(readInputFile(o.base, "hardware profile"));
-  json profile = buildProfile(o, ranks, base);
+  json profile = buildProfile(ro, ranks, base);
   std::string text = profile.dump(2) + "\n";
   model.check_profile(text, o.output);  // what we write must load
   writeFileAtomic(o.output, text);
@@ -723,7 +733,8 @@ int runCalibrate(const CalibrateOptions& o, const CalibrateModel& model) {
     }
     if (!o.base.empty())  // a bad base fails before measuring
       model.check_profile(readInputFile(o.base, "hardware profile"), o.base);
-    if (!o.workload.empty() && !inWorker()) {            // so does a workload that cannot run alone
+    if (!o.workload.empty() && o.workload != kNoWorkload &&
+        !inWorker()) {                                   // so does a workload that cannot run alone
       std::unique_ptr<Graph> g = loadGraph(o.workload);  // its errors name the file
       try {
         localizeCollectives(*g);

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -20,6 +21,8 @@
 #include "ir/graph.h"
 
 namespace jfx::rt {
+
+inline constexpr const char* kNoWorkload = "none";
 
 struct CalibrateOptions {
   int world = 1;                  // ranks (one process each) for the collectives and for compute
@@ -33,9 +36,11 @@ struct CalibrateOptions {
   bool gloo_share_groups = true;  // as exec (!--gloo-separate-groups)
   int timeout_s = 120;            // rendezvous and collective timeout
   bool verbose = false;           // each measurement on stderr as it is taken
-  // Optional graph (.json or .jfx) whose compute, run on every rank with its collectives made
-  // local, scales kernel_overhead_us and host_overhead_us to what a node costs in a real graph.
+  // A graph (.json or .jfx) whose compute, run on every rank with its collectives made local,
+  // scales kernel_overhead_us and host_overhead_us to what a node costs in a real graph. Empty:
+  // CalibrateModel::default_workload; kNoWorkload: none (the chains' figures as measured).
   std::string workload;
+  std::string workload_label;  // how the profile's sources name it (set by the launcher)
   // Set by the launcher for its ranks: where each rank writes its figures (JSON).
   std::string rank_dir;
 };
@@ -49,6 +54,9 @@ struct CalibrateModel {
   // How many of `g`'s nodes the model charges kernel_overhead (nodes that launch a kernel) and
   // host_overhead (call_function nodes that launch none).
   std::function<std::pair<int64_t, int64_t>(const Graph& g)> overhead_nodes;
+  // The workload when CalibrateOptions::workload is empty (may be unset: none), and its name.
+  std::function<std::unique_ptr<Graph>()> default_workload;
+  std::string default_workload_label;
   // Throws JfxError naming `filename` unless `json_text` is a hardware profile the cost model
   // loads.
   std::function<void(std::string_view json_text, const std::string& filename)> check_profile;

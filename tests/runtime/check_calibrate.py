@@ -7,8 +7,9 @@ Checks: exit 0; the profile has the measured figures (matmul rate for float32 an
 memory bandwidth, per-node overheads, at world > 1 the collectives' busBw and hop latency), each
 with a source saying it was measured by jointfx calibrate on this host; `jointfx analyze GRAPH
 --hardware PROFILE --json` loads it and simulates a positive step; the written profile is
-refused as its own --base's output (never overwrite an input). With WORKLOAD, calibrate runs it
-too: the per-node overheads' sources name it and the factor it gave. No timing limits.
+refused as its own --base's output (never overwrite an input). The per-node overheads' sources
+name the workload that scaled them and the factor it gave: WORKLOAD if given, `none` for no
+scaling, else calibrate's default (a synthetic tiny Llama-3 joint graph). No timing limits.
 """
 
 import json
@@ -26,6 +27,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="jfx-calib-test-") as tmp:
         prof = Path(tmp) / "calibrated.json"
         extra = ["--workload", workload] if workload else []
+        named = workload or "a synthetic tiny Llama-3 joint graph (jointfx synth's defaults)"
         r = subprocess.run([jfx, "calibrate", "--quick", "--world", str(world), "-o", str(prof),
                             *extra], capture_output=True, text=True)
         print(r.stdout, r.stderr, sep="")
@@ -44,12 +46,12 @@ def main() -> int:
         # exec's gloo backend: groups over the same ranks share a stream.
         assert hw["collective_streams"] == "per_rank_set", hw["collective_streams"]
         for key in ("kernel_overhead_us", "host_overhead_us"):
-            if workload:
-                m = re.search(r", times ([0-9.e+-]+): the factor that makes the overheads explain "
-                              r"the step of (\S+) with its collectives made local", src[key])
-                assert m and float(m.group(1)) > 0 and m.group(2) == workload, src[key]
-            else:
+            if workload == "none":
                 assert ", times " not in src[key], src[key]
+            else:
+                m = re.search(r", times ([0-9.e+-]+): the factor that makes the overheads explain "
+                              r"the step of (.+) with its collectives made local", src[key])
+                assert m and float(m.group(1)) > 0 and m.group(2) == named, src[key]
         if world > 1:
             assert hw["intra_node"]["bus_bandwidth_gbps"] > 0
             assert hw["intra_node"]["hop_latency_us"] > 0

@@ -9,6 +9,7 @@
 #include "tools/jointfx/cli_range.h"
 #include "tools/jointfx/cli_util.h"
 #include "tools/jointfx/commands.h"
+#include "tools/synth/synth.h"
 
 namespace jfx::cli {
 #if JFX_HAVE_RUNTIME
@@ -37,6 +38,10 @@ rt::CalibrateModel costModelForCalibrate() {
     }
     return counts;
   };
+  // The default workload: the tiny Llama-3 joint graph the fixtures are traced from, as synth
+  // writes it (world 4 SimpleFSDP collectives, which calibrate makes local).
+  m.default_workload = [] { return synthLlamaJoint(SynthConfig{}); };
+  m.default_workload_label = "a synthetic tiny Llama-3 joint graph (jointfx synth's defaults)";
   m.check_profile = [](std::string_view text, const std::string& filename) {
     (void)parseHardwareProfile(text, filename);
   };
@@ -71,7 +76,8 @@ void addCalibrateCommand(CLI::App& app, int& exit_code) {
       ->check(IntRange(1, 64));
   cmd->add_option("--workload", o->workload,
                   "A graph (.json or .jfx) to run with its collectives made local: scales the "
-                  "per-node overheads to what a node costs amid a real model's ops");
+                  "per-node overheads to what a node costs amid a real model's ops (default: a "
+                  "synthetic tiny Llama-3 joint graph; none: the microbenchmarks alone)");
   cmd->add_flag("!--gloo-separate-groups", o->gloo_share_groups,
                 "As exec: the profile then gives each group its own stream");
   cmd->add_option("--timeout-s", o->timeout_s, "Rendezvous and collective timeout")
