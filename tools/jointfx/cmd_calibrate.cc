@@ -9,6 +9,9 @@
 #include "tools/jointfx/cli_range.h"
 #include "tools/jointfx/cli_util.h"
 #include "tools/jointfx/commands.h"
+#if JFX_HAVE_RUNTIME
+#include "tools/jointfx/runtime_api.h"
+#endif
 #include "tools/synth/synth.h"
 
 namespace jfx::cli {
@@ -90,7 +93,8 @@ void addCalibrateCommand(CLI::App& app, int& exit_code) {
       return;
     }
 #if JFX_HAVE_RUNTIME
-    exit_code = rt::runCalibrate(*o, costModelForCalibrate());
+    const RuntimeApi* rt = runtimeFor("calibrate");
+    exit_code = rt ? rt->run_calibrate(*o, costModelForCalibrate()) : kInputError;
 #else
     printError("calibrate",
                "this jointfx was built without the LibTorch runtime (configure with "

@@ -6,6 +6,9 @@
 #include "runtime/exec_command.h"
 #include "tools/jointfx/cli_util.h"
 #include "tools/jointfx/exec_options.h"
+#if JFX_HAVE_RUNTIME
+#include "tools/jointfx/runtime_api.h"
+#endif
 
 namespace jfx::cli {
 
@@ -30,7 +33,8 @@ void addExecCommand(CLI::App& app, int& exit_code) {
   cmd->add_flag("-q,--quiet", o->quiet, "No loss lines on stdout");
   cmd->callback([o, &exit_code] {
 #if JFX_HAVE_RUNTIME
-    exit_code = rt::runExec(*o);
+    const RuntimeApi* rt = runtimeFor("exec");
+    exit_code = rt ? rt->run_exec(*o) : kInputError;
 #else
     printError("exec",
                "this jointfx was built without the LibTorch runtime (configure with "

@@ -13,6 +13,7 @@
 #include "passes/pass_manager.h"
 #include "runtime/grad_compare.h"
 #include "tools/jointfx/cli_util.h"
+#include "tools/jointfx/runtime_api.h"
 
 namespace jfx::cli {
 
@@ -32,7 +33,8 @@ int runForParity(const ExecOptions& base, const std::string& graph, const std::s
   e.save.clear();
   e.quiet = true;
   e.progress = "never";
-  return rt::runExec(e);
+  const RuntimeApi* rt = runtimeFor("parity");
+  return rt ? rt->run_exec(e) : kExecInputError;
 }
 
 }  // namespace
@@ -93,8 +95,9 @@ bool reportComparison(const ParityOptions& o, const std::string& work, const Can
   std::vector<std::string> report;
   bool buffers = false;
   rt::ParityUlp ulp;
-  bool same =
-      rt::compareGradDirs(work + "/a", c.dir, o.exec.nproc, o.exec.steps, report, &ulp, &buffers);
+  const RuntimeApi* rt = runtimeFor("parity");  // loaded by the runs before
+  bool same = rt && rt->compare_grad_dirs(work + "/a", c.dir, o.exec.nproc, o.exec.steps, report,
+                                          &ulp, &buffers);
   std::string label = o.a + " vs " + c.label;
   if (same) {
     std::printf("parity: %s: %s bitwise identical (%d rank%s, %d step%s%s)\n", label.c_str(),
