@@ -110,9 +110,18 @@ void localizeCollectives(Graph& g) {
   for (Node* n = g.first(); n; n = n->next())
     if (n->isCollective() || n->isWait()) collectives.push_back(n);
   for (Node* n : collectives) {
-    if (n->inputs().size() < 1)
-      throw JfxError({}, "workload node '" + n->name() + "' has no input");
-    Node* x = n->inputs()[0];
+    // Only a single tensor in and out (not a coalesced list), and a stand-in of the same shape.
+    Node* x = n->inputs().size() >= 1 ? n->inputs()[0] : nullptr;
+    bool tensors = x && n->val().kind == ValueMeta::Kind::Tensor &&
+                   x->val().kind == ValueMeta::Kind::Tensor && !x->val().tensor.shape.empty();
+    auto noStandIn = [&] {
+      return JfxError({}, "workload collective '" + n->name() + "' (" +
+                              std::string(n->target().str()) + ") has no local stand-in");
+    };
+    if (!tensors) throw noStandIn();
+    const Dims& in = x->val().tensor.shape;
+    const Dims& out = n->val().tensor.shape;
+    Dims stand_in = in;  // the stand-in's output shape
     std::vector<Arg> args;
     std::string target = "aten.alias.default";
     int64_t size = collectiveGroupSize(*n, g);
@@ -121,29 +130,18 @@ void localizeCollectives(Graph& g) {
         std::vector<Arg> copies(static_cast<size_t>(size), Arg::ofNode(x));
         target = "aten.cat.default";
         args = {Arg::ofList(std::move(copies))};
+        stand_in[0] = in[0] * size;
         break;
       }
-      case CollectiveKind::ReduceScatter: {
-        const TensorMeta* out =
-            n->val().kind == ValueMeta::Kind::Tensor ? &n->val().tensor : nullptr;
-        if (!out || out->shape.empty())
-          throw JfxError(
-              {}, "workload reduce-scatter '" + n->name() + "' has no tensor meta to slice to");
+      case CollectiveKind::ReduceScatter:
         target = "aten.slice.Tensor";
-        args = {Arg::ofNode(x), Arg::ofInt(0), Arg::ofInt(0), Arg::ofInt(out->shape[0])};
+        args = {Arg::ofNode(x), Arg::ofInt(0), Arg::ofInt(0), Arg::ofInt(out.empty() ? 0 : out[0])};
+        if (!out.empty() && out[0] <= in[0]) stand_in[0] = out[0];
         break;
-      }
-      case CollectiveKind::AllReduce:
-      case CollectiveKind::None:  // a wait
-        args = {Arg::ofNode(x)};
-        break;
-      default:  // all-to-all, broadcast: an alias where the shape does not change
-        if (n->val().kind != ValueMeta::Kind::Tensor || x->val().kind != ValueMeta::Kind::Tensor ||
-            n->val().tensor.shape != x->val().tensor.shape)
-          throw JfxError({}, "workload collective '" + n->name() + "' (" +
-                                 std::string(n->target().str()) + ") has no local stand-in");
+      default:  // a wait, an all-reduce; an all-to-all or broadcast that keeps the shape
         args = {Arg::ofNode(x)};
     }
+    if (stand_in != out) throw noStandIn();
     Node* local = g.createCall(target, std::move(args), {}, n, n->name() + "_local");
     local->val() = n->val();
     local->meta().phase = n->meta().phase;
