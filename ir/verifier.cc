@@ -85,6 +85,16 @@ class Verifier {
     return std::move(issues_);
   }
 
+  // The rules that read the header: the process groups themselves, every collective's group
+  // name and size against them, and the output list against the output node.
+  std::vector<VerifyIssue> runHeader() {
+    checkProcessGroups();
+    for (const Node* n = g_.first(); n && !full(); n = n->next())
+      if (n->isCollective()) checkCollective(n);
+    checkOutputInfo();
+    return std::move(issues_);
+  }
+
   std::vector<VerifyIssue> run() {
     // The order matters only for which issues come first when max_issues truncates: structure
     // before semantics, so the root cause of a broken graph is reported first.
@@ -717,6 +727,11 @@ std::vector<VerifyIssue> verifyNodes(const Graph& g, const std::vector<const Nod
                                      const VerifyOptions& opts) {
   if (opts.max_issues == 0) return {};
   return Verifier(g, opts).runNodes(nodes);
+}
+
+std::vector<VerifyIssue> verifyHeader(const Graph& g, const VerifyOptions& opts) {
+  if (opts.max_issues == 0) return {};
+  return Verifier(g, opts).runHeader();
 }
 
 }  // namespace jfx

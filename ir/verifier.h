@@ -48,4 +48,10 @@ std::vector<VerifyIssue> verifyGraph(const Graph& g, const VerifyOptions& opts =
 std::vector<VerifyIssue> verifyNodes(const Graph& g, const std::vector<const Node*>& nodes,
                                      const VerifyOptions& opts = {});
 
+// The rules that read the graph's header, for a pass that edited it (the node check above cannot
+// see an edit there break a node nobody touched): process-group, unknown-group and group-size on
+// every collective, collective-wait-pairing and collective-shape with them, and output-info.
+// O(N) in a walk of the node list, but only collectives are checked.
+std::vector<VerifyIssue> verifyHeader(const Graph& g, const VerifyOptions& opts = {});
+
 }  // namespace jfx

@@ -8,6 +8,7 @@
 #include <iostream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -28,6 +29,16 @@ double processCpuSeconds() {
   clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
   return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
+
+// A copy of the graph-level facts the node-by-node check cannot see change (a few entries).
+struct Header {
+  std::vector<ProcessGroupInfo> groups;
+  std::vector<OutputSpec> outputs;
+  static Header of(const Graph& g) { return {g.processGroups(), g.outputSpecs()}; }
+  bool same(const Graph& g) const {
+    return groups == g.processGroups() && outputs == g.outputSpecs();
+  }
+};
 
 std::string knownPasses() {
   std::string s;
@@ -497,6 +508,11 @@ PipelineResult runPasses(Graph& g, std::vector<ConfiguredPass>& passes,
       return "\n" + writeReproducer(*input, opts, name, passes[i].options);
     };
 
+    // The header (process groups, output list) is graph-level: a pass that edits it also gets
+    // the header's rules checked, since adding a group can break collectives it never touched.
+    std::optional<Header> header_before;
+    if (opts.verify_each && !full_each) header_before = Header::of(g);
+
     PassContext ctx;
     ctx.analyses = std::move(analyses);
     ctx.log = opts.remarks ? &out : nullptr;
@@ -542,6 +558,11 @@ PipelineResult runPasses(Graph& g, std::vector<ConfiguredPass>& passes,
       unchecked_change = !full_each;
       const double before = result.verify_seconds;
       auto issues = full_each ? verify() : verifyTouched();
+      if (issues.empty() && header_before && !header_before->same(g)) {
+        auto t = Clock::now();
+        issues = verifyHeader(g, opts.verify);
+        result.verify_seconds += seconds_since(t);
+      }
       result.verify_between_seconds += result.verify_seconds - before;
       ++result.verify_between_runs;
       if (!issues.empty())

@@ -1,6 +1,8 @@
 #include "passes/bucket/split_comm_groups.h"
 
 #include <map>
+#include <set>
+#include <string>
 #include <vector>
 
 #include "ir/collectives.h"
@@ -74,7 +76,18 @@ bool SplitCommGroupsPass::run(Graph& g, PassContext& ctx) {
     }
   }
 
-  // Header order first, then groups the header lacks (the verifier reports those) by name.
+  // A graph without a process-group header declares its groups only by the names its
+  // collectives use (the verifier checks names against a header only when there is one). It
+  // stays that way: a header listing just the new group would make every other group unknown.
+  const bool headerless = g.processGroups().empty();
+  std::set<std::string, std::less<>> taken;  // names a new group must not reuse
+  for (const ProcessGroupInfo& pg : g.processGroups())
+    taken.insert(pg.name);
+  if (headerless)
+    for (const Node* n = g.first(); n; n = n->next())
+      if (n->isCollective()) taken.emplace(collectiveGroupName(*n));
+
+  // Header order first, then groups the header lacks, by name.
   std::vector<std::string> order;
   for (const ProcessGroupInfo& pg : g.processGroups())
     order.push_back(pg.name);
@@ -86,15 +99,18 @@ bool SplitCommGroupsPass::run(Graph& g, PassContext& ctx) {
     auto it = groups.find(name);
     if (it == groups.end() || !it->second.gather || it->second.moving.empty()) continue;
     std::string fresh = name + suffix_;
-    for (int k = 1; g.findProcessGroup(fresh); ++k)
+    for (int k = 1; taken.count(fresh); ++k)
       fresh = name + suffix_ + "_" + std::to_string(k);
-    ProcessGroupInfo info;
-    if (const ProcessGroupInfo* pg = g.findProcessGroup(name))
-      info = *pg;
-    else
-      info.size = it->second.size;
-    info.name = fresh;
-    g.processGroups().push_back(info);
+    taken.insert(fresh);
+    if (!headerless) {
+      ProcessGroupInfo info;
+      if (const ProcessGroupInfo* pg = g.findProcessGroup(name))
+        info = *pg;
+      else
+        info.size = it->second.size;
+      info.name = fresh;
+      g.processGroups().push_back(info);
+    }
     for (Node* n : it->second.moving) {
       std::vector<Arg> args = n->args();
       args[static_cast<size_t>(n->info().group_name_arg)] = Arg::ofStr(fresh);

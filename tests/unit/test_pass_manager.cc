@@ -8,6 +8,7 @@
 
 #include "ir/hash.h"
 #include "ir/io.h"
+#include "ir/text_format.h"
 #include "passes/pass_manager.h"
 #include "passes/registry.h"
 #include "tests/unit/test_util.h"
@@ -157,11 +158,11 @@ TEST_CASE("pass manager: verify after a changing pass names the pass", "[pass-ma
 
 TEST_CASE("pass manager: graph-level rules are checked on the output, or after each pass",
           "[pass-manager]") {
-  // An extra output spec breaks output-info, a rule of the whole graph: between passes only
+  // A parameter without an FQN breaks input-info, a rule of the whole graph: between passes only
   // touched nodes are checked, so the output's full check finds it; --verify-full finds it right
   // after the pass that did it.
   auto drop_spec = [](Graph& g, PassContext&) {
-    g.outputSpecs().push_back({OutputKind::Other, ""});
+    g.findNode("x")->setInputInfo(InputKind::Parameter, "");
     g.rename(g.findNode("neg"), "neg2");
     return true;
   };
@@ -179,7 +180,7 @@ TEST_CASE("pass manager: graph-level rules are checked on the output, or after e
   auto p1 = passes();
   std::string msg = errorOf([&] { runPasses(s.g, p1, opts); });
   CHECK(msg.find("verification failed on the pipeline's output") != std::string::npos);
-  CHECK(msg.find("[output-info]") != std::string::npos);
+  CHECK(msg.find("[input-info]") != std::string::npos);
 
   Small s2;
   s2.g.outputSpecs() = {{OutputKind::Loss, ""}};
@@ -187,7 +188,52 @@ TEST_CASE("pass manager: graph-level rules are checked on the output, or after e
   auto p2 = passes();
   msg = errorOf([&] { runPasses(s2.g, p2, opts); });
   CHECK(msg.find("verification failed after pass 'breaker' (#1)") != std::string::npos);
+  CHECK(msg.find("[input-info]") != std::string::npos);
+}
+
+TEST_CASE("pass manager: a pass that edits the header gets the header's rules checked",
+          "[pass-manager]") {
+  // The node check sees only touched nodes, but a header edit can break nodes nobody touched:
+  // here a process group added to a headerless graph makes the untouched all-gather's group
+  // unknown, and an output spec too many breaks output-info. Either is reported after the pass
+  // that did it, not by a later pass that happens to touch the node (or the output check).
+  auto graph = [] {
+    return parseTextGraph(
+        "jointfx.graph 1\n"
+        "outputs [loss]\n"
+        "%w : f32[2, 4] = placeholder\n"
+        "%ag : f32[4, 4] = _c10d_functional.all_gather_into_tensor.default(%w, 2, \"0\")\n"
+        "%W : f32[4, 4] = _c10d_functional.wait_tensor.default(%ag)\n"
+        "%loss : f32[] = aten.sum.default(%W)\n"
+        "%output = output([%loss])\n",
+        "headerless.jfx");
+  };
+  auto run = [&](std::function<void(Graph&)> edit) {
+    std::unique_ptr<Graph> g = graph();
+    std::vector<ConfiguredPass> v = one("header-editor", [edit](Graph& g, PassContext&) {
+      edit(g);
+      return true;
+    });
+    v.push_back({std::make_unique<LambdaPass>("mover",
+                                              [](Graph& g, PassContext&) {
+                                                g.moveBefore(g.findNode("W"), g.findNode("loss"));
+                                                g.moveBefore(g.findNode("ag"), g.findNode("W"));
+                                                return true;
+                                              }),
+                 ""});
+    PassManagerOptions opts;
+    std::ostringstream out;
+    opts.out = &out;
+    return errorOf([&] { runPasses(*g, v, opts); });
+  };
+  std::string msg = run([](Graph& g) { g.processGroups().push_back({"1", 2, {0, 1}}); });
+  CHECK(msg.find("verification failed after pass 'header-editor' (#1)") != std::string::npos);
+  CHECK(msg.find("node 'ag': [unknown-group]") != std::string::npos);
+  msg = run([](Graph& g) { g.outputSpecs().push_back({OutputKind::Other, ""}); });
+  CHECK(msg.find("verification failed after pass 'header-editor' (#1)") != std::string::npos);
   CHECK(msg.find("[output-info]") != std::string::npos);
+  // A pass that leaves the header alone still gets only the node check: this graph is fine.
+  CHECK(run([](Graph&) {}) == "<no error>");
 }
 
 TEST_CASE("pass manager: the default pipeline gives the same graph with either verification",
