@@ -475,7 +475,7 @@ std::unique_ptr<Graph> Graph::copy() const {
 
 void Graph::takeContents(Graph&& from) {
   const uint64_t generation = std::max(generation_, from.generation_) + 1;
-  // std::deque's swap moves its blocks, so every node keeps its address.
+  // The swap hands over the node chunks, so every node keeps its address.
   nodes_.swap(from.nodes_);
   std::swap(by_name_, from.by_name_);
   std::swap(next_suffix_, from.next_suffix_);

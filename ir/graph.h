@@ -26,7 +26,6 @@
 #include <compare>
 #include <cstddef>
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <iterator>
 #include <memory>
@@ -40,6 +39,7 @@
 #include "ir/attributes.h"
 #include "ir/name_index.h"
 #include "ir/op_info.h"
+#include "ir/stable_vector.h"
 #include "ir/symbol.h"
 #include "ir/types.h"
 
@@ -192,7 +192,7 @@ class UseRange {
 };
 
 class Node {
-  // Only a Graph makes nodes; the token keeps the constructor usable by std::deque.
+  // Only a Graph makes nodes; the token keeps the constructor usable by its node store.
   struct Token {
    private:
     friend class Graph;
@@ -443,7 +443,7 @@ class Graph {
   uint64_t generation_ = 0;
   std::vector<uint32_t> touched_;  // ids, in first-touch order
   std::vector<bool> touched_mark_;
-  mutable std::deque<Node> nodes_;  // indexed by id; std::deque keeps addresses stable
+  mutable StableVector<Node> nodes_;  // indexed by id; nodes never move
   // Operand slot arena: slots are carved from big blocks, freed with the Graph.
   std::vector<std::unique_ptr<Operand[]>> slot_blocks_;
   Operand* slot_next_ = nullptr;

@@ -1,11 +1,14 @@
 // Heap allocations of the IR's value metas, counted by replacing the global operator new. The
 // replacement is this executable's alone: the library and the other tests run with the standard
 // one.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
+#include <memory>
 #include <new>
 #include <sstream>
 #include <string>
@@ -96,5 +99,25 @@ TEST_CASE("the tensor metas of traced graphs are inline", "[dims][alloc]") {
     CHECK(copies == tuples);
     WARN(name << ": loading makes " << load << " heap allocations, "
               << static_cast<double>(load) / static_cast<double>(nodes.size()) << " per node");
+  }
+}
+
+TEST_CASE("loading a traced graph makes at most 3 heap allocations per node", "[alloc]") {
+  // Nodes share 64-node chunks and the reader reuses its buffers; what is left per node is its
+  // argument vector, a name too long for the string's inline buffer, and amortized table growth.
+  // The op table and the symbols of op names are built once per process: the first load pays.
+  std::vector<std::string> paths;
+  for (const auto& e :
+       std::filesystem::directory_iterator(std::string(JFX_SOURCE_DIR) + "/tests/data/traced"))
+    if (e.path().extension() == ".json") paths.push_back(e.path().string());
+  std::sort(paths.begin(), paths.end());
+  REQUIRE(paths.size() >= 10);
+  for (const std::string& path : paths) {
+    const std::string text = readFile(path);
+    (void)readJsonGraph(text, path);  // the process-wide tables, and this graph's symbols
+    std::unique_ptr<Graph> g;
+    size_t load = allocationsOf([&] { g = readJsonGraph(text, path); });
+    INFO(path << ": " << g->size() << " nodes, " << load << " heap allocations");
+    CHECK(load <= 3 * g->size());
   }
 }

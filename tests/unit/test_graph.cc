@@ -9,6 +9,7 @@
 #include "ir/hash.h"
 #include "ir/io.h"
 #include "ir/json_format.h"
+#include "ir/stable_vector.h"
 #include "ir/text_format.h"
 #include "ir/verifier.h"
 #include "passes/pass_manager.h"
@@ -270,4 +271,63 @@ TEST_CASE("graph: copy is exact and takeContents goes back to it", "[ir][copy]")
     CHECK(x->name() == y->name());
     CHECK(x->id() == y->id());
   }
+}
+
+TEST_CASE("stable vector: elements keep their addresses through growth, pop and swap", "[graph]") {
+  // Counts live elements, so the test sees every construction matched by a destruction.
+  struct Item {
+    int value;
+    int* live;
+    Item(int v, int* l) : value(v), live(l) { ++*live; }
+    Item(const Item& o) : value(o.value), live(o.live) { ++*live; }
+    ~Item() { --*live; }
+  };
+  int live = 0;
+  {
+    StableVector<Item, 4> v;
+    std::vector<const Item*> where;
+    for (int i = 0; i < 10; ++i)
+      where.push_back(&v.emplace_back(i, &live));  // three chunks: 4 + 4 + 2
+    CHECK(v.size() == 10);
+    CHECK(live == 10);
+    for (int i = 0; i < 10; ++i) {
+      CHECK(&v[static_cast<size_t>(i)] == where[static_cast<size_t>(i)]);
+      CHECK(v[static_cast<size_t>(i)].value == i);
+    }
+    v.pop_back();
+    CHECK(live == 9);
+    CHECK(&v.emplace_back(42, &live) == where[9]);  // the slot is reused
+    int sum = 0, count = 0;
+    for (const Item& x : v) {
+      sum += x.value;
+      ++count;
+    }
+    CHECK(count == 10);
+    CHECK(sum == 0 + 1 + 2 + 3 + 4 + 5 + 6 + 7 + 8 + 42);
+
+    StableVector<Item, 4> w;
+    w.push_back(Item(7, &live));
+    v.swap(w);
+    CHECK(v.size() == 1);
+    CHECK(w.size() == 10);
+    CHECK(&w[3] == where[3]);  // the chunks moved over, not the elements
+    w.clear();
+    CHECK(w.empty());
+    CHECK(live == 1);
+  }
+  CHECK(live == 0);
+}
+
+TEST_CASE("graph: nodes keep their addresses as the graph grows past many chunks", "[graph]") {
+  Graph g;
+  Node* x = g.create(OpKind::Placeholder, Symbol::intern("x"), {}, {}, "x");
+  std::vector<Node*> made{x};
+  for (int i = 0; i < 1000; ++i)
+    made.push_back(g.createCall("aten.neg.default", {Arg::ofNode(made.back())}));
+  for (uint32_t id = 0; id < made.size(); ++id) {
+    CHECK(g.nodeById(id) == made[id]);
+    CHECK(made[id]->id() == id);
+  }
+  CHECK(made.back()->input(0) == made[made.size() - 2]);
+  CHECK(verifyGraph(g).size() == 1);  // no output node: the one issue
 }

@@ -1,0 +1,89 @@
+// An append-only sequence whose elements never move, stored in fixed-size chunks: the graph's
+// node arena. std::deque also keeps addresses, but libstdc++ sizes its blocks at 512 bytes, which
+// holds a single Node, so every node cost a heap allocation of its own; here 64 nodes share one.
+#pragma once
+
+#include <cstddef>
+#include <iterator>
+#include <memory>
+#include <new>
+#include <utility>
+#include <vector>
+
+namespace jfx {
+
+template <class T, size_t kChunk = 64>
+class StableVector {
+ public:
+  template <bool kConst>
+  class Iterator {
+   public:
+    using iterator_category = std::forward_iterator_tag;
+    using value_type = T;
+    using difference_type = std::ptrdiff_t;
+    using Owner = std::conditional_t<kConst, const StableVector, StableVector>;
+    using reference = std::conditional_t<kConst, const T&, T&>;
+    Iterator() = default;
+    Iterator(Owner* v, size_t i) : v_(v), i_(i) {}
+    reference operator*() const { return (*v_)[i_]; }
+    auto* operator->() const { return &(*v_)[i_]; }
+    Iterator& operator++() { return ++i_, *this; }
+    Iterator operator++(int) {
+      Iterator old = *this;
+      ++i_;
+      return old;
+    }
+    friend bool operator==(const Iterator& a, const Iterator& b) { return a.i_ == b.i_; }
+
+   private:
+    Owner* v_ = nullptr;
+    size_t i_ = 0;
+  };
+
+  StableVector() = default;
+  StableVector(const StableVector&) = delete;
+  StableVector& operator=(const StableVector&) = delete;
+  ~StableVector() { clear(); }
+
+  template <class... Args>
+  T& emplace_back(Args&&... args) {
+    if (size_ == chunks_.size() * kChunk) chunks_.push_back(std::make_unique<Chunk>());
+    T* p = new (raw(size_)) T(std::forward<Args>(args)...);
+    ++size_;
+    return *p;
+  }
+  void push_back(const T& v) { emplace_back(v); }
+  void pop_back() { (*this)[--size_].~T(); }
+
+  T& operator[](size_t i) { return *std::launder(reinterpret_cast<T*>(raw(i))); }
+  const T& operator[](size_t i) const { return *std::launder(reinterpret_cast<const T*>(raw(i))); }
+  size_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+
+  void clear() {
+    while (size_ > 0)
+      pop_back();
+    chunks_.clear();
+  }
+  // Hands the chunks over: every element keeps its address.
+  void swap(StableVector& o) noexcept {
+    chunks_.swap(o.chunks_);
+    std::swap(size_, o.size_);
+  }
+
+  Iterator<false> begin() { return {this, 0}; }
+  Iterator<false> end() { return {this, size_}; }
+  Iterator<true> begin() const { return {this, 0}; }
+  Iterator<true> end() const { return {this, size_}; }
+
+ private:
+  struct Chunk {
+    alignas(T) std::byte bytes[sizeof(T) * kChunk];
+  };
+  std::byte* raw(size_t i) const { return chunks_[i / kChunk]->bytes + sizeof(T) * (i % kChunk); }
+
+  std::vector<std::unique_ptr<Chunk>> chunks_;
+  size_t size_ = 0;
+};
+
+}  // namespace jfx
