@@ -55,6 +55,14 @@ bool SplitCommGroupsPass::run(Graph& g, PassContext& ctx) {
     std::vector<Node*> moving;  // program order
     int64_t size = 0;
   };
+  // A graph without a process-group header declares its groups only by the names its
+  // collectives use (the verifier checks names against a header only when there is one). It
+  // stays that way: a header listing just the new group would make every other group unknown.
+  const bool headerless = g.processGroups().empty();
+  std::set<std::string, std::less<>> taken;  // names a new group must not reuse
+  for (const ProcessGroupInfo& pg : g.processGroups())
+    taken.insert(pg.name);
+
   // Keyed by group name for lookups; new groups are created in header order below.
   std::map<std::string, Use> groups;
   for (Node* n = g.first(); n; n = n->next()) {
@@ -64,6 +72,7 @@ bool SplitCommGroupsPass::run(Graph& g, PassContext& ctx) {
     bool bucket = hasFsdpBucketMeta(*n);
     std::string name(collectiveGroupName(*n));
     if (name.empty()) continue;
+    if (headerless) taken.insert(name);
     if (kind == CollectiveKind::AllGather && (role == CollectiveRole::FsdpUnshard || bucket)) {
       groups[name].gather = true;
     } else if ((kind == CollectiveKind::ReduceScatter &&
@@ -75,17 +84,6 @@ bool SplitCommGroupsPass::run(Graph& g, PassContext& ctx) {
       u.size = collectiveGroupSize(*n, g);
     }
   }
-
-  // A graph without a process-group header declares its groups only by the names its
-  // collectives use (the verifier checks names against a header only when there is one). It
-  // stays that way: a header listing just the new group would make every other group unknown.
-  const bool headerless = g.processGroups().empty();
-  std::set<std::string, std::less<>> taken;  // names a new group must not reuse
-  for (const ProcessGroupInfo& pg : g.processGroups())
-    taken.insert(pg.name);
-  if (headerless)
-    for (const Node* n = g.first(); n; n = n->next())
-      if (n->isCollective()) taken.emplace(collectiveGroupName(*n));
 
   // Header order first, then groups the header lacks, by name.
   std::vector<std::string> order;
