@@ -299,6 +299,177 @@ Operand* Graph::allocSlots(uint32_t count) {
   return out;
 }
 
+// What undoes one primitive edit (Note [Undo]). Payloads that do not fit the entry (old names,
+// old argument trees, old slot arrays) live in the log's side vectors, at `payload`.
+struct Graph::UndoLog {
+  enum class Kind : uint8_t {
+    UseAppended,   // slot appended to its value's use list: unlink it
+    UseUnlinked,   // slot unlinked from `node`'s use list between prev and next: put it back
+    RefSet,        // *ref was `node`: set it back
+    OpsDropped,    // `node` had `count` operands before dropUses
+    NodeLinked,    // unlink `node`
+    NodeUnlinked,  // link `node` again before `before`
+    NodeCreated,   // `node` is the store's last: remove it
+    NameAdded,     // take `node`'s name out of the index
+    Renamed,       // `node` was called names[payload]
+    Buried,        // `node` lived, with trees[payload] as its args and kwargs
+    ArgsReplaced,  // `node`'s args and kwargs were trees[payload]
+    SlotsReplaced  // `node`'s slot array was slot_arrays[payload]
+  };
+  struct Entry {
+    Kind kind;
+    uint32_t count = 0;
+    uint32_t payload = 0;
+    Node* node = nullptr;
+    Node* before = nullptr;
+    Operand* slot = nullptr;
+    Operand* prev = nullptr;
+    Operand* next = nullptr;
+    Node** ref = nullptr;
+  };
+  struct SlotArray {
+    Operand* ops;
+    uint32_t cap;
+    std::vector<Operand> contents;
+  };
+  std::vector<Entry> entries;
+  std::vector<std::string> names;
+  std::vector<std::pair<std::vector<Arg>, Kwargs>> trees;
+  std::vector<SlotArray> slot_arrays;
+  // Copied at beginUndo: small, and edited in place by uniqueName and passes.
+  std::unordered_map<std::string, uint64_t> next_suffix;
+  std::vector<ProcessGroupInfo> process_groups;
+  std::vector<OutputSpec> output_specs;
+  std::vector<ConstantInfo> constants;
+  std::string extra_json;
+  uint64_t revision = 0;
+
+  void add(Entry e) { entries.push_back(e); }
+};
+
+Graph::Graph() = default;
+Graph::~Graph() = default;
+
+void Graph::beginUndo() {
+  if (undo_) throw std::logic_error("Graph::beginUndo: already recording");
+  undo_ = std::make_unique<UndoLog>();
+  undo_->next_suffix = next_suffix_;
+  undo_->process_groups = process_groups_;
+  undo_->output_specs = output_specs_;
+  undo_->constants = constants_;
+  undo_->extra_json = extra_json_;
+  undo_->revision = revision_;
+}
+
+void Graph::commitUndo() {
+  undo_.reset();
+}
+
+void Graph::rollback() {
+  if (!undo_) throw std::logic_error("Graph::rollback: not recording");
+  std::unique_ptr<UndoLog> log = std::move(undo_);  // replaying records nothing
+  while (!log->entries.empty()) {
+    undoOne(*log);
+    log->entries.pop_back();
+  }
+  next_suffix_ = std::move(log->next_suffix);
+  process_groups_ = std::move(log->process_groups);
+  output_specs_ = std::move(log->output_specs);
+  constants_ = std::move(log->constants);
+  extra_json_ = std::move(log->extra_json);
+  revision_ = log->revision;
+}
+
+void Graph::undoOne(UndoLog& log) {
+  using Kind = UndoLog::Kind;
+  const UndoLog::Entry& e = log.entries.back();
+  Node* n = e.node;
+  switch (e.kind) {
+    case Kind::UseAppended:
+      touch(e.slot->value);
+      unlinkUse(e.slot);
+      break;
+    case Kind::UseUnlinked: {
+      // Everything recorded after the unlink is undone, so prev and next are neighbours again.
+      Operand* s = e.slot;
+      s->value = n;
+      s->prev_use = e.prev;
+      s->next_use = e.next;
+      (e.prev ? e.prev->next_use : n->use_head_) = s;
+      (e.next ? e.next->prev_use : n->use_tail_) = s;
+      ++n->num_uses_;
+      touch(n);
+      break;
+    }
+    case Kind::RefSet:
+      *e.ref = n;
+      break;
+    case Kind::OpsDropped:
+      n->num_ops_ = e.count;
+      break;
+    case Kind::NodeLinked:
+      unlink(n);
+      break;
+    case Kind::NodeUnlinked:
+      link(n, e.before);
+      break;
+    case Kind::NodeCreated:
+      if (n->id_ + 1 != nodes_.size())
+        throw std::logic_error("Graph::rollback: a created node is not the store's last");
+      --live_;
+      nodes_.pop_back();
+      break;
+    case Kind::NameAdded:
+      by_name_.erase(n->name_);
+      break;
+    case Kind::Renamed:
+      by_name_.erase(n->name_);
+      n->name_ = std::move(log.names[e.payload]);
+      by_name_.insert(n);
+      touch(n);
+      break;
+    case Kind::Buried:
+      by_name_.insert(n);
+      n->dead_ = false;
+      n->args_ = std::move(log.trees[e.payload].first);
+      n->kwargs_ = std::move(log.trees[e.payload].second);
+      ++live_;
+      break;
+    case Kind::ArgsReplaced:
+      // Moved, not copied: the old slots point into these trees' buffers.
+      n->args_ = std::move(log.trees[e.payload].first);
+      n->kwargs_ = std::move(log.trees[e.payload].second);
+      break;
+    case Kind::SlotsReplaced: {
+      UndoLog::SlotArray& a = log.slot_arrays[e.payload];
+      n->ops_ = a.ops;
+      n->ops_cap_ = a.cap;
+      std::copy(a.contents.begin(), a.contents.end(), a.ops);
+      break;
+    }
+  }
+}
+
+void Graph::addUse(Node* producer, Operand* s) {
+  appendUse(producer, s);
+  if (undo_) undo_->add({.kind = UndoLog::Kind::UseAppended, .slot = s});
+}
+
+void Graph::removeUse(Operand* s) {
+  if (undo_)
+    undo_->add({.kind = UndoLog::Kind::UseUnlinked,
+                .node = s->value,
+                .slot = s,
+                .prev = s->prev_use,
+                .next = s->next_use});
+  unlinkUse(s);
+}
+
+void Graph::setRef(Operand& s, Node* value) {
+  if (undo_) undo_->add({.kind = UndoLog::Kind::RefSet, .node = *s.ref, .ref = s.ref});
+  *s.ref = value;
+}
+
 void Graph::appendUse(Node* producer, Operand* s) {
   s->value = producer;
   s->prev_use = producer->use_tail_;
@@ -343,6 +514,12 @@ void Graph::collectRefs(Node* n) {
 void Graph::buildSlots(Node* n) {
   touch(n);
   const auto count = static_cast<uint32_t>(slot_refs_.size());
+  if (undo_ && n->ops_cap_ > 0) {  // the old slots, for their user, index and reference
+    undo_->add({.kind = UndoLog::Kind::SlotsReplaced,
+                .payload = static_cast<uint32_t>(undo_->slot_arrays.size()),
+                .node = n});
+    undo_->slot_arrays.push_back({n->ops_, n->ops_cap_, {n->ops_, n->ops_ + n->ops_cap_}});
+  }
   if (count > n->ops_cap_) {  // the old array (if any) stays in the arena until the Graph dies
     n->ops_ = allocSlots(count);
     n->ops_cap_ = count;
@@ -353,7 +530,7 @@ void Graph::buildSlots(Node* n) {
     s.user = n;
     s.index = k;
     s.ref = slot_refs_[k];
-    appendUse(*s.ref, &s);
+    addUse(*s.ref, &s);
     touch(s.value);
   }
 }
@@ -362,8 +539,9 @@ void Graph::dropUses(Node* n) {
   for (uint32_t k = 0; k < n->num_ops_; ++k) {
     Operand& s = n->ops_[k];
     touch(s.value);
-    unlinkUse(&s);
+    removeUse(&s);
   }
+  if (undo_) undo_->add({.kind = UndoLog::Kind::OpsDropped, .count = n->num_ops_, .node = n});
   n->num_ops_ = 0;
 }
 
@@ -383,6 +561,10 @@ Node* Graph::create(OpKind op, Symbol target, std::vector<Arg> args, Kwargs kwar
   } catch (...) {
     nodes_.pop_back();  // a bad operand leaves the graph as it was
     throw;
+  }
+  if (undo_) {
+    undo_->add({.kind = UndoLog::Kind::NodeCreated, .node = &n});
+    undo_->add({.kind = UndoLog::Kind::NameAdded, .node = &n});
   }
   by_name_.insert(&n);
   buildSlots(&n);
@@ -421,6 +603,7 @@ std::unique_ptr<Graph> Graph::copy() const {
   c.extra_json_ = extra_json_;
   c.next_suffix_ = next_suffix_;
   c.generation_ = generation_;
+  c.revision_ = revision_;
   c.live_ = live_;
   // Same ids: node k of the copy is node k here, so every reference maps by id.
   for (const Node& n : nodes_)
@@ -474,6 +657,7 @@ std::unique_ptr<Graph> Graph::copy() const {
 }
 
 void Graph::takeContents(Graph&& from) {
+  if (undo_ || from.undo_) throw std::logic_error("Graph::takeContents: recording undo");
   const uint64_t generation = std::max(generation_, from.generation_) + 1;
   // The swap hands over the node chunks, so every node keeps its address.
   nodes_.swap(from.nodes_);
@@ -504,7 +688,7 @@ void Graph::takeContents(Graph&& from) {
   from.extra_json_.clear();
   from.touched_.clear();
   from.touched_mark_.clear();
-  generation_ = generation;
+  generation_ = revision_ = generation;
   touched_.clear();
   touched_mark_.clear();
   if (tracking_)
@@ -527,6 +711,12 @@ void Graph::setArgs(Node* n, std::vector<Arg> args, Kwargs kwargs) {
   // first, then give the new references their slots.
   dropUses(n);
   buildSlots(n);
+  if (undo_) {
+    undo_->add({.kind = UndoLog::Kind::ArgsReplaced,
+                .payload = static_cast<uint32_t>(undo_->trees.size()),
+                .node = n});
+    undo_->trees.emplace_back(std::move(args), std::move(kwargs));
+  }
 }
 
 void Graph::replaceInput(Node* user, uint32_t operand, Node* value) {
@@ -536,9 +726,9 @@ void Graph::replaceInput(Node* user, uint32_t operand, Node* value) {
   Operand& s = user->ops_[operand];
   Node* old = s.value;
   if (old == value) return;
-  unlinkUse(&s);
-  *s.ref = value;
-  appendUse(value, &s);
+  removeUse(&s);
+  setRef(s, value);
+  addUse(value, &s);
   touch(user);
   touch(old);
   touch(value);
@@ -553,9 +743,9 @@ void Graph::replaceUsesWith(Node* from, Node* to, const std::function<bool(const
   for (Operand* s = from->use_head_; s;) {
     Operand* next = s->next_use;
     if (accept(Use{s->user, s->index})) {
-      unlinkUse(s);
-      *s->ref = to;
-      appendUse(to, s);
+      removeUse(s);
+      setRef(*s, to);
+      addUse(to, s);
       touch(s->user);
     }
     s = next;
@@ -583,6 +773,7 @@ void Graph::link(Node* n, Node* before) {
     }
     n->pos_ = lo + (before->pos_ - lo) / 2;
   }
+  if (undo_) undo_->add({.kind = UndoLog::Kind::NodeLinked, .node = n});
   n->prev_ = prev;
   n->next_ = before;
   if (prev)
@@ -596,6 +787,7 @@ void Graph::link(Node* n, Node* before) {
 }
 
 void Graph::unlink(Node* n) {
+  if (undo_) undo_->add({.kind = UndoLog::Kind::NodeUnlinked, .node = n, .before = n->next_});
   touch(n->prev_);
   touch(n->next_);
   if (n->prev_)
@@ -687,8 +879,18 @@ void Graph::erase(Node* n) {
                                                          std::to_string(n->num_uses_) + " use(s)");
   dropUses(n);
   unlink(n);
+  bury(n);
+}
+
+void Graph::bury(Node* n) {
   by_name_.erase(n->name_);
   n->dead_ = true;
+  if (undo_) {
+    undo_->add({.kind = UndoLog::Kind::Buried,
+                .payload = static_cast<uint32_t>(undo_->trees.size()),
+                .node = n});
+    undo_->trees.emplace_back(std::move(n->args_), std::move(n->kwargs_));
+  }
   n->args_.clear();
   n->kwargs_.clear();
   --live_;
@@ -710,11 +912,7 @@ void Graph::eraseAll(const std::vector<Node*>& dead) {
   for (Node* n : dead) {
     if (n->dead_) continue;
     unlink(n);
-    by_name_.erase(n->name_);
-    n->dead_ = true;
-    n->args_.clear();
-    n->kwargs_.clear();
-    --live_;
+    bury(n);
   }
 }
 
@@ -724,6 +922,12 @@ void Graph::rename(Node* n, std::string_view name) {
     throw JfxError(SourceLocation::atNode(std::string(name)),
                    "a node with this name already exists");
   by_name_.erase(n->name_);
+  if (undo_) {
+    undo_->add({.kind = UndoLog::Kind::Renamed,
+                .payload = static_cast<uint32_t>(undo_->names.size()),
+                .node = n});
+    undo_->names.push_back(std::move(n->name_));
+  }
   n->name_ = std::string(name);
   by_name_.insert(n);
   touch(n);
@@ -734,7 +938,8 @@ std::vector<const Node*> Graph::takeTouched() {
   live.reserve(touched_.size());
   for (uint32_t id : touched_) {
     touched_mark_[id] = false;
-    if (!nodes_[id].dead_) live.push_back(&nodes_[id]);
+    // An id past the store's end belonged to a node that a rollback removed.
+    if (id < nodes_.size() && !nodes_[id].dead_) live.push_back(&nodes_[id]);
   }
   touched_.clear();
   std::sort(live.begin(), live.end(),

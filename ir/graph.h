@@ -17,6 +17,18 @@
 // the others' relative order. Every Graph edit keeps both sides in step; never change an Arg
 // tree behind the Graph's back (use setArgs / replaceInput).
 //
+// Note [Undo]
+// beginUndo() makes the Graph record, for every primitive edit (a use appended or unlinked, an
+// operand reference set, a node linked or unlinked, created, named, renamed or buried, a node's
+// slot array replaced), what undoes it. rollback() replays those inverses newest first, so the
+// node list and every use list come back in their exact order, the nodes created meanwhile leave
+// the store's end (ids as before), and names, name-suffix counters and the header (copied at
+// beginUndo) are as they were: the graph is indistinguishable from before, as an exact copy taken
+// with copy() would be, at a cost in proportion to the edits instead of the graph. Positions are
+// reassigned where nodes are linked again (they encode order, which is restored). Not recorded:
+// val and meta of nodes that existed at beginUndo (a rewrite that changes those cannot be undone
+// this way; new nodes' are free), and takeContents (refused while recording).
+//
 // Note [Ids and deletion]
 // Node ids are dense, stable and never reused, so side tables can be vectors indexed by id
 // (maxId() bounds them). erase() unlinks a node and marks it dead; its storage stays until the
@@ -262,29 +274,32 @@ class Node {
   friend class Graph;
   friend struct UseListSurgery;  // tests that corrupt use lists on purpose (verifier tests)
 
-  Graph* graph_ = nullptr;
+  // What a walk over the node list reads (links, position, kind, op facts) comes first, within
+  // 64 bytes, and the operand and use links next: a node is about 500 bytes, so fields spread
+  // over it cost a cache miss each per node on graphs that do not fit the cache.
+  Node* prev_ = nullptr;
+  Node* next_ = nullptr;
+  uint64_t pos_ = 0;
+  const OpInfo* info_ = nullptr;
   uint32_t id_ = 0;
-  uint32_t origin_ = kNoOrigin;
+  Symbol target_;
   OpKind op_ = OpKind::CallFunction;
   bool dead_ = false;
   InputKind input_kind_ = InputKind::None;
-  Symbol target_;
-  const OpInfo* info_ = nullptr;
-  std::string name_;
-  std::vector<Arg> args_;
-  Kwargs kwargs_;
+  uint32_t origin_ = kNoOrigin;
+  Graph* graph_ = nullptr;
   Operand* ops_ = nullptr;  // num_ops_ slots in use, room for ops_cap_ (Graph's slot arena)
   uint32_t num_ops_ = 0;
   uint32_t ops_cap_ = 0;
   uint32_t num_uses_ = 0;
   Operand* use_head_ = nullptr;
   Operand* use_tail_ = nullptr;
+  std::string name_;
+  std::vector<Arg> args_;
+  Kwargs kwargs_;
   ValueMeta val_;
   NodeMeta meta_;
   std::string input_fqn_;
-  Node* prev_ = nullptr;
-  Node* next_ = nullptr;
-  uint64_t pos_ = 0;
 };
 
 struct ProcessGroupInfo {
@@ -311,7 +326,8 @@ struct OutputSpec {
 
 class Graph {
  public:
-  Graph() = default;
+  Graph();
+  ~Graph();
   Graph(const Graph&) = delete;
   Graph& operator=(const Graph&) = delete;
 
@@ -378,6 +394,12 @@ class Graph {
   // journal on, every live node counts as touched.
   void takeContents(Graph&& from);
 
+  // ---- undo (Note [Undo]). One recording at a time; each ends in commitUndo or rollback.
+  void beginUndo();
+  void commitUndo();  // keeps the edits and stops recording
+  void rollback();    // undoes every edit since beginUndo, newest first, and stops recording
+  bool recordingUndo() const { return undo_ != nullptr; }
+
   // ---- change journal, for verifying only what a pass touched (the pass manager turns it on).
   // While on, every node whose list links, operands, uses or name change is recorded: created,
   // moved, renamed and rewired nodes, their list neighbours, and the producers whose use lists
@@ -391,6 +413,11 @@ class Graph {
   // Counts structural edits (whatever the journal would record), journal on or off: a result
   // computed from the graph (passes/analysis_manager.h) is known stale when this has moved.
   uint64_t generation() const { return generation_; }
+  // Names the graph's structure: every structural edit gives it a value never seen before, and a
+  // rollback gives back the value it had at beginUndo (the structure is that one again). Equal
+  // revisions, same structure: what the pass manager checks a pass reporting "unchanged" by.
+  // generation() never goes back, since results computed during the recording are stale.
+  uint64_t revision() const { return revision_; }
 
   // A hint that about `n` nodes are coming (readers call it): sizes the name index once instead
   // of rehashing it as it grows.
@@ -430,8 +457,16 @@ class Graph {
   Operand* allocSlots(uint32_t count);
   static void appendUse(Node* producer, Operand* s);
   static void unlinkUse(Operand* s);
+  // appendUse / unlinkUse / setting a slot's reference, recorded for undo while recording.
+  void addUse(Node* producer, Operand* s);
+  void removeUse(Operand* s);
+  void setRef(Operand& s, Node* value);
+  // erase's last step: out of the name index, dead, args and kwargs dropped (kept for undo).
+  void bury(Node* n);
+  struct UndoLog;
+  void undoOne(UndoLog& log);
   void touch(Node* n) {
-    ++generation_;
+    revision_ = ++generation_;
     if (!tracking_ || n == nullptr) return;
     if (touched_mark_.size() <= n->id_) touched_mark_.resize(nodes_.size(), false);
     if (touched_mark_[n->id_]) return;
@@ -441,6 +476,8 @@ class Graph {
 
   bool tracking_ = false;
   uint64_t generation_ = 0;
+  uint64_t revision_ = 0;
+  std::unique_ptr<UndoLog> undo_;  // non-null while recording (Note [Undo])
   std::vector<uint32_t> touched_;  // ids, in first-touch order
   std::vector<bool> touched_mark_;
   mutable StableVector<Node> nodes_;  // indexed by id; nodes never move

@@ -520,6 +520,7 @@ PipelineResult runPasses(Graph& g, std::vector<ConfiguredPass>& passes,
     PassRecord rec;
     rec.name = name;
     rec.options = passes[i].options;
+    const uint64_t revision_before = g.revision();
     auto start = Clock::now();
     const double cpu_start = processCpuSeconds();
     try {
@@ -547,13 +548,10 @@ PipelineResult runPasses(Graph& g, std::vector<ConfiguredPass>& passes,
       }
     }
 
-    if (opts.check_unchanged_hash) {
-      if (rec.changed) {
-        hash_known = false;
-      } else if (hashGraph() != hash) {
-        throw JfxError({}, label + " reported no change, but the graph changed" + repro());
-      }
-    }
+    if (!rec.changed &&
+        (g.revision() != revision_before || (opts.check_unchanged_hash && hashGraph() != hash)))
+      throw JfxError({}, label + " reported no change, but the graph changed" + repro());
+    if (rec.changed) hash_known = false;
     if (rec.changed && opts.verify_each) {
       unchecked_change = !full_each;
       const double before = result.verify_seconds;

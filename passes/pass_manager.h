@@ -1,6 +1,6 @@
 // The pass manager: parses pipelines, runs passes, and makes every pass observable (verify after
-// each changing pass, print IR, time, statistics, stop after N, and a hash check that catches a
-// pass claiming "unchanged" while it changed the graph).
+// each changing pass, print IR, time, statistics, stop after N, and checks that catch a pass
+// claiming "unchanged" while it changed the graph: its structure always, its meta with the hash).
 #pragma once
 
 #include <cstdint>
@@ -60,6 +60,11 @@ struct PassManagerOptions {
   bool timing = false;
   bool stats = false;
   int stop_after = -1;  // run only the first N passes (bisecting); -1 = all
+  // A pass that reports "unchanged" while the graph's structure changed (Graph::revision moved)
+  // always fails, at O(1). The structural hash also catches edits of node meta and values, at a
+  // whole-graph walk before and after every such pass: an expensive check (MLIR keeps its
+  // operation-fingerprint check for expensive-check builds), on by default here, off in
+  // `jointfx opt` and in process unless expensive checks are asked for.
   bool check_unchanged_hash = true;
   bool remarks = false;         // route PassContext::remark() to `out`
   std::ostream* out = nullptr;  // where IR dumps, timing and stats go (stderr when null)

@@ -15,18 +15,17 @@ void collectNodes(const Arg& a, std::vector<const Node*>& out) {
 }  // namespace
 
 WrittenStorage::WrittenStorage(const Graph& g) : root_(g.maxId()), written_(g.maxId(), 0) {
-  // Program order: an operand's root is known before its users ask.
-  for (const Node* n = g.first(); n; n = n->next()) {
-    const AliasKind a = n->info().alias;
-    const Node* in0 = n->input(0);
-    root_[n->id()] = (a == AliasKind::View || a == AliasKind::InPlace) && in0 && in0->isBefore(n)
-                         ? root_[in0->id()]
-                         : n->id();
-  }
+  // One walk in program order: the roots of a node's operands, which come earlier, are known by
+  // the time it is reached, both to give the node its own root and to mark what it writes.
   std::vector<const Node*> targets;
   for (const Node* n = g.first(); n; n = n->next()) {
-    if (n->op() != OpKind::CallFunction) continue;
     const OpInfo& info = n->info();
+    const Node* in0 = n->input(0);
+    root_[n->id()] = (info.alias == AliasKind::View || info.alias == AliasKind::InPlace) && in0 &&
+                             in0->isBefore(n)
+                         ? root_[in0->id()]
+                         : n->id();
+    if (n->op() != OpKind::CallFunction) continue;
     if (!info.mutates && info.category != OpCategory::Unknown) continue;
     targets.clear();
     // An unknown op may write anything it is given; so may one the table knows only to write

@@ -1104,11 +1104,17 @@ bool bucketFixed(Graph& g, const BucketOptions& opts, PassContext& ctx) {
   const BlockAnalysis* shared =
       opts.plan == BucketOptions::Plan::Blocks ? &ctx.analyses.get<BlockAnalysis>(g) : nullptr;
 
-  // Round one on the graph itself, with an exact copy to go back to: most graphs stay within
-  // the bound with every bucket, and then this is the only rewrite (bucketing a trial copy and
-  // then the graph again cost twice the rewrite, plus a clone). Its statistics and remarks count
-  // only if it stands.
-  std::unique_ptr<Graph> backup = g.copy();
+  // Round one on the graph itself, recording how to undo it (Note [Undo] in ir/graph.h): most
+  // graphs stay within the bound with every bucket, and then this is the only rewrite (bucketing
+  // a trial copy and then the graph again cost twice the rewrite, plus a clone; an exact copy to
+  // go back to cost a second graph's memory). Its statistics and remarks count only if it stands.
+  struct Recording {
+    Graph& g;
+    explicit Recording(Graph& graph) : g(graph) { g.beginUndo(); }
+    ~Recording() {
+      if (g.recordingUndo()) g.rollback();  // an exception inside the round: leave g as it was
+    }
+  } recording{g};
   const Statistics stats_before = ctx.stats;
   std::ostringstream held_log, held_warnings;
   struct Redirect {
@@ -1124,6 +1130,7 @@ bool bucketFixed(Graph& g, const BucketOptions& opts, PassContext& ctx) {
     const bool changed = b.run();
     const MemoryProfile prof = boundProfile(g);
     if (prof.peak_bytes <= bound) {
+      g.commitUndo();
       if (redirect.log) *redirect.log << held_log.str();
       if (redirect.warnings) *redirect.warnings << held_warnings.str();
       return changed;
@@ -1132,11 +1139,10 @@ bool bucketFixed(Graph& g, const BucketOptions& opts, PassContext& ctx) {
   }
   ctx.log = redirect.log;
   ctx.warnings = redirect.warnings;
-  g.takeContents(std::move(*backup));
-  backup.reset();
+  g.rollback();
   ctx.stats = stats_before;
   ctx.stat("memory-rounds");
-  // The cached block analysis belonged to the nodes just discarded.
+  // The graph is as before, but its generation moved: the block analysis is computed again.
   if (shared) shared = &ctx.analyses.get<BlockAnalysis>(g);
   int64_t peak = 0;
   boundedCopy(g, opts, bound, excluded, ctx, &peak, shared, nullptr, nullptr, 1);

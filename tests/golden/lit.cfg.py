@@ -13,4 +13,7 @@ config.test_exec_root = os.path.join(config.jfx_binary_dir, "tests", "golden")
 config.environment["PATH"] = os.pathsep.join(
     [os.path.join(config.jfx_binary_dir, "tools"), config.llvm_bin, config.environment.get("PATH", os.environ["PATH"])]
 )
+# The checks on the passes and the IR (the unchanged-graph hash, the whole-graph name-index and
+# use-list check) are off by default in `jointfx opt`; every test runs with them.
+config.environment["JOINTFX_EXPENSIVE_CHECKS"] = "1"
 config.substitutions.append(("%data", os.path.join(config.jfx_source_dir, "tests", "data")))

@@ -279,9 +279,27 @@ TEST_CASE("pass manager: a broken input is reported before any pass runs", "[pas
   CHECK(!ran);
 }
 
-TEST_CASE("pass manager: the hash check catches a pass that lies", "[pass-manager]") {
+TEST_CASE("pass manager: a pass that lies about a structural change is caught without the hash",
+          "[pass-manager]") {
   auto lie = [](Graph& g, PassContext&) {
     g.rename(g.findNode("neg"), "renamed");
+    return false;
+  };
+  for (bool hash : {true, false}) {
+    Small s;
+    auto passes = one("liar", lie);
+    PassManagerOptions opts;
+    opts.check_unchanged_hash = hash;
+    CHECK(errorOf([&] { runPasses(s.g, passes, opts); }) ==
+          "error: pass 'liar' (#1) reported no change, but the graph changed");
+  }
+}
+
+TEST_CASE("pass manager: the hash check catches a pass that lies about a meta change",
+          "[pass-manager]") {
+  // Meta edits do not move Graph::generation(): only the structural hash sees them.
+  auto lie = [](Graph& g, PassContext&) {
+    g.findNode("neg")->meta().recompute = Recompute::MustRecompute;
     return false;
   };
   Small s;
@@ -292,7 +310,9 @@ TEST_CASE("pass manager: the hash check catches a pass that lies", "[pass-manage
   Small s2;
   auto passes2 = one("liar", lie);
   opts.check_unchanged_hash = false;
-  CHECK_NOTHROW(runPasses(s2.g, passes2, opts));
+  PipelineResult r = runPasses(s2.g, passes2, opts);
+  CHECK(r.hash_runs == 0);
+  CHECK(s2.g.findNode("neg")->meta().recompute == Recompute::MustRecompute);
 }
 
 TEST_CASE("pass manager: failures inside a pass are reported with its name", "[pass-manager]") {

@@ -1,8 +1,10 @@
 // jointfx opt IN -o OUT --pipeline SPEC: load, run a pass pipeline, save.
+#include <cstdlib>
 #include <filesystem>
 #include <iostream>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "passes/pass_manager.h"
@@ -21,6 +23,7 @@ struct OptArgs {
   bool no_verify = false;
   bool verify_one_gather = false;
   bool verify_full = false;
+  bool expensive_checks = false;
   bool print_ir_after_all = false;
   std::vector<std::string> print_ir_after;
   bool timing = false;
@@ -53,6 +56,13 @@ int runOpt(const OptArgs& a) {
   opts.verify_each = !a.no_verify;
   opts.verify.one_gather_per_param_per_phase = a.verify_one_gather;
   opts.verify_full_each = a.verify_full;
+  // The checks on the passes and the IR rather than on the graph (the unchanged-graph hash, the
+  // whole-graph name-index and use-list check): off unless asked for, as in process; the test
+  // suites turn them on with JOINTFX_EXPENSIVE_CHECKS=1 (docs/passes.md, "Verification").
+  const char* env = std::getenv("JOINTFX_EXPENSIVE_CHECKS");
+  const bool expensive = a.expensive_checks || (env && *env && std::string_view(env) != "0");
+  opts.check_unchanged_hash = expensive;
+  opts.verify.ir_invariants = expensive;
   opts.print_ir_after_all = a.print_ir_after_all;
   opts.print_ir_after = a.print_ir_after;
   opts.timing = a.timing;
@@ -101,6 +111,10 @@ void addOptCommand(CLI::App& app, int& exit_code) {
                 "Verify the whole graph, and recompute the analyses a pass declares preserved, "
                 "after each changing pass (default: the whole input and output, and between "
                 "passes the nodes each pass touched)");
+  cmd->add_flag("--expensive-checks", args->expensive_checks,
+                "Also check the passes and the IR, not only the graph: a structural hash before "
+                "and after each pass that reports no change, and the name index and use lists of "
+                "the whole graph at each full verification (also JOINTFX_EXPENSIVE_CHECKS=1)");
   cmd->add_flag("--verify-one-gather", args->verify_one_gather,
                 "Verification also requires one all-gather per parameter per phase");
   cmd->add_flag("--print-ir-after-all", args->print_ir_after_all,
