@@ -52,19 +52,57 @@ std::set<std::string> candidateContainers(const std::vector<std::string>& fqns) 
   return out;
 }
 
-// The chosen block of one FQN: innermost non-parallel candidate, else innermost candidate.
+// Candidates whose entries are not repeats of one submodule: T5's `block.N.layer.M` holds the
+// self-attention at M = 0 and the feed-forward at M = 1 (a list of different modules, not a
+// repeated one). Entries repeat when the parameter names below `P.<i>.` of one include those of
+// the next (equal, or a superset: T5's block 0 adds the relative position bias, convbn's first
+// block of a stage adds a shortcut). Checked on consecutive indices only: O(FQNs x log).
+std::set<std::string> heterogeneousContainers(const std::vector<std::string>& fqns,
+                                              const std::set<std::string>& candidates) {
+  std::map<std::string, std::map<int64_t, std::set<std::string>>> suffixes;
+  for (const std::string& f : fqns)
+    for (const IndexAt& ix : indicesOf(f)) {
+      std::string prefix = f.substr(0, ix.prefix_len);
+      if (!candidates.count(prefix)) continue;
+      suffixes[prefix][ix.value].insert(ix.end < f.size() ? f.substr(ix.end + 1) : "");
+    }
+  std::set<std::string> out;
+  for (const auto& [prefix, entries] : suffixes) {
+    bool repeated = false;
+    const std::set<std::string>* prev = nullptr;
+    for (const auto& [index, names] : entries) {
+      if (prev && (std::includes(prev->begin(), prev->end(), names.begin(), names.end()) ||
+                   std::includes(names.begin(), names.end(), prev->begin(), prev->end()))) {
+        repeated = true;
+        break;
+      }
+      prev = &names;
+    }
+    if (!repeated) out.insert(prefix);
+  }
+  return out;
+}
+
+// The chosen block of one FQN: the innermost candidate that is neither side by side nor
+// heterogeneous; else the innermost repeated one (side by side with nothing around it, or read
+// as side by side after bucketing hid which parameters a compute node reads: a container whose
+// entries repeat still beats a list of different modules); else the innermost candidate.
 std::pair<std::string, std::string> chooseBlock(
     std::string_view fqn, const std::set<std::string>& candidates,
+    const std::set<std::string>& heterogeneous,
     const std::function<bool(const std::string&)>& parallel) {
-  std::pair<std::string, std::string> inner_any, inner_seq;  // (container, block)
+  std::pair<std::string, std::string> inner_any, inner_rep, inner_seq;  // (container, block)
   for (const IndexAt& ix : indicesOf(fqn)) {
     std::string prefix(fqn.substr(0, ix.prefix_len));
     if (!candidates.count(prefix)) continue;
     std::pair<std::string, std::string> c{prefix, std::string(fqn.substr(0, ix.end))};
     inner_any = c;
+    if (heterogeneous.count(prefix)) continue;
+    inner_rep = c;
     if (!parallel || !parallel(prefix)) inner_seq = c;
   }
-  return inner_seq.first.empty() ? inner_any : inner_seq;
+  if (!inner_seq.first.empty()) return inner_seq;
+  return inner_rep.first.empty() ? inner_any : inner_rep;
 }
 
 }  // namespace
@@ -73,10 +111,12 @@ BlockNaming nameBlocks(const std::vector<std::string>& fqns,
                        const std::function<bool(const std::string&)>& parallel) {
   BlockNaming out;
   std::set<std::string> candidates = candidateContainers(fqns);
+  std::set<std::string> heterogeneous = heterogeneousContainers(fqns, candidates);
+  out.heterogeneous.assign(heterogeneous.begin(), heterogeneous.end());
   std::set<std::string> used;
   out.block_of.reserve(fqns.size());
   for (const std::string& f : fqns) {
-    auto [container, block] = chooseBlock(f, candidates, parallel);
+    auto [container, block] = chooseBlock(f, candidates, heterogeneous, parallel);
     if (!container.empty()) used.insert(container);
     out.block_of.push_back(block);
   }
@@ -261,6 +301,9 @@ BlockAnalysis analyzeBlocks(const Graph& g, const PhaseInfo& phases) {
   BlockNaming naming =
       nameBlocks(fqns, [&](const std::string& c) { return parallel.count(c) > 0; });
   a.containers = naming.containers;
+  for (const std::string& c : naming.heterogeneous)
+    if (!std::binary_search(a.containers.begin(), a.containers.end(), c))
+      a.heterogeneous_containers.push_back(c);
   std::map<std::string, size_t> index_of;  // block name -> position in a.blocks (unsorted)
   for (size_t k = 0; k < params.size(); ++k) {
     const std::string& name = naming.block_of[k];
@@ -315,6 +358,11 @@ std::string AnalysisTraits<BlockAnalysis>::fingerprint(const BlockAnalysis& a) {
   }
   for (const auto& c : a.parallel_containers) {
     s += "p:";
+    s += c;
+    s += ';';
+  }
+  for (const auto& c : a.heterogeneous_containers) {
+    s += "h:";
     s += c;
     s += ';';
   }

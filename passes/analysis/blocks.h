@@ -14,6 +14,9 @@
 //    output) gives way to the next container out, when there is one. "One after another" is read
 //    off the graph: the first compute node that reads block k's parameters depends on block
 //    k-1's parameters for at least half of the consecutive pairs;
+//  - so does a container whose entries are not repeats of one submodule (T5's block.N.layer.M:
+//    self-attention, cross-attention, feed-forward): entries repeat when, for some two
+//    consecutive indices, the parameter names below one entry include the other's;
 //  - blocks are ordered by first use in forward (the first compute node reading one of their
 //    parameters; views, casts and collectives on the parameter itself are not compute).
 // Parameters outside every block are listed apart; each pass attaches them by its own documented
@@ -52,6 +55,9 @@ class BlockAnalysis {
   std::vector<std::string> containers;  // the containers that name blocks, sorted
   // Containers dropped because their blocks run side by side inside an outer block (MoE experts).
   std::vector<std::string> parallel_containers;
+  // Containers dropped because their entries are different modules, not repeats (T5's
+  // encoder.block.0.layer); only those that gave way to an outer container.
+  std::vector<std::string> heterogeneous_containers;
   int64_t parameters = 0;            // parameter placeholders in the graph
   int64_t parameters_in_blocks = 0;  // of which inside a block
 
@@ -78,8 +84,9 @@ BlockAnalysis analyzeBlocks(const Graph& g);  // computes the phases itself
 // each FQN's block ("" when none). `parallel(container)` marks containers whose blocks run side
 // by side; such a container is used only where no other container encloses the FQN.
 struct BlockNaming {
-  std::vector<std::string> containers;  // sorted
-  std::vector<std::string> block_of;    // per input FQN
+  std::vector<std::string> containers;     // sorted
+  std::vector<std::string> block_of;       // per input FQN
+  std::vector<std::string> heterogeneous;  // candidates whose entries are not repeats, sorted
 };
 BlockNaming nameBlocks(const std::vector<std::string>& fqns,
                        const std::function<bool(const std::string&)>& parallel = {});

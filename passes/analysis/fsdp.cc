@@ -139,6 +139,48 @@ FsdpAnalysis analyzeFsdp(const Graph& g, const PhaseInfo& phases) {
     }
   }
 
+  // Memo of accumulatedGradOutput, by node id: -2 not yet known. Each node is walked once.
+  std::vector<int64_t> accum_out(n_ids, -2);
+  auto accumulatedGradOutput = [&](Node* from) -> int64_t {
+    // From `from` (a wait or its unary post), along single uses of pure adds of two tensors
+    // (and unary View/Copy ops between them) to a gradient output: its index, else -1.
+    std::vector<Node*> path;
+    int64_t result = -1;
+    bool through_add = false;
+    for (Node* x = from;;) {
+      if (accum_out[x->id()] != -2) {
+        result = accum_out[x->id()];
+        break;
+      }
+      path.push_back(x);
+      if (x->uses().size() != 1) break;
+      Node* u = x->uses().front().user;
+      if (u->op() == OpKind::Output) {
+        const int64_t i = output_pos[x->id()];
+        const auto& specs = g.outputSpecs();
+        const bool grad = i >= 0 && (specs.empty() ||
+                                     (static_cast<size_t>(i) < specs.size() &&
+                                      specs[static_cast<size_t>(i)].kind == OutputKind::Gradient));
+        if (through_add && grad) result = i;
+        break;
+      }
+      if (!isPure(u)) break;
+      const bool add = u->is("aten.add.Tensor") && u->numArgs() == 2 && u->inputs().size() == 2 &&
+                       u->kwargs().empty();
+      const OpCategory cat = u->info().category;
+      const bool unary =
+          u->inputs().size() == 1 && (cat == OpCategory::View || cat == OpCategory::Copy);
+      if (!add && !unary) break;
+      through_add |= add;
+      x = u;
+    }
+    // Only a result reached through an add is memoized positively; a plain chain walked from
+    // `from` has no add and returns -1, which is also right for every node on it.
+    for (Node* x : path)
+      accum_out[x->id()] = result;
+    return result;
+  };
+
   std::vector<Node*> collectives;  // program order
   for (Node* n = g.first(); n; n = n->next()) {
     if (n->op() == OpKind::Placeholder) {
@@ -251,8 +293,17 @@ FsdpAnalysis analyzeFsdp(const Graph& g, const PhaseInfo& phases) {
         c.post.push_back(u);
         cur = u;
       }
-      if (!reached_output) continue;
-      c.output_index = static_cast<size_t>(output_pos[cur->id()]);
+      // A parameter read k times (a tied embedding, ALBERT's shared layer, T5's shared
+      // embedding) has k reduce-scatters whose waits autograd sums into its gradient. Each is
+      // still that gradient's reduction: follow the sum to the output. The adds are not `post`
+      // (they read other chains' waits, so they cannot move with this one).
+      if (!reached_output) {
+        const int64_t out = accumulatedGradOutput(cur);
+        if (out < 0) continue;
+        c.output_index = static_cast<size_t>(out);
+      } else {
+        c.output_index = static_cast<size_t>(output_pos[cur->id()]);
+      }
       const auto& specs = g.outputSpecs();
       if (c.output_index < specs.size() && specs[c.output_index].kind == OutputKind::Gradient)
         c.param_fqn = specs[c.output_index].fqn;

@@ -14,7 +14,10 @@
 //
 // Gradient-reduction chain (one per reduce-scatter that matches):
 //   gradient -> pre: single-use single-input ops (cast to fp32) -> reduce_scatter_tensor -> wait
-//     -> post: single-use single-input ops, optionally all_reduce -> wait (HSDP) -> graph output
+//     -> post: single-use single-input ops, optionally all_reduce -> wait (HSDP) -> graph output,
+//     or -> a sum of such reductions (aten.add.Tensor, then views/copies) -> a gradient output:
+//     a parameter read k times (tied embedding, ALBERT's shared layer) has k reduce-scatters
+//     that autograd adds up; the adds belong to no chain's `post`.
 //
 // Every search walks single-input chains and is memoized by node id: O(N + E) in all.
 #pragma once

@@ -185,6 +185,9 @@ def test_fsdp_collectives(fixture: tuple[Path, dict[str, Any]]) -> None:
     case = CASES[fixture_variant(path)]
     shapes = {n: tuple(p.shape) for n, p in case.build(WEIGHT_SEED).named_parameters()}
     tied = fixture_variant(path) == "gpt2"
+    # T5's `shared` is called by both stacks; ALBERT's shared layer by every depth.
+    calls = {"t5": {"shared_weight": 2}, "albert": {
+        name: 3 for name, fqn in params.items() if fqn.startswith("encoder.shared_layer.")}}
     gathered: Counter[str] = Counter()
     for ag in _of(doc, AG):
         assert ag["meta"]["phase"] == "forward" and ag["args"][1:] == [world, "0"]
@@ -212,6 +215,8 @@ def test_fsdp_collectives(fixture: tuple[Path, dict[str, Any]]) -> None:
     expected = Counter({name: 1 for name in params})
     if tied:
         expected["transformer_wte_weight"] = 2
+    for name, n in calls.get(fixture_variant(path), {}).items():
+        expected[name] = n
     assert gathered == expected
     assert len(_of(doc, RS)) == sum(expected.values())
     for rs in _of(doc, RS):
@@ -272,6 +277,39 @@ def test_family_specifics(fixture: tuple[Path, dict[str, Any]]) -> None:
         # The auxiliary loss joins the cross-entropy in the loss phase: loss = add(ce, aux).
         loss = next(n for n in doc["nodes"] if n["name"] == doc["nodes"][-1]["args"][0][0]["node"])
         assert loss["target"] == "aten.add.Tensor" and loss["meta"]["phase"] == "loss"
+    elif family == "t5":
+        # Two stacks of blocks; every decoder block's cross-attention reads the encoder's output.
+        assert {"encoder.block.0.layer.0.SelfAttention.q", "encoder.block.1.layer.1.DenseReluDense",
+                "decoder.block.1.layer.1.EncDecAttention.k", "decoder.final_layer_norm",
+                "shared", "lm_head"} <= fqns
+        assert params[0] == "shared.weight" and "encoder.embed_tokens.weight" not in params
+        assert "encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight" in params
+        assert "encoder.block.1.layer.0.SelfAttention.relative_attention_bias.weight" not in params
+        users = _users(doc)
+        # The encoder's final norm output: read (through the cross-attention k/v projections) by
+        # both decoder blocks.
+        final = [n for n in doc["nodes"] if n["meta"].get("phase") == "forward"
+                 and n["meta"].get("custom", {}).get("module_fqn") == "encoder.final_layer_norm"
+                 and n["target"] == "aten.mul.Tensor"][-1]
+        readers = {u["meta"]["custom"]["module_fqn"].split(".layer.")[0]
+                   for u in _transitive_views(final, users)
+                   if u["meta"].get("phase") == "forward"}
+        assert {"decoder.block.0", "decoder.block.1"} <= readers, readers
+        blocks = _analyze(path)["blocks"]
+        assert [b["name"] for b in blocks["blocks"]] == [
+            "encoder.block.0", "encoder.block.1", "decoder.block.0", "decoder.block.1"]
+    elif family == "albert":
+        # One layer module, three calls: no indexed FQN; each shared parameter gathered and
+        # reduce-scattered three times, its gradient the sum of the three reductions.
+        assert not any(part.isdigit() for p in params for part in p.split("."))
+        assert sum(p.startswith("encoder.shared_layer.") for p in params) == 16
+        assert counts[AG] == 11 + 3 * 16 and counts[RS] == 11 + 3 * 16
+        assert counts["aten.native_layer_norm.default"] == 1 + 2 * 3
+        info = _analyze(path)
+        assert info["blocks"]["blocks"] == []
+        # Every reduce-scatter is an FSDP gradient reduction, the summed ones included.
+        assert info["fsdp"]["gradient_chains"] == counts[RS]
+        assert info["fsdp"]["other_collectives"] == []
     elif family.startswith("uneven"):
         assert all(math.ceil(r / 4) for r in (7, 3))
         if family == "uneven_bf16":
@@ -289,6 +327,31 @@ def test_family_specifics(fixture: tuple[Path, dict[str, Any]]) -> None:
             assert all(g["meta"]["val"]["dtype"] == "float32" for g in grads)
     else:
         pytest.fail(f"no checks for {family}")
+
+
+def _transitive_views(node: dict[str, Any],
+                      users: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """The users of `node`, looking through views and transposes (k/v projections read a view)."""
+    out, todo = [], list(users[node["name"]])
+    while todo:
+        u = todo.pop()
+        out.append(u)
+        if u["target"] in ("aten.view.default", "aten.t.default", "aten._unsafe_view.default",
+                           "aten.reshape.default"):
+            todo.extend(users[u["name"]])
+    return out
+
+
+def _analyze(path: Path) -> dict[str, Any]:
+    """`jointfx analyze --json` of a fixture (skips when the CLI is not built)."""
+    from conftest import jfx_bin_path
+
+    binary = jfx_bin_path()
+    if not binary.exists():
+        pytest.skip(f"jointfx CLI not found at {binary}")
+    proc = subprocess.run([str(binary), "analyze", str(path), "--json"], capture_output=True,
+                          text=True, timeout=120, check=True)
+    return json.loads(proc.stdout)
 
 
 # ----------------------------------------------------------------------------- C++ tools

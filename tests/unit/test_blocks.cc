@@ -77,12 +77,47 @@ TEST_CASE("blocks: names from FQN sets", "[blocks]") {
   SECTION("nested stages: the innermost container is the block") {
     auto n = nameBlocks({"stem.conv.weight", "stages.0.blocks.0.conv.weight",
                          "stages.0.blocks.1.conv.weight", "stages.1.downsample.weight",
-                         "stages.1.blocks.0.conv.weight", "stages.1.blocks.3.bn.weight",
+                         "stages.1.blocks.0.conv.weight", "stages.1.blocks.3.conv.weight",
                          "head.fc.weight"});
     CHECK(n.containers == std::vector<std::string>{"stages", "stages.0.blocks", "stages.1.blocks"});
     CHECK(n.block_of == std::vector<std::string>{"", "stages.0.blocks.0", "stages.0.blocks.1",
                                                  "stages.1", "stages.1.blocks.0",
                                                  "stages.1.blocks.3", ""});
+  }
+  SECTION("T5: a list of different modules inside each block is not a container") {
+    // block.N.layer.M is [self-attention, (cross-attention,) feed-forward]: no entry repeats
+    // another, so the T5Block is the block. Block 0 alone holds the relative position bias, and
+    // the blocks still repeat (block 1's names are a subset of block 0's).
+    std::vector<std::string> f = {
+        "shared.weight",
+        "encoder.block.0.layer.0.SelfAttention.q.weight",
+        "encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight",
+        "encoder.block.0.layer.0.layer_norm.weight",
+        "encoder.block.0.layer.1.DenseReluDense.wi.weight",
+        "encoder.block.0.layer.1.layer_norm.weight",
+        "encoder.block.1.layer.0.SelfAttention.q.weight",
+        "encoder.block.1.layer.0.layer_norm.weight",
+        "encoder.block.1.layer.1.DenseReluDense.wi.weight",
+        "encoder.block.1.layer.1.layer_norm.weight",
+        "decoder.block.0.layer.1.EncDecAttention.q.weight",
+        "decoder.block.0.layer.2.DenseReluDense.wi.weight",
+        "decoder.block.1.layer.1.EncDecAttention.q.weight",
+        "decoder.block.1.layer.2.DenseReluDense.wi.weight",
+        "lm_head.weight"};
+    auto n = nameBlocks(f);
+    CHECK(n.containers == std::vector<std::string>{"decoder.block", "encoder.block"});
+    CHECK(n.block_of ==
+          std::vector<std::string>{"", "encoder.block.0", "encoder.block.0", "encoder.block.0",
+                                   "encoder.block.0", "encoder.block.0", "encoder.block.1",
+                                   "encoder.block.1", "encoder.block.1", "encoder.block.1",
+                                   "decoder.block.0", "decoder.block.0", "decoder.block.1",
+                                   "decoder.block.1", ""});
+    CHECK(n.heterogeneous ==
+          std::vector<std::string>{"decoder.block.0.layer", "decoder.block.1.layer",
+                                   "encoder.block.0.layer", "encoder.block.1.layer"});
+    // With nothing around it, a list of different modules is still a container.
+    CHECK(nameBlocks({"net.0.attn.w", "net.1.mlp.w"}).block_of ==
+          std::vector<std::string>{"net.0", "net.1"});
   }
   SECTION("MoE: experts side by side give way to the layer") {
     std::vector<std::string> f = {
@@ -177,6 +212,9 @@ TEST_CASE("blocks: traced model families", "[blocks]") {
        {"stages.0.blocks.0", "stages.0.blocks.1", "stages.1.blocks.0", "stages.1.blocks.1"}},
       {"moe_w2", {"model.layers.0", "model.layers.1"}},
       {"uneven_w4", {"layers.0", "layers.1"}},
+      {"t5_w2", {"encoder.block.0", "encoder.block.1", "decoder.block.0", "decoder.block.1"}},
+      // One layer module called three times: no indexed FQN, so no block (the passes warn).
+      {"albert_w2", {}},
   };
   for (const Expect& e : cases) {
     INFO(e.fixture);
@@ -317,4 +355,31 @@ TEST_CASE("blocks: bucketed reduce-scatters keep every element's ring chunk", "[
   PipelineResult free = runPipeline(
       *h, resolvePipeline("bucket{memory-limit=none, exact-rs-order=false}"), quiet(sink));
   CHECK(free.passes[0].stats.count("unbucketed.rs-order") == 0);
+}
+
+TEST_CASE("fsdp: reduce-scatters summed into one gradient are each its gradient chain",
+          "[blocks][fsdp]") {
+  // ALBERT's shared layer runs 3 times: each of its 16 parameters is gathered 3 times and its
+  // gradient is add(add(wait, wait), wait). Those reduce-scatters used to be "other collectives",
+  // which bucket, split-comm-groups and schedule leave alone.
+  auto g = loadGraph(dataDir() + "albert_w2.json");
+  PhaseInfo phases = computePhases(*g);
+  FsdpAnalysis a = analyzeFsdp(*g, phases);
+  CHECK(a.other_collectives.empty());
+  CHECK(a.grads.size() == 59);
+  std::map<std::string, int> per_fqn;
+  for (const FsdpGradChain& c : a.grads) {
+    ++per_fqn[c.param_fqn];
+    CHECK(a.roleOf(c.reduce_scatter) == CollectiveRole::FsdpReduceGrad);
+    for (const Node* p : c.post)  // the sum is no chain's post: it reads other chains' waits
+      CHECK(p->inputs().size() == 1);
+  }
+  CHECK(per_fqn.size() == 27);
+  CHECK(per_fqn["encoder.shared_layer.attention.query.weight"] == 3);
+  CHECK(per_fqn["classifier.weight"] == 1);
+  // The tied GPT-2 embedding: two reductions, one gradient.
+  auto gpt2 = loadGraph(dataDir() + "gpt2_w2.json");
+  FsdpAnalysis b = analyzeFsdp(*gpt2, computePhases(*gpt2));
+  CHECK(b.other_collectives.empty());
+  CHECK(b.grads.size() == 29);
 }

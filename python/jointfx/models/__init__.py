@@ -12,6 +12,8 @@ pass to jointfx.trace; `trace_case` traces one at a world size. scripts/gen_fixt
 | moe | MoE decoder (model.layers.N.moe), top-2 routing | aten.topk, an auxiliary loss |
 | vit | ViT from nn.TransformerEncoder (encoder.layers.N) | nn.MultiheadAttention reading out_proj.weight itself, [1, ...] root parameters |
 | uneven | MLP with dims 7 and 3 | padded FSDP shards at world 4 |
+| t5 | T5 encoder-decoder (encoder.block.N, decoder.block.N), shared embedding | two distinct stacks of blocks, cross-attention: the encoder's output read by every decoder block; a heterogeneous indexed list inside each block (block.N.layer.M) |
+| albert | ALBERT: one layer module (encoder.shared_layer) called 3 times | parameters reused by every depth with no indexed FQNs: 3 gathers and 3 reduce-scatters per parameter |
 | uneven_bf16 | the same, bf16 gathers, fp32 reduction | padding with mixed precision |
 """
 
@@ -24,10 +26,12 @@ from typing import Any
 import torch
 from torch import nn
 
+from jointfx.models.albert import AlbertConfig, AlbertForSequenceClassification, init_albert
 from jointfx.models.convbn import ConvBNConfig, ConvBNNet, classification_loss, init_convbn
 from jointfx.models.encoder import BertForSequenceClassification, EncoderConfig, init_encoder
 from jointfx.models.gpt2 import GPT2Config, GPT2LMHeadModel, init_gpt2, lm_loss
 from jointfx.models.moe import MoEConfig, MoEForCausalLM, init_moe, moe_loss
+from jointfx.models.t5 import T5Config, T5ForConditionalGeneration, init_t5, seq2seq_loss
 from jointfx.models.uneven import UnevenConfig, UnevenMLP, init_uneven
 from jointfx.models.vit import ViT, ViTConfig, init_vit
 
@@ -144,6 +148,48 @@ def _vit_case() -> ModelCase:
                      cfg.to_json())
 
 
+def _t5_case() -> ModelCase:
+    cfg = T5Config()
+    batch, src_len, tgt_len = 2, 8, 6
+
+    def build(seed: int) -> nn.Module:
+        model = T5ForConditionalGeneration(cfg)
+        init_t5(model, seed)
+        return model.train()
+
+    def make_batch(seed: int) -> Batch:
+        gen = torch.Generator().manual_seed(seed)
+        ids = torch.randint(0, cfg.vocab_size, (batch, src_len), generator=gen)
+        labels = torch.randint(0, cfg.vocab_size, (batch, tgt_len), generator=gen)
+        # Teacher forcing: the decoder reads the labels shifted right behind a start token (0).
+        decoder_ids = torch.cat([torch.zeros(batch, 1, dtype=torch.long), labels[:, :-1]], dim=1)
+        return [ids, decoder_ids], [labels]
+
+    return ModelCase("t5", build, make_batch, seq2seq_loss,
+                     ("input_ids", "decoder_input_ids"), ("labels",), cfg.to_json())
+
+
+def _albert_case() -> ModelCase:
+    cfg = AlbertConfig()
+    batch, seq = 2, 8
+
+    def build(seed: int) -> nn.Module:
+        model = AlbertForSequenceClassification(cfg)
+        init_albert(model, seed)
+        return model.train()
+
+    def make_batch(seed: int) -> Batch:
+        gen = torch.Generator().manual_seed(seed)
+        ids = torch.randint(0, cfg.vocab_size, (batch, seq), generator=gen)
+        mask = torch.ones(batch, seq, dtype=torch.long)
+        mask[0, seq - 2:] = 0  # the first sequence is padded
+        labels = torch.randint(0, cfg.num_labels, (batch,), generator=gen)
+        return [ids, mask], [labels]
+
+    return ModelCase("albert", build, make_batch, classification_loss,
+                     ("input_ids", "attention_mask"), ("labels",), cfg.to_json())
+
+
 def _uneven_case(name: str = "uneven", **trace_kwargs: Any) -> ModelCase:
     cfg = UnevenConfig()
     batch = 5
@@ -166,12 +212,13 @@ def _uneven_case(name: str = "uneven", **trace_kwargs: Any) -> ModelCase:
 CASES: dict[str, ModelCase] = {c.name: c for c in (
     _gpt2_case(), _encoder_case(), _convbn_case(), _moe_case(), _vit_case(), _uneven_case(),
     _uneven_case("uneven_bf16", param_dtype=torch.bfloat16, reduce_dtype=torch.float32),
+    _t5_case(), _albert_case(),
 )}
 
 # (case, world size) pairs written to tests/data/traced/<case>_w<world>.json.
 MODEL_FIXTURES: tuple[tuple[str, int], ...] = (
     ("gpt2", 2), ("encoder", 2), ("convbn", 2), ("moe", 2), ("vit", 2), ("uneven", 4),
-    ("uneven_bf16", 4),
+    ("uneven_bf16", 4), ("t5", 2), ("albert", 2),
 )
 
 # The seeds of the weights and of the batch a case is traced and checked with.
