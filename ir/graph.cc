@@ -332,7 +332,9 @@ struct Graph::UndoLog {
     uint32_t cap;
     std::vector<Operand> contents;
   };
-  std::vector<Entry> entries;
+  // In chunks of 1024 (64 KiB): a long rewrite's log grows without the copies and the slack
+  // of a doubling vector.
+  StableVector<Entry, 1024> entries;
   std::vector<std::string> names;
   std::vector<std::pair<std::vector<Arg>, Kwargs>> trees;
   std::vector<SlotArray> slot_arrays;
@@ -382,7 +384,7 @@ void Graph::rollback() {
 
 void Graph::undoOne(UndoLog& log) {
   using Kind = UndoLog::Kind;
-  const UndoLog::Entry& e = log.entries.back();
+  const UndoLog::Entry& e = log.entries[log.entries.size() - 1];
   Node* n = e.node;
   switch (e.kind) {
     case Kind::UseAppended:

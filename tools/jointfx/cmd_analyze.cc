@@ -149,6 +149,7 @@ void blocksSection(const BlockAnalysis& blocks, nlohmann::json& j, std::ostream&
                     {"parameters", b.params.size()}});
   j["blocks"] = {{"containers", blocks.containers},
                  {"parallel_containers", blocks.parallel_containers},
+                 {"heterogeneous_containers", blocks.heterogeneous_containers},
                  {"parameters", blocks.parameters},
                  {"parameters_in_blocks", blocks.parameters_in_blocks},
                  {"blocks", list}};
@@ -158,6 +159,12 @@ void blocksSection(const BlockAnalysis& blocks, nlohmann::json& j, std::ostream&
   if (!blocks.parallel_containers.empty()) {
     text << "  side by side inside a block (not blocks):";
     for (const std::string& c : blocks.parallel_containers)
+      text << " " << c;
+    text << "\n";
+  }
+  if (!blocks.heterogeneous_containers.empty()) {
+    text << "  lists of different modules (not blocks):";
+    for (const std::string& c : blocks.heterogeneous_containers)
       text << " " << c;
     text << "\n";
   }
