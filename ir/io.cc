@@ -73,7 +73,7 @@ bool ends_with(const std::string& s, std::string_view suffix) {
 }
 
 // Writes all of `data`, retrying short writes; false with errno set on failure.
-bool writeAll(int fd, const std::string& data) {
+bool writeAll(int fd, std::string_view data) {
   size_t done = 0;
   while (done < data.size()) {
     ssize_t n = ::write(fd, data.data() + done, data.size() - done);
@@ -216,7 +216,7 @@ void writeInPlace(const std::string& path, const std::string& shown, const std::
 // Writes to a temporary file beside `path` and renames it into place. `shown` names the output
 // in errors (the path the user gave, not a link's target).
 void replaceAtomically(const std::string& path, const std::string& shown,
-                       const std::string& contents) {
+                       const std::function<void(const ChunkSink&)>& produce) {
   // The temporary lives in the target's directory so rename() stays on one file system and is
   // atomic: readers see the old file or the new one, never a partial one.
   size_t slash = path.rfind('/');
@@ -238,7 +238,23 @@ void replaceAtomically(const std::string& path, const std::string& shown,
   struct stat st;
   mode_t mode = ::stat(path.c_str(), &st) == 0 ? (st.st_mode & 07777) : 0644;
   if (::fchmod(fd, mode) != 0) fail("cannot set the mode of the temporary file");
-  if (!writeAll(fd, contents)) fail("cannot write");
+  // A write error surfaces from inside produce; anything produce throws (a write error or its
+  // own) removes the temporary and leaves the target as it was.
+  struct WriteFailed {
+    int err;
+  };
+  try {
+    produce([&](std::string_view chunk) {
+      if (!writeAll(fd, chunk)) throw WriteFailed{errno};
+    });
+  } catch (const WriteFailed& w) {
+    errno = w.err;
+    fail("cannot write");
+  } catch (...) {
+    ::close(fd);
+    ::unlink(tmp.data());
+    throw;
+  }
   if (::fsync(fd) != 0) fail("cannot sync");
   if (::close(fd) != 0) {
     int err = errno;
@@ -261,8 +277,20 @@ void replaceAtomically(const std::string& path, const std::string& shown,
 }  // namespace
 
 void writeFileAtomic(const std::string& path, const std::string& contents) {
+  writeFileAtomic(path, [&](const ChunkSink& sink) { sink(contents); });
+}
+
+void writeFileAtomic(const std::string& path,
+                     const std::function<void(const ChunkSink&)>& produce) {
+  // Descriptors, devices and FIFOs cannot be replaced atomically: they get the whole contents
+  // once made, so a failure while making them writes nothing there.
+  auto whole = [&] {
+    std::string contents;
+    produce([&](std::string_view chunk) { contents.append(chunk); });
+    return contents;
+  };
   if (int fd = descriptorPath(path); fd >= 0) {
-    writeToDescriptor(fd, path == "-" ? "<stdout>" : path, contents);
+    writeToDescriptor(fd, path == "-" ? "<stdout>" : path, whole());
     return;
   }
   if (path.empty()) pathError("<output>", "empty output path");
@@ -270,7 +298,7 @@ void writeFileAtomic(const std::string& path, const std::string& contents) {
   struct stat st;
   if (::stat(target.c_str(), &st) != 0) {
     if (errno != ENOENT) ioError(path, "cannot write", errno);
-    replaceAtomically(target, path, contents);  // a new file
+    replaceAtomically(target, path, produce);  // a new file
     return;
   }
   // A system directory holds device nodes and kernel files, never an output of ours: whatever
@@ -278,9 +306,9 @@ void writeFileAtomic(const std::string& path, const std::string& contents) {
   const bool system_dir =
       target.starts_with("/dev/") || target.starts_with("/proc/") || target.starts_with("/sys/");
   if (S_ISREG(st.st_mode) && !system_dir) {
-    replaceAtomically(target, path, contents);
+    replaceAtomically(target, path, produce);
   } else if (S_ISREG(st.st_mode) || S_ISCHR(st.st_mode) || S_ISFIFO(st.st_mode)) {
-    writeInPlace(target, path, contents, S_ISREG(st.st_mode));
+    writeInPlace(target, path, whole(), S_ISREG(st.st_mode));
   } else if (S_ISDIR(st.st_mode)) {
     ioError(path, "cannot write", EISDIR);
   } else {
@@ -293,7 +321,12 @@ void writeFileAtomic(const std::string& path, const std::string& contents) {
 }
 
 void saveGraph(const Graph& g, const std::string& path, GraphFormat format) {
-  writeFileAtomic(path, serializeGraph(g, format));
+  writeFileAtomic(path, [&](const ChunkSink& sink) {
+    if (format == GraphFormat::Json)
+      writeJsonGraph(g, sink);
+    else
+      printTextGraph(g, sink);
+  });
 }
 
 }  // namespace jfx

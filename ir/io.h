@@ -2,12 +2,14 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
 
 #include "ir/graph.h"
+#include "ir/sink.h"
 
 namespace jfx {
 
@@ -43,6 +45,12 @@ std::string serializeGraph(const Graph& g, GraphFormat format);
 //   Anything under /dev, /proc or /sys is written in place too, never replaced.
 // - Anything else (a directory, a socket, a block device): refused with an error.
 void writeFileAtomic(const std::string& path, const std::string& contents);
+// The same, with the contents made by `produce`, which hands them to its sink in pieces: a regular
+// file's temporary is written as they come, so the whole output is never in memory at once (a
+// descriptor, device or FIFO still gets the contents only once all of it is made, so a failure
+// part way writes nothing there). An exception from `produce` leaves the target untouched.
+void writeFileAtomic(const std::string& path, const std::function<void(const ChunkSink&)>& produce);
+// Streams the graph into the file (writeFileAtomic with the writers' sink forms).
 void saveGraph(const Graph& g, const std::string& path, GraphFormat format);
 
 }  // namespace jfx

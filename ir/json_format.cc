@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -718,6 +719,9 @@ bool isTypedMetaKey(std::string_view k) {
 class JsonWriter {
  public:
   explicit JsonWriter(std::string& out) : out_(out) {}
+  // With `flush`, called between nodes and constants once out holds kSinkChunkBytes or more: it
+  // takes what out holds so far (and empties it).
+  JsonWriter(std::string& out, std::function<void()> flush) : out_(out), flush_(std::move(flush)) {}
 
   void graph(const Graph& g) {
     out_ += "{\n\"format\":";
@@ -788,6 +792,7 @@ class JsonWriter {
         out_ += first ? "\n" : ",\n";
         first = false;
         constant(c);
+        maybeFlush();
       }
       out_ += "\n]";
     }
@@ -806,8 +811,13 @@ class JsonWriter {
       out_ += first ? "\n" : ",\n";
       first = false;
       node(*n);
+      maybeFlush();
     }
     out_ += first ? "]\n}\n" : "\n]\n}\n";
+  }
+
+  void maybeFlush() {
+    if (flush_ && out_.size() >= kSinkChunkBytes) flush_();
   }
 
   void constant(const ConstantInfo& c) {
@@ -1125,6 +1135,7 @@ class JsonWriter {
   }
 
   std::string& out_;
+  std::function<void()> flush_;
   std::vector<const std::pair<Symbol, Arg>*> sorted_kwargs_;
   TreeBuilder extra_;           // reused for every node's extra meta
   std::string merged_;          // extra meta with the attributes merged in
@@ -2114,6 +2125,16 @@ std::string writeJsonGraph(const Graph& g) {
   out.reserve(256 + g.size() * 256);
   JsonWriter(out).graph(g);
   return out;
+}
+
+void writeJsonGraph(const Graph& g, const ChunkSink& sink) {
+  std::string out;
+  out.reserve(kSinkChunkBytes + kSinkChunkBytes / 4);
+  JsonWriter(out, [&] {
+    sink(out);
+    out.clear();
+  }).graph(g);
+  if (!out.empty()) sink(out);
 }
 
 std::string writeJsonNode(const Node& n) {

@@ -6,6 +6,7 @@
 #include <string_view>
 
 #include "ir/graph.h"
+#include "ir/sink.h"
 
 namespace jfx {
 
@@ -25,6 +26,8 @@ std::unique_ptr<Graph> readJsonInto(std::string_view text, const std::string& fi
 bool fastJsonTokenizerAccepts(std::string_view text);
 // Canonical JSON: header keys in a fixed order, one node per line, sorted object keys.
 std::string writeJsonGraph(const Graph& g);
+// The same document, handed to `sink` in pieces of about kSinkChunkBytes as it is written.
+void writeJsonGraph(const Graph& g, const ChunkSink& sink);
 // One node's canonical JSON object, exactly as writeJsonGraph writes it in "nodes".
 std::string writeJsonNode(const Node& n);
 

@@ -1309,6 +1309,22 @@ std::string printTextGraph(const Graph& g) {
   return out;
 }
 
+void printTextGraph(const Graph& g, const ChunkSink& sink) {
+  std::string out;
+  out.reserve(kSinkChunkBytes + kSinkChunkBytes / 4);
+  Printer printer(out, mostCommonDevice(g));
+  printer.header(g);
+  for (Node* n = g.first(); n; n = n->next()) {
+    printer.node(*n);
+    out += '\n';
+    if (out.size() >= kSinkChunkBytes) {
+      sink(out);
+      out.clear();
+    }
+  }
+  if (!out.empty()) sink(out);
+}
+
 std::string printNode(const Node& n) {
   std::string out;
   Printer(out, Symbol::intern("cpu")).node(n);

@@ -16,7 +16,9 @@
 #include "ir/error.h"
 #include "ir/hash.h"
 #include "ir/io.h"
+#include "ir/json_format.h"
 #include "ir/text_format.h"
+#include "tools/synth/synth.h"
 
 using namespace jfx;
 namespace fs = std::filesystem;
@@ -312,4 +314,53 @@ TEST_CASE("io: inputs over the size limit are refused; NUL bytes end a text inpu
   std::ofstream(bin, std::ios::binary) << std::string("a\0b", 3);
   CHECK(readInputFile(bin, "file", /*binary=*/true).size() == 3);
   CHECK(readInputFile(bin, "file").size() == 2);
+}
+
+TEST_CASE("io: graphs are streamed to their file in pieces, byte-identical to the whole document",
+          "[format][output]") {
+  // Large enough for several pieces in either format (about 9 MB of JSON, 3.5 MB of text).
+  SynthConfig cfg;
+  cfg.layers = 96;
+  std::unique_ptr<Graph> g = synthLlamaJoint(cfg);
+  TempDir dir;
+  for (GraphFormat format : {GraphFormat::Json, GraphFormat::Text}) {
+    const std::string whole = serializeGraph(*g, format);
+    REQUIRE(whole.size() > 2 * kSinkChunkBytes);
+    std::vector<size_t> pieces;
+    std::string joined;
+    const ChunkSink sink = [&](std::string_view chunk) {
+      pieces.push_back(chunk.size());
+      joined.append(chunk);
+    };
+    if (format == GraphFormat::Json)
+      writeJsonGraph(*g, sink);
+    else
+      printTextGraph(*g, sink);
+    CHECK(joined == whole);
+    REQUIRE(pieces.size() >= 2);
+    for (size_t k = 0; k + 1 < pieces.size(); ++k)
+      CHECK(pieces[k] >= kSinkChunkBytes);  // about a piece at a time, not node by node
+    const std::string path = dir.file(format == GraphFormat::Json ? "g.json" : "g.jfx");
+    saveGraph(*g, path, format);
+    CHECK(slurp(path) == whole);
+  }
+}
+
+TEST_CASE("io: a producer that fails part way leaves the target untouched and no temporary",
+          "[format][output]") {
+  TempDir dir;
+  const std::string target = dir.file("g.json");
+  std::ofstream(target) << "original";
+  auto produce = [](const ChunkSink& sink) {
+    sink(std::string(3 * kSinkChunkBytes, 'x'));  // already in the temporary when it fails
+    throw JfxError({}, "writer failed");
+  };
+  CHECK(errorOf([&] { writeFileAtomic(target, produce); }) == "error: writer failed");
+  CHECK(slurp(target) == "original");
+  CHECK(dir.entries() == 1);
+  // A new file is not created either.
+  const std::string fresh = dir.file("new.json");
+  CHECK(errorOf([&] { writeFileAtomic(fresh, produce); }) == "error: writer failed");
+  CHECK(!fs::exists(fresh));
+  CHECK(dir.entries() == 1);
 }
