@@ -316,17 +316,22 @@ struct Graph::UndoLog {
     ArgsReplaced,  // `node`'s args and kwargs were trees[payload]
     SlotsReplaced  // `node`'s slot array was slot_arrays[payload]
   };
+  // 32 bytes: a long rewrite records several entries per node it touches.
   struct Entry {
-    Kind kind;
-    uint32_t count = 0;
-    uint32_t payload = 0;
-    Node* node = nullptr;
-    Node* before = nullptr;
-    Operand* slot = nullptr;
-    Operand* prev = nullptr;
-    Operand* next = nullptr;
-    Node** ref = nullptr;
+    Kind kind = Kind::NodeLinked;
+    uint32_t n = 0;  // OpsDropped: the operand count; Renamed, Buried, *Replaced: payload index
+    union {
+      Node* node = nullptr;  // every kind but the use entries
+      Operand* slot;         // UseAppended, UseUnlinked
+    };
+    union {
+      Node* before = nullptr;  // NodeUnlinked
+      Operand* prev;           // UseUnlinked
+      Node** ref;              // RefSet (the old value is `node`)
+    };
+    Operand* next = nullptr;  // UseUnlinked
   };
+  static_assert(sizeof(Entry) == 32);
   struct SlotArray {
     Operand* ops;
     uint32_t cap;
@@ -346,7 +351,20 @@ struct Graph::UndoLog {
   std::string extra_json;
   uint64_t revision = 0;
 
-  void add(Entry e) { entries.push_back(e); }
+  Entry& add(Kind kind, Node* node, uint32_t n = 0) {
+    Entry& e = entries.emplace_back();
+    e.kind = kind;
+    e.node = node;
+    e.n = n;
+    return e;
+  }
+  void addUse(Kind kind, Operand* slot, Operand* prev = nullptr, Operand* next = nullptr) {
+    Entry& e = entries.emplace_back();
+    e.kind = kind;
+    e.slot = slot;
+    e.prev = prev;
+    e.next = next;
+  }
 };
 
 Graph::Graph() = default;
@@ -392,8 +410,11 @@ void Graph::undoOne(UndoLog& log) {
       unlinkUse(e.slot);
       break;
     case Kind::UseUnlinked: {
-      // Everything recorded after the unlink is undone, so prev and next are neighbours again.
+      // Everything recorded after the unlink is undone, so prev and next are neighbours again,
+      // and the slot's reference names its old value again (a RefSet after the unlink is undone;
+      // an erased node's or a replaced argument tree is back, in the same buffer).
       Operand* s = e.slot;
+      n = *s->ref;
       s->value = n;
       s->prev_use = e.prev;
       s->next_use = e.next;
@@ -407,7 +428,7 @@ void Graph::undoOne(UndoLog& log) {
       *e.ref = n;
       break;
     case Kind::OpsDropped:
-      n->num_ops_ = e.count;
+      n->num_ops_ = e.n;
       break;
     case Kind::NodeLinked:
       unlink(n);
@@ -426,24 +447,24 @@ void Graph::undoOne(UndoLog& log) {
       break;
     case Kind::Renamed:
       by_name_.erase(n->name_);
-      n->name_ = std::move(log.names[e.payload]);
+      n->name_ = std::move(log.names[e.n]);
       by_name_.insert(n);
       touch(n);
       break;
     case Kind::Buried:
       by_name_.insert(n);
       n->dead_ = false;
-      n->args_ = std::move(log.trees[e.payload].first);
-      n->kwargs_ = std::move(log.trees[e.payload].second);
+      n->args_ = std::move(log.trees[e.n].first);
+      n->kwargs_ = std::move(log.trees[e.n].second);
       ++live_;
       break;
     case Kind::ArgsReplaced:
       // Moved, not copied: the old slots point into these trees' buffers.
-      n->args_ = std::move(log.trees[e.payload].first);
-      n->kwargs_ = std::move(log.trees[e.payload].second);
+      n->args_ = std::move(log.trees[e.n].first);
+      n->kwargs_ = std::move(log.trees[e.n].second);
       break;
     case Kind::SlotsReplaced: {
-      UndoLog::SlotArray& a = log.slot_arrays[e.payload];
+      UndoLog::SlotArray& a = log.slot_arrays[e.n];
       n->ops_ = a.ops;
       n->ops_cap_ = a.cap;
       std::copy(a.contents.begin(), a.contents.end(), a.ops);
@@ -454,21 +475,16 @@ void Graph::undoOne(UndoLog& log) {
 
 void Graph::addUse(Node* producer, Operand* s) {
   appendUse(producer, s);
-  if (undo_) undo_->add({.kind = UndoLog::Kind::UseAppended, .slot = s});
+  if (undo_) undo_->addUse(UndoLog::Kind::UseAppended, s);
 }
 
 void Graph::removeUse(Operand* s) {
-  if (undo_)
-    undo_->add({.kind = UndoLog::Kind::UseUnlinked,
-                .node = s->value,
-                .slot = s,
-                .prev = s->prev_use,
-                .next = s->next_use});
+  if (undo_) undo_->addUse(UndoLog::Kind::UseUnlinked, s, s->prev_use, s->next_use);
   unlinkUse(s);
 }
 
 void Graph::setRef(Operand& s, Node* value) {
-  if (undo_) undo_->add({.kind = UndoLog::Kind::RefSet, .node = *s.ref, .ref = s.ref});
+  if (undo_) undo_->add(UndoLog::Kind::RefSet, *s.ref).ref = s.ref;
   *s.ref = value;
 }
 
@@ -517,9 +533,7 @@ void Graph::buildSlots(Node* n) {
   touch(n);
   const auto count = static_cast<uint32_t>(slot_refs_.size());
   if (undo_ && n->ops_cap_ > 0) {  // the old slots, for their user, index and reference
-    undo_->add({.kind = UndoLog::Kind::SlotsReplaced,
-                .payload = static_cast<uint32_t>(undo_->slot_arrays.size()),
-                .node = n});
+    undo_->add(UndoLog::Kind::SlotsReplaced, n, static_cast<uint32_t>(undo_->slot_arrays.size()));
     undo_->slot_arrays.push_back({n->ops_, n->ops_cap_, {n->ops_, n->ops_ + n->ops_cap_}});
   }
   if (count > n->ops_cap_) {  // the old array (if any) stays in the arena until the Graph dies
@@ -543,7 +557,7 @@ void Graph::dropUses(Node* n) {
     touch(s.value);
     removeUse(&s);
   }
-  if (undo_) undo_->add({.kind = UndoLog::Kind::OpsDropped, .count = n->num_ops_, .node = n});
+  if (undo_) undo_->add(UndoLog::Kind::OpsDropped, n, n->num_ops_);
   n->num_ops_ = 0;
 }
 
@@ -565,8 +579,8 @@ Node* Graph::create(OpKind op, Symbol target, std::vector<Arg> args, Kwargs kwar
     throw;
   }
   if (undo_) {
-    undo_->add({.kind = UndoLog::Kind::NodeCreated, .node = &n});
-    undo_->add({.kind = UndoLog::Kind::NameAdded, .node = &n});
+    undo_->add(UndoLog::Kind::NodeCreated, &n);
+    undo_->add(UndoLog::Kind::NameAdded, &n);
   }
   by_name_.insert(&n);
   buildSlots(&n);
@@ -714,9 +728,7 @@ void Graph::setArgs(Node* n, std::vector<Arg> args, Kwargs kwargs) {
   dropUses(n);
   buildSlots(n);
   if (undo_) {
-    undo_->add({.kind = UndoLog::Kind::ArgsReplaced,
-                .payload = static_cast<uint32_t>(undo_->trees.size()),
-                .node = n});
+    undo_->add(UndoLog::Kind::ArgsReplaced, n, static_cast<uint32_t>(undo_->trees.size()));
     undo_->trees.emplace_back(std::move(args), std::move(kwargs));
   }
 }
@@ -775,7 +787,7 @@ void Graph::link(Node* n, Node* before) {
     }
     n->pos_ = lo + (before->pos_ - lo) / 2;
   }
-  if (undo_) undo_->add({.kind = UndoLog::Kind::NodeLinked, .node = n});
+  if (undo_) undo_->add(UndoLog::Kind::NodeLinked, n);
   n->prev_ = prev;
   n->next_ = before;
   if (prev)
@@ -789,7 +801,7 @@ void Graph::link(Node* n, Node* before) {
 }
 
 void Graph::unlink(Node* n) {
-  if (undo_) undo_->add({.kind = UndoLog::Kind::NodeUnlinked, .node = n, .before = n->next_});
+  if (undo_) undo_->add(UndoLog::Kind::NodeUnlinked, n).before = n->next_;
   touch(n->prev_);
   touch(n->next_);
   if (n->prev_)
@@ -888,9 +900,7 @@ void Graph::bury(Node* n) {
   by_name_.erase(n->name_);
   n->dead_ = true;
   if (undo_) {
-    undo_->add({.kind = UndoLog::Kind::Buried,
-                .payload = static_cast<uint32_t>(undo_->trees.size()),
-                .node = n});
+    undo_->add(UndoLog::Kind::Buried, n, static_cast<uint32_t>(undo_->trees.size()));
     undo_->trees.emplace_back(std::move(n->args_), std::move(n->kwargs_));
   }
   n->args_.clear();
@@ -925,9 +935,7 @@ void Graph::rename(Node* n, std::string_view name) {
                    "a node with this name already exists");
   by_name_.erase(n->name_);
   if (undo_) {
-    undo_->add({.kind = UndoLog::Kind::Renamed,
-                .payload = static_cast<uint32_t>(undo_->names.size()),
-                .node = n});
+    undo_->add(UndoLog::Kind::Renamed, n, static_cast<uint32_t>(undo_->names.size()));
     undo_->names.push_back(std::move(n->name_));
   }
   n->name_ = std::string(name);
