@@ -43,8 +43,9 @@ py::list passRecords(const jfx::PipelineResult& result) {
 
 // A node's args and kwargs as bytes, node references by id: equal codes mean equal arguments
 // (Arg's operator==, floats bitwise) referring to the same nodes. Ids, not pointers: a pass may
-// go back to an exact copy of the graph (Graph::copy / takeContents, same ids), after which the
-// nodes' storage is new and pointers taken before the pipeline dangle.
+// undo a rewrite (Graph::rollback, which removes the nodes it created and reuses their ids) or go
+// back to an exact copy (Graph::copy / takeContents, same ids, new storage); ids stay meaningful
+// through both, pointers need not.
 class ArgCoder {
  public:
   const std::string& code(const jfx::Node* n) {
