@@ -708,7 +708,7 @@ void Graph::takeContents(Graph&& from) {
   touched_.clear();
   touched_mark_.clear();
   if (tracking_)
-    for (Node* n = head_; n; n = n->next_)
+    for (Node* n = head_; n; n = n->next())
       touch(n);
 }
 
@@ -859,7 +859,7 @@ void Graph::renumber() {
   // Spread live nodes evenly over the position space; leaves room at both ends.
   uint64_t gap = std::min<uint64_t>(kMaxGap, (uint64_t{1} << 62) / (live_ + 2));
   uint64_t pos = gap;
-  for (Node* n = head_; n; n = n->next_, pos += gap)
+  for (Node* n = head_; n; n = n->next(), pos += gap)
     n->pos_ = pos;
 }
 
@@ -964,14 +964,14 @@ Node* Graph::findNode(std::string_view name) const {
 std::vector<Node*> Graph::nodes() const {
   std::vector<Node*> out;
   out.reserve(live_);
-  for (Node* n = head_; n; n = n->next_)
+  for (Node* n = head_; n; n = n->next())
     out.push_back(n);
   return out;
 }
 
 std::vector<Node*> Graph::placeholders() const {
   std::vector<Node*> out;
-  for (Node* n = head_; n; n = n->next_)
+  for (Node* n = head_; n; n = n->next())
     if (n->op_ == OpKind::Placeholder) out.push_back(n);
   return out;
 }

@@ -60,7 +60,9 @@ class Verifier {
       checkLinks(n);
     // With broken links the rules below could walk deleted nodes.
     if (!issues_.empty()) return std::move(issues_);
-    touched_.insert(nodes.begin(), nodes.end());
+    touched_.assign(g_.maxId(), false);
+    for (const Node* n : nodes)
+      touched_[n->id()] = true;
     std::vector<const Node*> refs;
     for (const Node* n : nodes) {
       if (n->name().empty())
@@ -187,7 +189,7 @@ class Verifier {
         continue;
       }
       // A touched user reports its own operands (checkOperandsOf): once is enough.
-      if (!n->isBefore(user) && !touched_.count(user))
+      if (!n->isBefore(user) && !(user->id() < touched_.size() && touched_[user->id()]))
         add(user, "topological-order",
             "operand " + std::to_string(u.index) + " " + quoted(n) + " is defined after its use");
       seen.emplace_back(user->id(), u.index);
@@ -198,13 +200,19 @@ class Verifier {
         add(n, "use-list",
             "use by " + quoted(g_.nodeById(seen[k].first)) + " operand " +
                 std::to_string(seen[k].second) + " is listed twice");
+    // Each slot of n is linked into its producer's use list: its neighbours point back at it
+    // and read the same producer, or it is the list's end. Checked at the slot, so a producer
+    // with many users (a position table read by every layer) is not walked once per user.
     const auto& inputs = n->inputs();
     for (uint32_t k = 0; k < inputs.size(); ++k) {
       const Node* in = inputs[k];
       if (in == nullptr || in->graph() != &g_ || in->isDead()) continue;  // reported above
-      bool listed = false;
-      for (const Use& u : in->uses())
-        listed = listed || (u.user == n && u.index == k);
+      const Operand& s = n->operandSlot(k);
+      const bool listed =
+          s.user == n && s.index == k &&
+          (s.prev_use ? s.prev_use->next_use == &s && s.prev_use->value == in
+                      : in->isFirstUse(&s)) &&
+          (s.next_use ? s.next_use->prev_use == &s && s.next_use->value == in : in->isLastUse(&s));
       if (!listed)
         add(in, "use-list",
             "use list lacks " + quoted(n) + " operand " + std::to_string(k) +
@@ -705,7 +713,7 @@ class Verifier {
   const Graph& g_;
   const VerifyOptions& opts_;
   std::vector<VerifyIssue> issues_;
-  std::unordered_set<const Node*> touched_;  // runNodes' nodes
+  std::vector<bool> touched_;  // runNodes' nodes, by id
   // The placeholders and any other node with an input kind, in program order: the graph-input
   // rules read only these, so run() collects them in its per-node walk instead of three more.
   std::vector<const Node*> inputs_;

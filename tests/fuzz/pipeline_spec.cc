@@ -9,7 +9,8 @@
 
 namespace {
 
-// loadPipelineFile reads a path: one scratch file per process, rewritten for each input.
+// loadPipelineFile reads a path: one scratch file per process, written for each input and removed
+// after it (libFuzzer may end the process without running static destructors).
 const std::string& scratchPath() {
   static const std::string path = [] {
     const char* dir = std::getenv("TMPDIR");
@@ -21,7 +22,7 @@ const std::string& scratchPath() {
 
 struct RemoveScratch {
   ~RemoveScratch() { std::remove(scratchPath().c_str()); }
-} remove_scratch;
+};
 
 }  // namespace
 
@@ -32,6 +33,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     std::ofstream out(scratchPath(), std::ios::binary | std::ios::trunc);
     out.write(text.data(), static_cast<std::streamsize>(text.size()));
   }
+  RemoveScratch remove_scratch;
   jfx::fuzz::expectOnlyJfxError(
       [&] { (void)jfx::buildPipeline(jfx::loadPipelineFile(scratchPath())); });
   return 0;
