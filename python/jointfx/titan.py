@@ -45,6 +45,7 @@ class TitanTrace:
     args: tuple[Any, ...]  # the step's user inputs: (tokens, labels, global_valid_tokens, {})
     full_params: dict[str, torch.Tensor] = field(default_factory=dict)  # unsharded, by FQN
     family: str = "llama3"  # one of MODELS
+    seq_base: int = -1  # the autograd sequence counter when tracing began (see export)
 
     @property
     def gm(self) -> torch.fx.GraphModule:
@@ -65,8 +66,10 @@ class TitanTrace:
                           "parameters": len(self.full_params),
                           "parameter_numel": sum(v.numel() for v in self.full_params.values()),
                           "tracer": "graph_trainer minimal_fx_tracer"}}
-        return export_graph(self.gm, **specs_from_traced(self.traced, self.model),
-                            graph_meta=meta, include_stack_trace=include_stack_trace)
+        doc = export_graph(self.gm, **specs_from_traced(self.traced, self.model),
+                           graph_meta=meta, include_stack_trace=include_stack_trace)
+        _renumber_seq_nr(doc, self.seq_base)
+        return doc
 
     def bucket_plans(self) -> list[list[str] | str]:
         """GraphTrainer's default per-block buckets for this model."""
@@ -159,8 +162,25 @@ def trace_model(family: str = "llama3", n_layers: int = 2, *, seed: int = SEED,
     valid = torch.tensor(float(batch * seq_len * world))
     args = (tokens, labels, valid, {})
     step = make_fwd_bwd_step(model, loss_fn)
+    seq_base = torch.autograd._get_sequence_nr()
     traced = minimal_fx_tracer(step, module=model)(*args)
-    return TitanTrace(traced, model, mesh, n_layers, args, full, family)
+    return TitanTrace(traced, model, mesh, n_layers, args, full, family, seq_base)
+
+
+def _renumber_seq_nr(doc: dict[str, Any], seq_base: int) -> None:
+    """Makes the document's seq_nr independent of what the process traced before: the tracer
+    copies autograd's per-thread sequence counter, which keeps growing across traces. Values
+    below `seq_base` (no autograd node of this trace) become -1, the rest 0, 1, ... in
+    ascending order, which keeps every forward/backward pairing and the order."""
+    nodes = doc["nodes"]
+    values = sorted({n["meta"]["seq_nr"] for n in nodes if "meta" in n
+                     and isinstance(n["meta"].get("seq_nr"), int)
+                     and n["meta"]["seq_nr"] >= seq_base})
+    renumber = {v: i for i, v in enumerate(values)}
+    for n in nodes:
+        seq = n.get("meta", {}).get("seq_nr")
+        if isinstance(seq, int):
+            n["meta"]["seq_nr"] = renumber.get(seq, -1)
 
 
 def _tied_aliases(model: torch.nn.Module) -> list[tuple[str, str]]:
