@@ -27,6 +27,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import titan_fixture_paths
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 WORLD = 2
@@ -113,6 +115,41 @@ def test_graph_trainer_inductor(tmp_path: Path) -> None:
     results = _launch(tmp_path, "inductor")
     for r, res in enumerate(results):
         assert res["mismatches"] == [], f"rank {r}: {res['mismatches']}"
+
+
+@pytest.mark.parametrize("path", titan_fixture_paths(), ids=lambda p: p.stem)
+def test_titan_fixture_structure(jfx_bin: Path, path: Path) -> None:
+    """The committed graph_trainer trace (scripts/gen_fixtures.py, TITAN_FIXTURES) as the
+    analyses see it: one block per layer holding all of that layer's parameters (q/k norms
+    included), an unshard chain for every gather and a gradient chain for every gradient, no
+    collective left unrecognized; and every FSDP pass of the default pipeline changes it. Its
+    bitwise parity under the pipelines is ctest's parity.<name>."""
+    doc = json.loads(path.read_text())
+    n_layers = doc["meta"]["model"]["layers"]
+    grads = [o for o in doc["outputs"] if o["kind"] == "gradient"]
+    r = subprocess.run([str(jfx_bin), "analyze", "--json", str(path)], capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    a = json.loads(r.stdout)
+    blocks = a["blocks"]
+    assert [b["name"] for b in blocks["blocks"]] == [f"layers.{i}" for i in range(n_layers)]
+    layer_params = {i: sum(1 for x in doc["inputs"] if x.get("kind") == "parameter"
+                           and x["fqn"].startswith(f"layers.{i}.")) for i in range(n_layers)}
+    assert [b["parameters"] for b in blocks["blocks"]] == list(layer_params.values())
+    fsdp = a["fsdp"]
+    assert fsdp["other_collectives"] == []
+    assert fsdp["gradient_chains"] == len(grads)
+    assert fsdp["unshard_chains"]["forward"] == fsdp["all_gathers_by_phase"]["forward"]
+    r = subprocess.run([str(jfx_bin), "opt", str(path), "-p", DEFAULT_PIPELINE, "--stats",
+                        "-o", os.devnull, "--format", "text"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    stats = dict(line.split(" = ") for line in r.stderr.splitlines() if " = " in line)
+    assert int(stats["tag-fsdp.chains-resharded"]) > 0, stats
+    assert int(stats["tag-fsdp.non-fsdp-collectives"]) == 0, stats
+    assert int(stats["dedup-fsdp-unshard.chains-merged"]) > 0, stats
+    assert int(stats["bucket.buckets.all_gather"]) > 0, stats
+    assert int(stats["schedule.moved-nodes"]) > 0, stats
 
 
 # ----------------------------------------------------------------------------- rank worker
