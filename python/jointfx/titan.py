@@ -155,12 +155,7 @@ def trace_model(family: str = "llama3", n_layers: int = 2, *, seed: int = SEED,
     set_local_shards(model, full, dist.get_rank(), world)
     annotate_module_fqns(model)
     loss_fn = CrossEntropyLoss(CrossEntropyLoss.Config())
-    gen = torch.Generator().manual_seed(seed + 1)
-    tokens = torch.randint(0, vocab, (batch, seq_len), generator=gen)
-    labels = torch.randint(0, vocab, (batch, seq_len), generator=gen)
-    # The loss is a sum over tokens divided by the global count (GraphTrainer's convention).
-    valid = torch.tensor(float(batch * seq_len * world))
-    args = (tokens, labels, valid, {})
+    args = (*step_inputs(vocab, world, seed=seed, batch=batch, seq_len=seq_len), {})
     step = make_fwd_bwd_step(model, loss_fn)
     seq_base = torch.autograd._get_sequence_nr()
     traced = minimal_fx_tracer(step, module=model)(*args)
@@ -211,6 +206,30 @@ def _retie(model: torch.nn.Module, aliases: list[tuple[str, str]]) -> None:
     for alias, owner in aliases:
         (om, on), (am, an) = slot(owner), slot(alias)
         am._parameters[an] = om._parameters[on]
+
+
+def step_inputs(vocab: int, world: int, *, seed: int = SEED, batch: int = BATCH,
+                seq_len: int = SEQ_LEN) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The traced step's tensor inputs (tokens, labels, global_valid_tokens), from `seed` + 1:
+    the same on every rank."""
+    gen = torch.Generator().manual_seed(seed + 1)
+    tokens = torch.randint(0, vocab, (batch, seq_len), generator=gen)
+    labels = torch.randint(0, vocab, (batch, seq_len), generator=gen)
+    # The loss is a sum over tokens divided by the global count (GraphTrainer's convention).
+    valid = torch.tensor(float(batch * seq_len * world))
+    return tokens, labels, valid
+
+
+def fixture_data(family: str, n_layers: int, world: int, seed: int = SEED
+                 ) -> tuple[dict[str, torch.Tensor], tuple[torch.Tensor, ...]]:
+    """What `trace_model(family, n_layers, seed=seed)` on `world` ranks runs on: the full
+    parameters and buffers by every FQN the graph names (a tied weight under each of its FQNs,
+    as copies, since a safetensors file holds no shared tensors), and the step's tensor inputs."""
+    model = build_model(family, n_layers, seed)
+    state = {k: v.detach().clone().contiguous()
+             for k, v in model.named_parameters(remove_duplicate=False)}
+    state.update({k: v.detach().clone().contiguous() for k, v in model.named_buffers()})
+    return state, step_inputs(_vocab_size(model), world, seed=seed)
 
 
 def trace_llama3(n_layers: int = 2, *, seed: int = SEED, batch: int = BATCH,
