@@ -106,6 +106,20 @@ const Node* findGather(const Node* ph) {
   return nullptr;
 }
 
+// The reduce-scatter that produces graph output `v` through its wait and single-input views and
+// copies (a sharded parameter's gradient), else nullptr.
+const Node* findScatter(const Node* v) {
+  for (int depth = 0; v && depth < 8; ++depth) {
+    if (collectiveKind(*v) == CollectiveKind::ReduceScatter) return v;
+    auto c = v->info().category;
+    if (v->op() != OpKind::CallFunction || v->inputs().empty() ||
+        (c != OpCategory::View && c != OpCategory::Copy && c != OpCategory::Wait))
+      return nullptr;
+    v = v->inputs().front();
+  }
+  return nullptr;
+}
+
 // The positional group name (ir/collectives.h), else a group_name keyword: the executor binds
 // either to the schema, so a rank must find the group both ways.
 std::string groupNameOf(const Node* collective) {
@@ -649,17 +663,41 @@ class RankRun {
       if (in.info.kind == InputKind::UserInput || in.info.kind == InputKind::None) {
         in.int_bound = inferIntBound(phs[i]);
       } else if (const Node* ag = findGather(phs[i])) {
-        in.layout.group = groupNameOf(ag);
-        auto r = pgs_->rankIn(in.layout.group);
-        auto n = pgs_->sizeOf(in.layout.group);
-        if (!r || !n)
-          inputError("'" + in.info.fqn + "' is gathered over group '" + in.layout.group +
-                     "', which this rank is not in");
-        in.layout.group_rank = *r;
-        in.layout.group_size = *n;
+        setGroup(in, groupNameOf(ag), "gathered");
+      } else if (in.info.kind == InputKind::Parameter) {
+        // Read by no gather: a tracer that lifts a tied weight under each of its FQNs leaves
+        // every placeholder but one unread, and such a parameter still gets its own gradient,
+        // reduce-scattered. It is sharded the way that gradient is, or the optimizer's update
+        // would not fit it.
+        if (const Node* rs = gradientScatter(in.info.fqn))
+          setGroup(in, groupNameOf(rs), "reduce-scattered");
       }
       inputs_.push_back(std::move(in));
     }
+  }
+
+  void setGroup(Input& in, std::string group, const char* how) {
+    in.layout.group = std::move(group);
+    auto r = pgs_->rankIn(in.layout.group);
+    auto n = pgs_->sizeOf(in.layout.group);
+    if (!r || !n)
+      inputError("'" + in.info.fqn + "' is " + how + " over group '" + in.layout.group +
+                 "', which this rank is not in");
+    in.layout.group_rank = *r;
+    in.layout.group_size = *n;
+  }
+
+  // The reduce-scatter of the gradient output of parameter `fqn` (header output specs), else
+  // nullptr.
+  const Node* gradientScatter(const std::string& fqn) const {
+    const auto& specs = g_->outputSpecs();
+    const Node* out = g_->outputNode();
+    if (!out || out->numArgs() == 0 || !out->arg(0).isSequence()) return nullptr;
+    const auto& items = out->arg(0).items();
+    for (size_t k = 0; k < specs.size() && k < items.size(); ++k)
+      if (specs[k].kind == OutputKind::Gradient && specs[k].fqn == fqn)
+        return findScatter(items[k].node());
+    return nullptr;
   }
 
   void findParallelGroups() {

@@ -5,8 +5,10 @@ Every tiny-Llama variant (jointfx.trace.variant_config) at world sizes 1, 2 and 
 fsdp_tp at 2 (a 2 x 1 mesh: TP groups of one rank) and 4 (a 2 x 2 mesh), padding and tied at 2
 and 4 (world 1 pads nothing; tied is there for dedup-fsdp-unshard). Then the other model families
 (jointfx.models.MODEL_FIXTURES: gpt2, encoder, convbn, moe, vit, uneven, uneven_bf16), traced with
-jointfx.trace. All traced on a fake process group as rank 0. Output is deterministic: running
-this twice gives byte-identical files (tests/python/test_fixtures.py checks it).
+jointfx.trace. Then graph_trainer model families traced by torchtitan's own tracer
+(jointfx.titan, TITAN_FIXTURES: titan_qwen3_w2, qwen3's debugmodel with 2 layers). All traced on
+a fake process group as rank 0. Output is deterministic: running this twice gives byte-identical
+files (tests/python/test_fixtures.py checks it).
 
     python scripts/gen_fixtures.py [--out DIR] [--only fsdp_w2 ...]
 """
@@ -34,6 +36,13 @@ FIXTURES: tuple[tuple[str, int], ...] = (
 )
 
 
+# (graph_trainer model family, world size): jointfx.titan.trace_model(family, 2 layers), saved as
+# titan_<family>_w<world>. deepseek_v3 is not among them: its MoE routing calls a Python-only
+# custom op that the C++ executor cannot run, and every fixture runs in the parity matrix.
+TITAN_FIXTURES: tuple[tuple[str, int], ...] = (("qwen3", 2),)
+TITAN_LAYERS = 2
+
+
 def fixture_name(variant: str, world: int) -> str:
     return f"{variant}_w{world}"
 
@@ -46,7 +55,12 @@ def model_fixtures() -> tuple[tuple[str, int], ...]:
 
 
 def all_fixture_names() -> list[str]:
-    return [fixture_name(v, w) for v, w in (*FIXTURES, *model_fixtures())]
+    return [fixture_name(v, w) for v, w in (*FIXTURES, *model_fixtures())] + [
+        titan_fixture_name(f, w) for f, w in TITAN_FIXTURES]
+
+
+def titan_fixture_name(family: str, world: int) -> str:
+    return f"titan_{family}_w{world}"
 
 
 def generate(out_dir: Path, only: set[str] | None = None) -> list[Path]:
@@ -62,7 +76,8 @@ def generate(out_dir: Path, only: set[str] | None = None) -> list[Path]:
     written = []
     jobs = ([(fixture_name(v, w), partial(trace_variant, v, w)) for v, w in FIXTURES]
             + [(fixture_name(c, w), partial(_trace_model, init_fake_world, trace_case, c, w))
-               for c, w in model_fixtures()])
+               for c, w in model_fixtures()]
+            + [(titan_fixture_name(f, w), partial(_trace_titan, f, w)) for f, w in TITAN_FIXTURES])
     for name, run in jobs:
         if only and name not in only:
             continue
@@ -76,6 +91,13 @@ def generate(out_dir: Path, only: set[str] | None = None) -> list[Path]:
     if dist.is_initialized():
         dist.destroy_process_group()
     return written
+
+
+def _trace_titan(family: str, world: int) -> Any:
+    from jointfx import titan
+
+    titan.init_fake_world(world)
+    return titan.trace_model(family, TITAN_LAYERS)
 
 
 def _trace_model(init_fake_world: Any, trace_case: Any, case: str, world: int) -> Any:

@@ -107,7 +107,8 @@ def run(graph: str | Path, *, nproc: int, params: str | Path, batch: str | Path,
 
 def write_fixture_data(fixture: str | Path, out_dir: str | Path) -> tuple[Path, Path]:
     """Full parameters and buffers (seed 0) and one batch (seed 1) for a traced fixture
-    `<variant>_w<N>.json` (a tiny-Llama variant or a jointfx.models case), as safetensors:
+    `<variant>_w<N>.json` (a tiny-Llama variant, a jointfx.models case or a jointfx.titan
+    graph_trainer trace), as safetensors:
     (params, batch). The batch is the graph's own shape, so every rank sees the same data."""
     import re
 
@@ -119,6 +120,8 @@ def write_fixture_data(fixture: str | Path, out_dir: str | Path) -> tuple[Path, 
     m = re.fullmatch(r"(\w+)_w(\d+)", Path(fixture).stem)
     from jointfx.models import CASES
 
+    if m and m.group(1).startswith("titan_"):
+        return _write_titan_fixture_data(Path(fixture), Path(out_dir))
     if m and m.group(1) in CASES:
         return _write_model_fixture_data(m.group(1), Path(out_dir))
     if not m or m.group(1) not in trace.VARIANTS:
@@ -135,6 +138,29 @@ def write_fixture_data(fixture: str | Path, out_dir: str | Path) -> tuple[Path, 
     out.mkdir(parents=True, exist_ok=True)
     save_file(state, out / "params.safetensors")
     save_file({"tokens": tokens, "labels": labels}, out / "batch.safetensors")
+    return out / "params.safetensors", out / "batch.safetensors"
+
+
+def _write_titan_fixture_data(fixture: Path, out: Path) -> tuple[Path, Path]:
+    """write_fixture_data for a graph_trainer fixture (jointfx.titan, titan_<family>_w<N>): the
+    model and step inputs trace_model used, the inputs under the graph's user-input names.
+    Needs torchtitan (ImportError without it)."""
+    import json
+
+    from safetensors.torch import save_file
+
+    from jointfx import titan
+
+    doc = json.loads(fixture.read_text())
+    model = doc["meta"]["model"]
+    state, inputs = titan.fixture_data(model["family"], int(model["layers"]),
+                                       int(doc["meta"]["world_size"]))
+    names = [i["name"] for i in doc["inputs"] if i["kind"] == "user_input"]
+    if len(names) != len(inputs):
+        raise ValueError(f"{fixture}: {len(names)} user inputs, the titan step has {len(inputs)}")
+    out.mkdir(parents=True, exist_ok=True)
+    save_file(state, out / "params.safetensors")
+    save_file({n: t.contiguous() for n, t in zip(names, inputs)}, out / "batch.safetensors")
     return out / "params.safetensors", out / "batch.safetensors"
 
 
@@ -221,6 +247,11 @@ def _inputs(doc: dict[str, Any], gm: Any, params: dict[str, Any], batch: dict[st
     tp_rank, fsdp_rank = rank % tp, rank // tp
     values = []
     for spec, node in zip(doc["inputs"], placeholders, strict=True):
+        if spec["kind"] in ("mesh", "opaque"):
+            # What a DTensor flattens to besides its local tensor (its DeviceMesh): the graph
+            # reads none of it, and the executor passes None too.
+            values.append(None)
+            continue
         shape = tuple(node.meta["val"].shape)
         if spec["kind"] == "parameter":
             full = params[spec["fqn"]]

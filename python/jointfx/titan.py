@@ -1,14 +1,17 @@
-"""torchtitan GraphTrainer graphs on CPU: the tracer GraphTrainer itself uses, on a small Llama.
+"""torchtitan GraphTrainer graphs on CPU: the tracer GraphTrainer itself uses, on small models.
 
-`trace_llama3(world=2, rank=0)` builds torchtitan 0.3.0's llama3 `debugmodel` shrunk to a few
-layers (SDPA attention, so it traces on CPU), wraps it with SimpleFSDP
+`trace_model("llama3", n_layers=2)` builds one of torchtitan 0.3.0's graph_trainer model families
+(`MODELS`: llama3, qwen3, deepseek_v3) at its `debugmodel` flavor shrunk to a few layers (SDPA
+attention, so it traces on CPU), wraps it with SimpleFSDP
 (`simple_fsdp.data_parallel(mode="fully_shard")` over a 1-D mesh named `fsdp`), annotates module
 FQNs as GraphTrainer does, and traces `trainer.make_fwd_bwd_step(model, CrossEntropyLoss)` with
 `make_fx_tracer.minimal_fx_tracer`: the joint forward+loss+backward graph GraphTrainer hands to
-its pass list. It needs an initialized default process group of `world` ranks: the fake one
-(`init_fake_world`) for tracing alone, or gloo for running.
+its pass list. `trace_llama3(n)` is `trace_model("llama3", n)`. It needs an initialized default
+process group of `world` ranks: the fake one (`init_fake_world`) for tracing alone, or gloo for
+running.
 
-    python -m jointfx.titan [--world 2] [--rank 0] [--layers 2] [--out graph.json] [--code]
+    python -m jointfx.titan [--model llama3] [--world 2] [--rank 0] [--layers 2] [--out g.json]
+                            [--code]
 
 prints a summary of the traced graph (placeholders, collectives, nodes), `--code` its Python
 code, and `--out` writes it in the jointfx JSON format through `jointfx.export_graph`.
@@ -41,10 +44,32 @@ class TitanTrace:
     n_layers: int
     args: tuple[Any, ...]  # the step's user inputs: (tokens, labels, global_valid_tokens, {})
     full_params: dict[str, torch.Tensor] = field(default_factory=dict)  # unsharded, by FQN
+    family: str = "llama3"  # one of MODELS
+    seq_base: int = -1  # the autograd sequence counter when tracing began (see export)
 
     @property
     def gm(self) -> torch.fx.GraphModule:
         return self.traced.gm
+
+    def export(self, *, include_stack_trace: bool = False) -> dict[str, Any]:
+        """The graph as a jointfx JSON document: header specs from the tracer (which
+        placeholder is which parameter, which output its gradient), and graph meta naming the
+        model and the world it was traced at (what `jointfx parity` and the tests read)."""
+        import torch.distributed as dist
+
+        from jointfx.export import export_graph, specs_from_traced
+
+        world = dist.get_world_size()
+        meta = {"world_size": world, "traced_rank": dist.get_rank(),
+                "mesh": {"dim_names": ["fsdp"], "shape": [world]},
+                "model": {"family": self.family, "flavor": FLAVOR, "layers": self.n_layers,
+                          "parameters": len(self.full_params),
+                          "parameter_numel": sum(v.numel() for v in self.full_params.values()),
+                          "tracer": "graph_trainer minimal_fx_tracer"}}
+        doc = export_graph(self.gm, **specs_from_traced(self.traced, self.model),
+                           graph_meta=meta, include_stack_trace=include_stack_trace)
+        _renumber_seq_nr(doc, self.seq_base)
+        return doc
 
     def bucket_plans(self) -> list[list[str] | str]:
         """GraphTrainer's default per-block buckets for this model."""
@@ -66,13 +91,23 @@ def init_fake_world(world: int = 2, rank: int = 0) -> None:
     dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=world)
 
 
-def build_llama3(n_layers: int = 2, seed: int = SEED) -> torch.nn.Module:
-    """torchtitan's llama3 debugmodel (dim 256, vocab 2048) with `n_layers` layers, SDPA
-    attention, initialized from `seed` on CPU."""
-    from torchtitan.experiments.graph_trainer.llama3 import model_registry
+# The graph_trainer model families this module can build: each is a subpackage of
+# torchtitan.experiments.graph_trainer with a `model_registry(flavor, attn_backend=...)`.
+MODELS = ("llama3", "qwen3", "deepseek_v3")
+FLAVOR = "debugmodel"
 
-    spec = model_registry("debugmodel", attn_backend="sdpa")
-    cfg = spec.model
+
+def build_model(family: str = "llama3", n_layers: int = 2, seed: int = SEED) -> torch.nn.Module:
+    """The `family`'s debugmodel with its first `n_layers` layers, SDPA attention, initialized
+    from `seed` on CPU."""
+    import importlib
+
+    if family not in MODELS:
+        raise ValueError(f"unknown model family {family!r}; known: {', '.join(MODELS)}")
+    registry = importlib.import_module(f"torchtitan.experiments.graph_trainer.{family}")
+    cfg = registry.model_registry(FLAVOR, attn_backend="sdpa").model
+    if n_layers > len(cfg.layers):
+        raise ValueError(f"{family} {FLAVOR} has {len(cfg.layers)} layers, not {n_layers}")
     cfg.layers = list(cfg.layers[:n_layers])
     torch.manual_seed(seed)
     model = cfg.build()
@@ -80,10 +115,25 @@ def build_llama3(n_layers: int = 2, seed: int = SEED) -> torch.nn.Module:
     return model
 
 
-def trace_llama3(n_layers: int = 2, *, seed: int = SEED, batch: int = BATCH,
-                 seq_len: int = SEQ_LEN) -> TitanTrace:
-    """Traces GraphTrainer's fwd+loss+bwd step of the shrunk llama3 under SimpleFSDP over the
-    initialized default group (every rank of it forms the `fsdp` mesh)."""
+def build_llama3(n_layers: int = 2, seed: int = SEED) -> torch.nn.Module:
+    """torchtitan's llama3 debugmodel (dim 256, vocab 2048) with `n_layers` layers, SDPA
+    attention, initialized from `seed` on CPU."""
+    return build_model("llama3", n_layers, seed)
+
+
+def _vocab_size(model: torch.nn.Module) -> int:
+    # The token embedding is the model's one nn.Embedding in every family built here; asking the
+    # module rather than a parameter name keeps this independent of FQNs.
+    embeddings = [m for m in model.modules() if isinstance(m, torch.nn.Embedding)]
+    if len(embeddings) != 1:
+        raise RuntimeError(f"expected one token embedding, found {len(embeddings)}")
+    return embeddings[0].num_embeddings
+
+
+def trace_model(family: str = "llama3", n_layers: int = 2, *, seed: int = SEED,
+                batch: int = BATCH, seq_len: int = SEQ_LEN) -> TitanTrace:
+    """Traces GraphTrainer's fwd+loss+bwd step of the shrunk `family` model under SimpleFSDP
+    over the initialized default group (every rank of it forms the `fsdp` mesh)."""
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
     from torchtitan.components.loss import CrossEntropyLoss
@@ -93,23 +143,99 @@ def trace_llama3(n_layers: int = 2, *, seed: int = SEED, batch: int = BATCH,
     from torchtitan.experiments.graph_trainer.trainer import make_fwd_bwd_step
 
     world = dist.get_world_size()
-    model = build_llama3(n_layers, seed)
+    model = build_model(family, n_layers, seed)
+    vocab = _vocab_size(model)
+    # named_parameters() lists a tied weight once, under its first FQN; set_local_shards walks
+    # the same deduplicated list, so a tied weight is sharded once.
     full = {k: v.detach().clone() for k, v in model.named_parameters()}
+    tied = _tied_aliases(model)
     mesh = init_device_mesh("cpu", (world,), mesh_dim_names=("fsdp",))
     model = data_parallel(model, mesh, mode="fully_shard")
+    _retie(model, tied)
     set_local_shards(model, full, dist.get_rank(), world)
     annotate_module_fqns(model)
     loss_fn = CrossEntropyLoss(CrossEntropyLoss.Config())
+    args = (*step_inputs(vocab, world, seed=seed, batch=batch, seq_len=seq_len), {})
+    step = make_fwd_bwd_step(model, loss_fn)
+    seq_base = torch.autograd._get_sequence_nr()
+    traced = minimal_fx_tracer(step, module=model)(*args)
+    return TitanTrace(traced, model, mesh, n_layers, args, full, family, seq_base)
+
+
+def _renumber_seq_nr(doc: dict[str, Any], seq_base: int) -> None:
+    """Makes the document's seq_nr independent of what the process traced before: the tracer
+    copies autograd's per-thread sequence counter, which keeps growing across traces. Values
+    below `seq_base` (no autograd node of this trace) become -1, the rest 0, 1, ... in
+    ascending order, which keeps every forward/backward pairing and the order."""
+    nodes = doc["nodes"]
+    values = sorted({n["meta"]["seq_nr"] for n in nodes if "meta" in n
+                     and isinstance(n["meta"].get("seq_nr"), int)
+                     and n["meta"]["seq_nr"] >= seq_base})
+    renumber = {v: i for i, v in enumerate(values)}
+    for n in nodes:
+        seq = n.get("meta", {}).get("seq_nr")
+        if isinstance(seq, int):
+            n["meta"]["seq_nr"] = renumber.get(seq, -1)
+
+
+def _tied_aliases(model: torch.nn.Module) -> list[tuple[str, str]]:
+    """(alias FQN, owner FQN) for every parameter reachable under more than one FQN (tied
+    weights, e.g. an embedding shared with the output projection); the owner is the FQN
+    named_parameters() keeps."""
+    owner: dict[int, str] = {}
+    aliases = []
+    for fqn, p in model.named_parameters(remove_duplicate=False):
+        if id(p) in owner:
+            aliases.append((fqn, owner[id(p)]))
+        else:
+            owner[id(p)] = fqn
+    return aliases
+
+
+def _retie(model: torch.nn.Module, aliases: list[tuple[str, str]]) -> None:
+    """Points each alias at its owner's (now sharded) parameter again: SimpleFSDP replaces every
+    module's parameters with its own DTensor, which unties them, and the trainer re-ties after
+    parallelizing (the model's init_states does), so the traced step sees one parameter under
+    both FQNs and returns a gradient for each."""
+    def slot(fqn: str) -> tuple[torch.nn.Module, str]:
+        path, _, name = fqn.rpartition(".")
+        return model.get_submodule(path), name
+
+    # Through _parameters: under SimpleFSDP the attribute is a property returning the gathered
+    # tensor, not the sharded Parameter.
+    for alias, owner in aliases:
+        (om, on), (am, an) = slot(owner), slot(alias)
+        am._parameters[an] = om._parameters[on]
+
+
+def step_inputs(vocab: int, world: int, *, seed: int = SEED, batch: int = BATCH,
+                seq_len: int = SEQ_LEN) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The traced step's tensor inputs (tokens, labels, global_valid_tokens), from `seed` + 1:
+    the same on every rank."""
     gen = torch.Generator().manual_seed(seed + 1)
-    vocab = full["tok_embeddings.weight"].shape[0]
     tokens = torch.randint(0, vocab, (batch, seq_len), generator=gen)
     labels = torch.randint(0, vocab, (batch, seq_len), generator=gen)
     # The loss is a sum over tokens divided by the global count (GraphTrainer's convention).
     valid = torch.tensor(float(batch * seq_len * world))
-    args = (tokens, labels, valid, {})
-    step = make_fwd_bwd_step(model, loss_fn)
-    traced = minimal_fx_tracer(step, module=model)(*args)
-    return TitanTrace(traced, model, mesh, n_layers, args, full)
+    return tokens, labels, valid
+
+
+def fixture_data(family: str, n_layers: int, world: int, seed: int = SEED
+                 ) -> tuple[dict[str, torch.Tensor], tuple[torch.Tensor, ...]]:
+    """What `trace_model(family, n_layers, seed=seed)` on `world` ranks runs on: the full
+    parameters and buffers by every FQN the graph names (a tied weight under each of its FQNs,
+    as copies, since a safetensors file holds no shared tensors), and the step's tensor inputs."""
+    model = build_model(family, n_layers, seed)
+    state = {k: v.detach().clone().contiguous()
+             for k, v in model.named_parameters(remove_duplicate=False)}
+    state.update({k: v.detach().clone().contiguous() for k, v in model.named_buffers()})
+    return state, step_inputs(_vocab_size(model), world, seed=seed)
+
+
+def trace_llama3(n_layers: int = 2, *, seed: int = SEED, batch: int = BATCH,
+                 seq_len: int = SEQ_LEN) -> TitanTrace:
+    """`trace_model("llama3", ...)`."""
+    return trace_model("llama3", n_layers, seed=seed, batch=batch, seq_len=seq_len)
 
 
 def set_local_shards(model: torch.nn.Module, full: dict[str, torch.Tensor], rank: int,
@@ -168,6 +294,7 @@ def summary(gm: torch.fx.GraphModule) -> dict[str, int]:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", choices=MODELS, default="llama3")
     p.add_argument("--world", type=int, default=2)
     p.add_argument("--rank", type=int, default=0)
     p.add_argument("--layers", type=int, default=2)
@@ -176,14 +303,16 @@ def main() -> int:
     a = p.parse_args()
     torch.set_num_threads(1)
     init_fake_world(a.world, a.rank)
-    tr = trace_llama3(a.layers)
+    tr = trace_model(a.model, a.layers)
     print(summary(tr.gm))
     if a.code:
         print(tr.gm.code)
     if a.out:
-        from jointfx import export_graph, write_graph
+        from jointfx import write_graph
 
-        write_graph(export_graph(tr.gm), a.out)
+        # With the tracer's specs (TitanTrace.export): a bare export_graph(gm) has no parameter
+        # inputs or gradient outputs, so jointfx finds no FSDP chain in it.
+        write_graph(tr.export(), a.out)
     return 0
 
 

@@ -24,7 +24,8 @@ os.environ.setdefault("JOINTFX_EXPENSIVE_CHECKS", "1")
 
 
 # The tiny-Llama variants (jointfx.trace.VARIANTS); the other fixtures are model families
-# (jointfx.models.MODEL_FIXTURES) with tests of their own (test_models.py).
+# (jointfx.models.MODEL_FIXTURES) with tests of their own (test_models.py), and graph_trainer
+# model families traced by torchtitan's tracer (titan_*, test_graph_trainer.py).
 LLAMA_VARIANTS = ("fsdp", "fsdp_tp", "sac", "bf16", "padding", "tied")
 
 
@@ -38,8 +39,19 @@ def traced_fixture_paths() -> list[Path]:
 
 
 def model_fixture_paths() -> list[Path]:
-    """The fixtures of the other model families."""
-    return [p for p in all_traced_fixture_paths() if fixture_variant(p) not in LLAMA_VARIANTS]
+    """The fixtures of the other model families jointfx.models builds."""
+    return [p for p in all_traced_fixture_paths()
+            if fixture_variant(p) not in LLAMA_VARIANTS and not is_titan_fixture(p)]
+
+
+def titan_fixture_paths() -> list[Path]:
+    """The fixtures traced by torchtitan's GraphTrainer tracer (jointfx.titan):
+    titan_<family>_w<N>.json."""
+    return [p for p in all_traced_fixture_paths() if is_titan_fixture(p)]
+
+
+def is_titan_fixture(path: Path) -> bool:
+    return path.name.startswith("titan_")
 
 
 def fixture_variant(path: Path) -> str:

@@ -7,7 +7,10 @@ bucketing+reordering pass) with and without a jointfx pass in it, then switches 
 group and runs each graph for 3 SGD steps from the same parameters. Loss and every gradient
 shard must be bitwise equal between the two, step by step, on every rank; the jointfx graph must
 really differ (re-gathers in backward). The Inductor case ends both lists with GraphTrainer's
-full_inductor_compilation_pass and compares within GraphTrainer's own tolerance.
+full_inductor_compilation_pass and compares within GraphTrainer's own tolerance. The qwen3 and
+deepseek_v3 cases put the default jointfx pipeline, which deduplicates, buckets and schedules
+itself, in place of GraphTrainer's dedup and bucketing passes (GraphTrainer's dedup drops the
+bfloat16 cast of a deepseek_v3 expert weight gathered twice, and the graph then fails to run).
 
 The file doubles as the rank worker: `python test_graph_trainer.py --worker ...`.
 """
@@ -24,12 +27,15 @@ from pathlib import Path
 
 import pytest
 
+from conftest import titan_fixture_paths
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 WORLD = 2
 STEPS = 3
 TIMEOUT_S = 600
 PIPELINE = "tag-fsdp{reshard=always},remat"
+DEFAULT_PIPELINE = str(REPO / "configs" / "pipelines" / "default.json")
 
 
 def _have_torchtitan() -> bool:
@@ -40,7 +46,7 @@ def _have_torchtitan() -> bool:
     return True
 
 
-def _launch(tmp: Path, mode: str) -> list[dict]:
+def _launch(tmp: Path, mode: str, *extra: str) -> list[dict]:
     if not _have_torchtitan():
         if os.environ.get("CI") == "true":
             pytest.fail("torchtitan is not installed: run scripts/setup")
@@ -54,7 +60,7 @@ def _launch(tmp: Path, mode: str) -> list[dict]:
                                           os.environ.get("PYTHONPATH", "")])}
     procs = [subprocess.Popen(
         [sys.executable, __file__, "--worker", "--rank", str(r), "--port", str(store.port),
-         "--mode", mode, "--out", str(tmp / f"rank{r}.json")],
+         "--mode", mode, "--out", str(tmp / f"rank{r}.json"), *extra],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         for r in range(WORLD)]
     logs = []
@@ -84,12 +90,66 @@ def test_graph_trainer_pass_list_bitwise(tmp_path: Path) -> None:
     assert results[0]["losses"] == results[1]["losses"]  # one loss, reduced over both ranks
 
 
+@pytest.mark.parametrize("model", ["qwen3", "deepseek_v3"])
+def test_graph_trainer_default_pipeline_bitwise(tmp_path: Path, model: str) -> None:
+    """The default jointfx pipeline in place of GraphTrainer's dedup and bucketing passes, on
+    model families other than llama3: qwen3 (per-head q/k RMSNorm, the embedding tied to the
+    output projection) and deepseek_v3 (a dense and an MoE layer, grouped experts)."""
+    results = _launch(tmp_path, "eager", "--model", model, "--pipeline", DEFAULT_PIPELINE,
+                      "--no-gt-dedup", "--no-gt-bucketing")
+    for r, res in enumerate(results):
+        assert res["jointfx_findings"] == [], res["jointfx_findings"]
+        # Every FSDP pass of the pipeline found something to do on this model: a pass that
+        # leaves an unfamiliar model as it was is the failure this guards against.
+        for name in ("tag-fsdp", "remat", "dedup-fsdp-unshard", "bucket", "split-comm-groups",
+                     "schedule"):
+            assert res["jointfx_changed"].get(name), (name, res["jointfx_changed"])
+        assert len(set(res["losses"])) == STEPS, f"rank {r}: steps did not change the loss"
+        assert res["mismatches"] == [], f"rank {r}: {res['mismatches']}"
+    assert results[0]["losses"] == results[1]["losses"]
+
+
 @pytest.mark.slow
 def test_graph_trainer_inductor(tmp_path: Path) -> None:
     """Marked slow: Inductor's C++ codegen for the whole step takes minutes on a small CPU."""
     results = _launch(tmp_path, "inductor")
     for r, res in enumerate(results):
         assert res["mismatches"] == [], f"rank {r}: {res['mismatches']}"
+
+
+@pytest.mark.parametrize("path", titan_fixture_paths(), ids=lambda p: p.stem)
+def test_titan_fixture_structure(jfx_bin: Path, path: Path) -> None:
+    """The committed graph_trainer trace (scripts/gen_fixtures.py, TITAN_FIXTURES) as the
+    analyses see it: one block per layer holding all of that layer's parameters (q/k norms
+    included), an unshard chain for every gather and a gradient chain for every gradient, no
+    collective left unrecognized; and every FSDP pass of the default pipeline changes it. Its
+    bitwise parity under the pipelines is ctest's parity.<name>."""
+    doc = json.loads(path.read_text())
+    n_layers = doc["meta"]["model"]["layers"]
+    grads = [o for o in doc["outputs"] if o["kind"] == "gradient"]
+    r = subprocess.run([str(jfx_bin), "analyze", "--json", str(path)], capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    a = json.loads(r.stdout)
+    blocks = a["blocks"]
+    assert [b["name"] for b in blocks["blocks"]] == [f"layers.{i}" for i in range(n_layers)]
+    layer_params = {i: sum(1 for x in doc["inputs"] if x.get("kind") == "parameter"
+                           and x["fqn"].startswith(f"layers.{i}.")) for i in range(n_layers)}
+    assert [b["parameters"] for b in blocks["blocks"]] == list(layer_params.values())
+    fsdp = a["fsdp"]
+    assert fsdp["other_collectives"] == []
+    assert fsdp["gradient_chains"] == len(grads)
+    assert fsdp["unshard_chains"]["forward"] == fsdp["all_gathers_by_phase"]["forward"]
+    r = subprocess.run([str(jfx_bin), "opt", str(path), "-p", DEFAULT_PIPELINE, "--stats",
+                        "-o", os.devnull, "--format", "text"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    stats = dict(line.split(" = ") for line in r.stderr.splitlines() if " = " in line)
+    assert int(stats["tag-fsdp.chains-resharded"]) > 0, stats
+    assert int(stats["tag-fsdp.non-fsdp-collectives"]) == 0, stats
+    assert int(stats["dedup-fsdp-unshard.chains-merged"]) > 0, stats
+    assert int(stats["bucket.buckets.all_gather"]) > 0, stats
+    assert int(stats["schedule.moved-nodes"]) > 0, stats
 
 
 # ----------------------------------------------------------------------------- rank worker
@@ -108,6 +168,7 @@ def _worker(a: argparse.Namespace) -> None:
     )
 
     from jointfx import graph_trainer, titan
+    from jointfx.groups import register_process_groups
     from jointfx.trace import register_group_name
 
     warnings.simplefilter("ignore")
@@ -119,12 +180,14 @@ def _worker(a: argparse.Namespace) -> None:
                             module_bucket_plans=tr.bucket_plans(),
                             fsdp_param_module_order=get_fsdp_param_module_order(
                                 tr.traced.state_fqns))
-        passes = [gt.eliminate_dead_code_pass, gt.canonicalize_graph_pass,
-                  gt.deduplicate_fsdp_unshard_chains_pass]
+        passes = [gt.eliminate_dead_code_pass, gt.canonicalize_graph_pass]
+        if a.gt_dedup:
+            passes.append(gt.deduplicate_fsdp_unshard_chains_pass)
         if with_jointfx:
-            passes.append(graph_trainer.jointfx_pass(PIPELINE, traced=tr.traced, model=tr.model,
-                                                     strict=True))
-        passes.append(bucketing)
+            passes.append(graph_trainer.jointfx_pass(a.pipeline, traced=tr.traced,
+                                                     model=tr.model, strict=True))
+        if a.gt_bucketing:
+            passes.append(bucketing)
         if a.mode == "inductor":
             from torchtitan.experiments.graph_trainer.inductor_passes import (
                 full_inductor_compilation_pass,
@@ -137,7 +200,7 @@ def _worker(a: argparse.Namespace) -> None:
     titan.init_fake_world(WORLD, a.rank)
     runs = {}
     for with_jointfx in (False, True):
-        tr = titan.trace_llama3(2)
+        tr = titan.trace_model(a.model, 2)
         gm = gt.apply_graph_passes(tr.gm, tr.traced.example_inputs, pass_list(tr, with_jointfx))
         runs[with_jointfx] = (tr, gm)
     report = getattr(runs[True][1], "meta", {}).get("jointfx_report", {})
@@ -153,6 +216,8 @@ def _worker(a: argparse.Namespace) -> None:
     store = dist.TCPStore("127.0.0.1", a.port, WORLD + 1, False, timeout=timeout)
     dist.init_process_group("gloo", store=store, rank=a.rank, world_size=WORLD, timeout=timeout)
     register_group_name("0", dist.group.WORLD)
+    # Groups the pipeline added (split-comm-groups' "0_rs"), created here as the executor would.
+    register_process_groups(runs[True][1])
     outs: dict[bool, list[list[torch.Tensor]]] = {}
     for with_jointfx, (tr, gm) in runs.items():
         titan.set_local_shards(tr.model, tr.full_params, a.rank, WORLD)
@@ -175,6 +240,7 @@ def _worker(a: argparse.Namespace) -> None:
         "mismatches": mismatches,
         "all_gathers_without": counts[0], "all_gathers_with": counts[1],
         "jointfx_findings": report.get("findings", []),
+        "jointfx_changed": {p["name"]: bool(p.get("changed")) for p in report.get("passes", [])},
     }))
     dist.barrier()
     dist.destroy_process_group()
@@ -187,4 +253,10 @@ if __name__ == "__main__":
     p.add_argument("--port", type=int, required=True)
     p.add_argument("--mode", choices=["eager", "inductor"], default="eager")
     p.add_argument("--out", required=True)
+    p.add_argument("--model", choices=["llama3", "qwen3", "deepseek_v3"], default="llama3")
+    p.add_argument("--pipeline", default=PIPELINE)
+    p.add_argument("--no-gt-dedup", dest="gt_dedup", action="store_false",
+                   help="leave GraphTrainer's own dedup of unshard chains out of both pass lists")
+    p.add_argument("--no-gt-bucketing", dest="gt_bucketing", action="store_false",
+                   help="leave GraphTrainer's own bucketing pass out of both pass lists")
     _worker(p.parse_args())
