@@ -317,12 +317,12 @@ void liftAttrs(std::string& extra_json, AttrMap& attrs) {
   extra_json = rest.size() > 1 ? rest + "}" : std::string();
 }
 
-std::string mergeAttrs(const std::string& extra_json, const AttrMap& attrs) {
-  if (attrs.empty()) return extra_json;
+std::string mergeAttrs(std::string_view extra_json, const AttrMap& attrs) {
+  if (attrs.empty()) return std::string(extra_json);
   std::vector<Member> members;
   if (!extra_json.empty()) {
     auto split = splitObject(extra_json);
-    if (!split) return extra_json;  // not an object: the reader that checks it says so
+    if (!split) return std::string(extra_json);  // not an object: the reader that checks it says so
     members = std::move(*split);
   }
   std::string out = "{";

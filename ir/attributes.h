@@ -82,6 +82,6 @@ class AttrMap {
 // object (canonical: compact, sorted) into `attrs`; `mergeAttrs` gives the object with `attrs`
 // merged back at their sorted places (an attribute wins over an extra key of the same name).
 void liftAttrs(std::string& extra_json, AttrMap& attrs);
-std::string mergeAttrs(const std::string& extra_json, const AttrMap& attrs);
+std::string mergeAttrs(std::string_view extra_json, const AttrMap& attrs);
 
 }  // namespace jfx

@@ -49,6 +49,7 @@
 
 #include "ir/arg.h"
 #include "ir/attributes.h"
+#include "ir/compact_string.h"
 #include "ir/name_index.h"
 #include "ir/op_info.h"
 #include "ir/stable_vector.h"
@@ -90,13 +91,13 @@ std::optional<OutputKind> outputKindFromName(std::string_view s);
 struct NodeMeta {
   Phase phase = Phase::Unknown;
   Recompute recompute = Recompute::Unset;
+  Symbol module_fqn;  // FX meta["custom"]["module_fqn"]; empty when absent
   std::optional<int64_t> ac_graph_id;
   std::optional<int64_t> seq_nr;
-  Symbol module_fqn;        // FX meta["custom"]["module_fqn"]; empty when absent
-  std::string stack_trace;  // empty when absent
+  CompactString stack_trace;  // empty when absent
   // Every other meta key as a canonical compact JSON object (sorted keys), or empty. "custom"
   // appears here without its "module_fqn" key, which lives in module_fqn above.
-  std::string extra_json;
+  CompactString extra_json;
   AttrMap attrs;  // declared keys (Note [Attributes and the formats])
   friend bool operator==(const NodeMeta&, const NodeMeta&) = default;
 };
@@ -247,10 +248,10 @@ class Node {
 
   // Placeholders only: what the graph input is (parameter, buffer, user input) and its FQN.
   InputKind inputKind() const { return input_kind_; }
-  const std::string& inputFqn() const { return input_fqn_; }
-  void setInputInfo(InputKind k, std::string fqn) {
+  std::string_view inputFqn() const { return input_fqn_; }
+  void setInputInfo(InputKind k, std::string_view fqn) {
     input_kind_ = k;
-    input_fqn_ = std::move(fqn);
+    input_fqn_ = fqn;
   }
 
   // The node this one was copied from (Graph::cloneBefore sets it), or kNoOrigin. Bridges use it
@@ -326,7 +327,7 @@ class Node {
   Kwargs kwargs_;
   ValueMeta val_;
   NodeMeta meta_;
-  std::string input_fqn_;
+  CompactString input_fqn_;
 };
 
 struct ProcessGroupInfo {

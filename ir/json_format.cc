@@ -846,7 +846,7 @@ class JsonWriter {
  private:
   // extra_json is canonical when a reader made it; a pass may have built it by hand, so it is
   // parsed and re-canonicalized rather than spliced.
-  JView parseExtra(const std::string& text, const std::string& node) {
+  JView parseExtra(std::string_view text, const std::string& node) {
     static const std::string kNoFile;
     try {
       extra_.parse(text, kNoFile);
@@ -1107,9 +1107,10 @@ class JsonWriter {
     bool first = true;
     size_t next_typed = 0;
     JView custom;
-    const std::string& extra_json =
-        n.meta().attrs.empty() ? n.meta().extra_json
-                               : (merged_ = mergeAttrs(n.meta().extra_json, n.meta().attrs));
+    const std::string_view extra_json =
+        n.meta().attrs.empty()
+            ? n.meta().extra_json.view()
+            : std::string_view(merged_ = mergeAttrs(n.meta().extra_json, n.meta().attrs));
     if (!extra_json.empty()) {
       JView extra = parseExtra(extra_json, n.name());
       if (auto dup = sortMembers(extra, members_))
@@ -1715,8 +1716,9 @@ class JsonReader : public TreeBuilder {
       }
     }
     if (!extra.empty()) {
-      m.extra_json = extra + "}";
-      liftAttrs(m.extra_json, m.attrs);
+      extra += '}';
+      liftAttrs(extra, m.attrs);
+      m.extra_json = extra;
     }
   }
 

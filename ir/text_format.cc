@@ -1245,9 +1245,10 @@ class Parser {
     }
     // Read last: whether extra may hold custom.module_fqn depends on module=, wherever it is.
     if (extra_start) {
-      f.meta.extra_json =
+      std::string extra =
           jsonObject(extra_start, extra_stop, "extra", true, !f.meta.module_fqn.empty());
-      liftAttrs(f.meta.extra_json, f.meta.attrs);
+      liftAttrs(extra, f.meta.attrs);
+      f.meta.extra_json = extra;
     }
   }
 

@@ -555,7 +555,7 @@ class Verifier {
           add(n, "input-info", std::string(inputKindName(k)) + " has no fqn");
         } else if (auto [it, fresh] = by_fqn.emplace(n->inputFqn(), n); !fresh) {
           add(n, "input-info",
-              "fqn \"" + n->inputFqn() + "\" is also the input " + quoted(it->second));
+              "fqn \"" + std::string(n->inputFqn()) + "\" is also the input " + quoted(it->second));
         }
       }
     });

@@ -180,7 +180,7 @@ BlockAnalysis analyzeBlocks(const Graph& g, const PhaseInfo& phases) {
   for (Node* n : order)
     if (n->op() == OpKind::Placeholder && n->inputKind() == InputKind::Parameter) {
       params.push_back(n);
-      std::string f = n->inputFqn();
+      std::string f(n->inputFqn());
       if (f.empty())
         for (Node* u : n->users())
           if (!u->meta().module_fqn.str().empty()) {

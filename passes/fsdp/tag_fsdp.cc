@@ -23,7 +23,7 @@ bool isUserDecision(Recompute r) {
 // The FQN that places a chain in a block: the parameter's, else the gather's module FQN, else the
 // placeholder name (each such parameter is then its own block).
 std::string chainFqn(const FsdpUnshardChain& c) {
-  if (!c.param->inputFqn().empty()) return c.param->inputFqn();
+  if (!c.param->inputFqn().empty()) return std::string(c.param->inputFqn());
   if (!c.all_gather->meta().module_fqn.empty())
     return std::string(c.all_gather->meta().module_fqn.str());
   return c.param->name();

@@ -596,7 +596,8 @@ class EditScript {
         field("seq_nr", a.seq_nr.has_value(), b.seq_nr.has_value(), a.seq_nr == b.seq_nr,
               [&] { return py::int_(*b.seq_nr); });
         field("stack_trace", !a.stack_trace.empty(), !b.stack_trace.empty(),
-              a.stack_trace == b.stack_trace, [&] { return py::str(b.stack_trace); });
+              a.stack_trace == b.stack_trace,
+              [&] { return py::str(b.stack_trace.data(), b.stack_trace.size()); });
         field("val", s.val.kind != jfx::ValueMeta::Kind::Absent,
               n->val().kind != jfx::ValueMeta::Kind::Absent, s.val == n->val(),
               [&] { return valObject(n->val()); });

@@ -69,8 +69,8 @@ TEST_CASE("buffers: the traced conv+BN graph writes every BatchNorm buffer in pl
     REQUIRE(m.writers.size() == 10);
     std::vector<std::string> written, buffers;
     for (const Node* n : g->placeholders()) {
-      if (n->inputKind() == InputKind::Buffer) buffers.push_back(n->inputFqn());
-      if (m.written_alias[n->id()]) written.push_back(n->inputFqn());
+      if (n->inputKind() == InputKind::Buffer) buffers.emplace_back(n->inputFqn());
+      if (m.written_alias[n->id()]) written.emplace_back(n->inputFqn());
     }
     CHECK(buffers.size() == 15);
     CHECK(written == buffers);

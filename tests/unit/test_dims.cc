@@ -19,18 +19,20 @@ bool storedInline(const Dims& d) {
 }  // namespace
 
 TEST_CASE("Dims holds up to kInline dimensions inline and grows past them", "[dims]") {
-  STATIC_REQUIRE(Dims::kInline == 6);
+  STATIC_REQUIRE(Dims::kInline == 5);
   Dims d;
   CHECK(d.empty());
   for (int64_t i = 0; i < static_cast<int64_t>(Dims::kInline); ++i) {
     d.push_back(10 + i);
     CHECK(storedInline(d));
   }
-  CHECK(d == std::vector<int64_t>{10, 11, 12, 13, 14, 15});
-  d.push_back(16);  // rank 7: spills to the heap, keeping the elements
+  CHECK(d == std::vector<int64_t>{10, 11, 12, 13, 14});
+  d.push_back(15);  // rank 6: spills to the heap, keeping the elements
   CHECK_FALSE(storedInline(d));
+  CHECK(d.size() == 6);
+  CHECK(d == std::vector<int64_t>{10, 11, 12, 13, 14, 15});
+  d.push_back(16);
   CHECK(d.size() == 7);
-  CHECK(d == std::vector<int64_t>{10, 11, 12, 13, 14, 15, 16});
 
   Dims copy = d;  // a spilled copy owns its own block
   copy[0] = -1;

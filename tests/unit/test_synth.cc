@@ -88,7 +88,7 @@ TEST_CASE("synth: one all-gather per parameter in forward, one reduce-scatter in
       const Node* p = rootPlaceholder(n->input(0));
       REQUIRE(p);
       CHECK(p->inputKind() == InputKind::Parameter);
-      ++gathers[p->inputFqn()];
+      ++gathers[std::string(p->inputFqn())];
     } else {
       CHECK(n->info().collective == CollectiveKind::ReduceScatter);
       CHECK(n->meta().phase == Phase::Backward);
