@@ -851,6 +851,21 @@ int64_t boundFor(const BucketOptions& opts, int64_t peak_before) {
                                  : std::max(opts.memory_limit, peak_before);
 }
 
+// After the final rewrite under `bound`: when the bound left out every collective a bucket would
+// have merged, the pass changed nothing, and that is a warning (shown by default), not only a
+// remark, so an unchanged graph is not taken for a bucketed one. Small models, whose weights
+// outweigh their activations, are where it happens (convbn_w2 and vit_w2 under the default
+// pipeline).
+bool warnIfBoundLeftNothing(bool changed, size_t excluded, int64_t bound, PassContext& ctx) {
+  if (!changed && excluded > 0)
+    ctx.warn("bucket: formed no bucket: the memory bound " + formatBytes(bound) +
+             " (the input's own estimated peak, or memory-limit if larger) left all " +
+             std::to_string(excluded) +
+             " collectives unbucketed, since their buckets raised the estimated peak above it; "
+             "memory-limit=none or a device limit such as memory-limit=70GiB buckets them");
+  return changed;
+}
+
 bool bucketFixed(Graph& g, const BucketOptions& opts, PassContext& ctx);
 // What boundedCopy settled on besides the copy: the copy's phase analysis and memory profile,
 // for a planner that goes on with it.
@@ -984,7 +999,8 @@ bool bucketAuto(Graph& g, const BucketOptions& opts, PassContext& ctx) {
                  " collectives left unbucketed to stay within the estimated peak " +
                  formatBytes(bound));
   }
-  return Bucketer(g, cands[best].opts, ctx, best_excluded, &blocks).run();
+  const bool changed = Bucketer(g, cands[best].opts, ctx, best_excluded, &blocks).run();
+  return warnIfBoundLeftNothing(changed, best_excluded.size(), bound, ctx);
 }
 
 }  // namespace
@@ -1150,7 +1166,8 @@ bool bucketFixed(Graph& g, const BucketOptions& opts, PassContext& ctx) {
     ctx.remark("bucket: " + std::to_string(excluded.size()) +
                " collectives left unbucketed to stay within the estimated peak " +
                formatBytes(bound));
-  return Bucketer(g, opts, ctx, excluded, shared).run();
+  const bool changed = Bucketer(g, opts, ctx, excluded, shared).run();
+  return warnIfBoundLeftNothing(changed, excluded.size(), bound, ctx);
 }
 
 }  // namespace
