@@ -285,7 +285,7 @@ class Node {
 
  private:
   friend class Graph;
-  friend struct UseListSurgery;
+  friend struct UseListSurgery;  // tests that corrupt use lists on purpose (verifier tests)
   // Note [Walk prefetch]. A walk over the node list is a chain of dependent loads, one node at a
   // time: about 130 ns a node on the 2-core machine once the graph is larger than the cache, even
   // though the nodes lie next to each other (a loaded graph's list order is the arena's for 98%
@@ -300,10 +300,10 @@ class Node {
     __builtin_prefetch(reinterpret_cast<const void*>(reinterpret_cast<std::uintptr_t>(this) +
                                                      slots * std::ptrdiff_t(sizeof(Node))));
 #endif
-  }  // tests that corrupt use lists on purpose (verifier tests)
+  }
 
   // What a walk over the node list reads (links, position, kind, op facts) comes first, within
-  // 64 bytes, and the operand and use links next: a node is about 500 bytes, so fields spread
+  // 64 bytes, and the operand and use links next: a node is 416 bytes, so fields spread
   // over it cost a cache miss each per node on graphs that do not fit the cache.
   Node* prev_ = nullptr;
   Node* next_ = nullptr;
