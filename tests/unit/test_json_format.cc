@@ -657,6 +657,21 @@ TEST_CASE("json: the fast tokenizer reads every document as nlohmann does", "[fo
     fast += fastJsonTokenizerAccepts(text);
   }
   CHECK(fast == 22);  // the 26 well-formed values less the 4 left to nlohmann
+  // The string scanner reads eight bytes at a time: put each kind of byte that ends a plain run
+  // (an escape, a control character, UTF-8 good and bad, the closing quote) at every offset of
+  // the first two words, with plain bytes around it.
+  for (const std::string& special :
+       {std::string("\\n"), std::string("\\\""), std::string("\x01"), std::string("\x1f"),
+        std::string("\xc3\xa9"), std::string("\xff"), std::string("\x7f"), std::string(" ")}) {
+    for (size_t at = 0; at <= 17; ++at) {
+      const std::string v = "\"" + std::string(at, 'a') + special + std::string(at % 9, 'b') + "\"";
+      const std::string text = withExtra(v);
+      INFO(v);
+      const std::string expected = outcome(text, true);
+      CHECK(outcome(text, false) == expected);
+      CHECK(fastJsonTokenizerAccepts(text) == (expected.rfind("ok\n", 0) == 0));
+    }
+  }
   // Around the document: a BOM, trailing text, nothing at all, and nesting past the limit.
   const std::string good = doc(kX);
   for (const std::string& text :

@@ -1,5 +1,5 @@
-// The node-name index: lookups, inserts and backward-shift erases agree with std::map through a
-// long random sequence, and the Graph operations that use it keep names unique.
+// The node-name index: lookups, inserts, insert-or-find and backward-shift erases agree with
+// std::map through a long random sequence, and the Graph operations that use it keep names unique.
 #include <catch2/catch.hpp>
 #include <map>
 #include <memory>
@@ -8,6 +8,7 @@
 
 #include "ir/graph.h"
 #include "ir/name_index.h"
+#include "ir/symbol.h"
 
 using namespace jfx;
 
@@ -29,11 +30,20 @@ TEST_CASE("name index: agrees with std::map through random inserts and erases", 
     auto it = reference.find(name);
     if (it == reference.end()) {
       storage.push_back(std::make_unique<Named>(Named{name}));
-      index.insert(storage.back().get());
+      if (step % 2)
+        index.insert(storage.back().get());
+      else
+        REQUIRE(index.insertOrFind(storage.back().get()) == nullptr);
       reference[name] = storage.back().get();
     } else if (rng() % 2) {
       index.erase(name);
       reference.erase(it);
+    } else {
+      // A second node of a taken name: insertOrFind gives the first back and adds nothing.
+      Named twin{name};
+      const size_t before = index.size();
+      REQUIRE(index.insertOrFind(&twin) == it->second);
+      REQUIRE(index.size() == before);
     }
     if (step % 997 == 0) {
       REQUIRE(index.size() == reference.size());
@@ -68,4 +78,51 @@ TEST_CASE("name index: graph names stay unique across erase, rename and reuse", 
   CHECK(g.findNode("renamed") == made[1]);
   for (int i = 3; i < 1000; i += 2)
     CHECK(g.findNode(made[i]->name()) == made[i]);
+}
+
+TEST_CASE("recent names: a hit is the node of that name, a miss asks the index", "[graph]") {
+  // 5000 names through a 1024-slot cache: slots are shared, so a hit must compare the name.
+  std::vector<std::unique_ptr<Named>> storage;
+  std::map<std::string, Named*> index;
+  for (int i = 0; i < 5000; ++i) {
+    storage.push_back(std::make_unique<Named>(Named{"v" + std::to_string(i)}));
+    index[storage.back()->n] = storage.back().get();
+  }
+  RecentNames<Named> recent;
+  size_t lookups = 0;
+  auto lookup = [&](std::string_view name) {
+    ++lookups;
+    auto it = index.find(std::string(name));
+    return it == index.end() ? nullptr : it->second;
+  };
+  std::mt19937 rng(7);
+  for (int step = 0; step < 50000; ++step) {
+    const int i = static_cast<int>(rng() % 5200);  // some names are in no index
+    const std::string name = "v" + std::to_string(i);
+    Named* want = i < 5000 ? storage[static_cast<size_t>(i)].get() : nullptr;
+    REQUIRE(recent.find(name, lookup) == want);
+    if (step % 7 == 0 && want) recent.add(want);
+  }
+  // Found again right after: no second lookup.
+  const size_t before = lookups;
+  CHECK(recent.find("v42", lookup) == storage[42].get());
+  CHECK(recent.find("v42", lookup) == storage[42].get());
+  CHECK(lookups == before + 1);
+  // What a miss found is kept; what it did not find is not.
+  CHECK(recent.find("absent", lookup) == nullptr);
+  CHECK(recent.find("absent", lookup) == nullptr);
+  CHECK(lookups == before + 3);
+}
+
+TEST_CASE("symbol cache: gives the interned symbol of every string", "[graph]") {
+  SymbolCache cache;
+  std::mt19937 rng(11);
+  // More distinct strings than slots, the empty one included, in a random order.
+  for (int step = 0; step < 20000; ++step) {
+    const unsigned k = rng() % 700;
+    const std::string s = k == 0 ? std::string() : "sym." + std::to_string(k);
+    const Symbol got = cache.intern(s);
+    REQUIRE(got == Symbol::intern(s));
+    REQUIRE(got.str() == s);
+  }
 }
