@@ -450,6 +450,8 @@ class Graph {
   // A hint that about `n` nodes are coming (readers call it): sizes the name index once instead
   // of rehashing it as it grows.
   void reserve(size_t n) { by_name_.reserve(n); }
+  // A hint that a node named `name` is about to be created (NameIndex::prefetch).
+  void prefetchName(std::string_view name) const { by_name_.prefetch(name); }
 
   // ---- queries
   Node* first() const { return head_; }

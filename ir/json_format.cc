@@ -1484,6 +1484,7 @@ class JsonReader : public TreeBuilder {
           str(present(k.at[3], "name", "every node has a name"), "the node name");
       if (name.empty()) fail("empty node name");
       node_name_ = name;
+      g_->prefetchName(name);
     }
     if (bad_ref_) {
       // An earlier node referred to a name not yet defined: only look for where it is defined.
@@ -1491,6 +1492,7 @@ class JsonReader : public TreeBuilder {
       return;
     }
     if (k.bad) onlyKeys(j, {"args", "kwargs", "meta", "name", "op", "target"}, "a node");
+    prefetchOperands(k.at[0]);
 
     OpKind op;
     {
@@ -1510,7 +1512,8 @@ class JsonReader : public TreeBuilder {
       if (op == OpKind::Output && s != "output")
         fail("the output node's target must be \"output\", got \"" + std::string(s) + "\"");
       if (op == OpKind::CallFunction && s.empty()) fail("empty call_function target");
-      target = symbols_.intern(s);
+      // A placeholder's target is its own name: caching it would only evict the op targets.
+      target = op == OpKind::CallFunction ? symbols_.intern(s) : Symbol::intern(s);
     }
 
     std::vector<Arg> args;
@@ -1549,6 +1552,26 @@ class JsonReader : public TreeBuilder {
     if (JView m = k.at[2]) {
       Scope at(this, "meta");
       meta(m, n);
+    }
+  }
+
+  // Operands name nodes defined anywhere before (a backward node reads a forward activation
+  // from half a graph back), so resolving one is often a cache miss in the name index; starting
+  // them all before the arguments are read overlaps those misses with each other.
+  void prefetchOperands(JView args) {
+    if (!args || !args.isArray()) return;
+    auto one = [&](JView item) {
+      if (!item.isObject() || item.size() != 1) return;
+      JView v = *item.begin();
+      if (v.key() != "node" || !v.isString()) return;
+      recent_.prefetch(v.str(), [&](std::string_view name) { g_->prefetchName(name); });
+    };
+    for (JView item : args) {
+      if (item.isArray())  // a list of tensors (cat, stack, a bucket's split)
+        for (JView inner : item)
+          one(inner);
+      else
+        one(item);
     }
   }
 

@@ -867,6 +867,7 @@ class Parser {
     const char* name_at = p_;
     std::string scratch;
     node_name_ = std::string(nodeName(scratch));
+    g_->prefetchName(node_name_);
     skipSpaces();
     ValueMeta val;
     if (accept(':')) {

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "ir/graph.h"
+#include "ir/huge_pages.h"
 #include "ir/name_index.h"
 #include "ir/symbol.h"
 
@@ -125,4 +126,18 @@ TEST_CASE("symbol cache: gives the interned symbol of every string", "[graph]") 
     REQUIRE(got == Symbol::intern(s));
     REQUIRE(got.str() == s);
   }
+}
+
+TEST_CASE("huge page allocator: large tables are 2 MiB aligned, small ones plain", "[graph]") {
+  std::vector<uint64_t, HugePageAllocator<uint64_t>> big(size_t{1} << 20, 7);  // 8 MiB
+  CHECK(reinterpret_cast<uintptr_t>(big.data()) % HugePageAllocator<uint64_t>::kHuge == 0);
+  CHECK(big.front() == 7);
+  CHECK(big.back() == 7);
+  std::vector<uint64_t, HugePageAllocator<uint64_t>> small(100, 3);
+  CHECK(small[99] == 3);
+  big.resize(size_t{3} << 20, 1);  // reallocated: the old block is freed as it was allocated
+  CHECK(big[size_t{1} << 20] == 1);
+  CHECK(big[0] == 7);
+  big = std::move(small);
+  CHECK(big.size() == 100);
 }
