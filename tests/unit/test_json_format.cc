@@ -1,5 +1,6 @@
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -225,6 +226,40 @@ TEST_CASE("json: appendJsonString escapes like json.dumps(ensure_ascii=False)", 
   std::string s;
   appendJsonString(s, std::string("a\"b\\c/\n\t\x01\x7f é") + '\0');
   CHECK(s == "\"a\\\"b\\\\c/\\n\\t\\u0001\x7f é\\u0000\"");
+  // The writer skips eight bytes at a time: each byte that needs an escape, and bytes that do
+  // not (0x7f, UTF-8, 0x20), at every offset of the first words.
+  auto naive = [](std::string_view in) {
+    std::string out = "\"";
+    for (unsigned char c : in) {
+      if (c == '"' || c == '\\') {
+        out += '\\';
+        out += static_cast<char>(c);
+      } else if (c == '\n') {
+        out += "\\n";
+      } else if (c == '\t') {
+        out += "\\t";
+      } else if (c < 0x20) {
+        char buf[8];
+        std::snprintf(buf, sizeof buf, "\\u%04x", c);
+        out += buf;
+      } else {
+        out += static_cast<char>(c);
+      }
+    }
+    return out + "\"";
+  };
+  for (const std::string& special :
+       {std::string("\""), std::string("\\"), std::string("\n"), std::string("\t"),
+        std::string("\x01"), std::string(1, '\0'), std::string("\x1f"), std::string("\x7f"),
+        std::string(" "), std::string("\xc3\xa9"), std::string("\xff")}) {
+    for (size_t at = 0; at <= 20; ++at) {
+      const std::string in = std::string(at, 'a') + special + std::string(at % 11, 'b');
+      std::string out;
+      appendJsonString(out, in);
+      INFO(at);
+      CHECK(out == naive(in));
+    }
+  }
 }
 
 TEST_CASE("json: canonical layout", "[format]") {
