@@ -274,9 +274,30 @@ def test_constant_graph_runs_bitwise_in_exec(jfx_bin, tmp_path) -> None:
     zero = dict(doc)
     zero["constants"] = [dict(c, data="0" * len(c["data"])) for c in doc["constants"]]
     write_graph(zero, tmp_path / "zero.json")
+    # A difference keeps the run directories: --keep puts them under tmp_path, not in /tmp.
     proc = _cli(jfx_bin, "parity", tmp_path / "g.json", tmp_path / "zero.json", "--nproc", 1,
-                "--steps", 1)
+                "--steps", 1, "--keep", tmp_path / "runs")
     assert proc.returncode == 1 and "DIFFERENT" in proc.stdout, proc.stdout + proc.stderr
+    assert f"run directories kept in {tmp_path / 'runs'}" in proc.stdout
+
+
+def test_parity_refused_before_running_leaves_no_directory(jfx_bin, tmp_path) -> None:
+    import os
+    import subprocess
+    from pathlib import Path
+
+    # A world the graph was not traced for is refused before A runs: nothing to keep, so the
+    # temporary run directory goes (TMPDIR points parity's at a directory of the test's own).
+    graph = Path(__file__).resolve().parents[1] / "runtime" / "data" / "linear_w1.jfx"
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    proc = subprocess.run([str(jfx_bin), "parity", str(graph), "--nproc", "2", "--steps", "1"],
+                          capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, TMPDIR=str(tmp)))
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "but the world has 2" in proc.stderr
+    assert "kept" not in proc.stderr
+    assert list(tmp.iterdir()) == []
 
 
 def _with_placeholder(doc: dict, name: str, kind: str, val=None, output_kind=None) -> dict:

@@ -169,7 +169,14 @@ int runParity(const ParityOptions& o) {
 
     auto failed = [&](const std::string& which, const std::string& graph, int code) {
       printError("parity", "running " + which + " (" + graph + ") failed");
-      std::fprintf(stderr, "jointfx parity: run directories kept in %s\n", work.c_str());
+      // A run refused before it started (its error said why) left nothing worth keeping; one
+      // that failed while running left its logs.
+      if (code == kExecInputError && remove_work) {
+        std::error_code ec;
+        std::filesystem::remove_all(work, ec);
+      } else {
+        std::fprintf(stderr, "jointfx parity: run directories kept in %s\n", work.c_str());
+      }
       return code;
     };
     if (int code = runForParity(o.exec, o.a, work + "/a"); code != kExecOk)
