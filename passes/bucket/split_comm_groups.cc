@@ -7,7 +7,9 @@
 
 #include "ir/collectives.h"
 #include "ir/error.h"
+#include "passes/analysis/blocks.h"
 #include "passes/analysis/fsdp.h"
+#include "passes/analysis/memory.h"
 #include "passes/analysis/phase.h"
 
 namespace jfx {
@@ -120,6 +122,12 @@ bool SplitCommGroupsPass::run(Graph& g, PassContext& ctx) {
                " collective(s) moved from group '" + name + "' to new group '" + fresh + "'");
     changed = true;
   }
+  // Only group names changed: no node, operand, tensor or phase did, and none of these analyses
+  // reads a group name (--verify-full checks the promise).
+  ctx.preserve<FsdpAnalysis>();
+  ctx.preserve<PhaseInfo>();
+  ctx.preserve<BlockAnalysis>();
+  ctx.preserve<MemoryProfile>();
   return changed;
 }
 
