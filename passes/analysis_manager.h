@@ -96,20 +96,25 @@ class AnalysisManager {
       throw;
     }
     stack_.pop_back();
-    Entry& e = entries_[name];
-    e.value = value;
-    e.generation = g.generation();
-    e.deps = std::move(pending_deps_[name]);
+    std::vector<std::string_view> deps = std::move(pending_deps_[name]);
     pending_deps_.erase(name);
-    e.fingerprint_cached = [](const void* p) {
-      return AnalysisTraits<A>::fingerprint(*static_cast<const A*>(p));
-    };
-    e.fingerprint_fresh = [](const Graph& graph) {
-      AnalysisManager fresh;
-      return AnalysisTraits<A>::fingerprint(fresh.get<A>(graph));
-    };
-    ++counts_[name].computed;
+    store<A>(g, value, std::move(deps));
     return *value;
+  }
+
+  // Takes a result a pass computed itself on `g` as it is now, from the analyses `deps`: it must
+  // be what get<A>(g) would compute, which the next get() then reuses. A pass that analyzes its
+  // own output (bucket checks its memory bound on it) keeps the result past its end by declaring
+  // it preserved too; --verify-full recomputes it then and compares.
+  template <class A>
+  void provide(const Graph& g, A value, std::vector<std::string_view> deps = {}) {
+    bind(g);
+    constexpr std::string_view name = AnalysisTraits<A>::name;
+    if (auto it = entries_.find(name); it != entries_.end()) {
+      retired_.push_back(std::move(it->second.value));  // a pass may still hold the old one
+      entries_.erase(it);
+    }
+    store<A>(g, std::make_shared<const A>(std::move(value)), std::move(deps));
   }
 
   bool isCached(std::string_view name) const { return entries_.count(name) > 0; }
@@ -145,6 +150,22 @@ class AnalysisManager {
     std::string (*fingerprint_fresh)(const Graph&) = nullptr;
   };
 
+  template <class A>
+  void store(const Graph& g, std::shared_ptr<const A> value, std::vector<std::string_view> deps) {
+    constexpr std::string_view name = AnalysisTraits<A>::name;
+    Entry& e = entries_[name];
+    e.value = std::move(value);
+    e.generation = g.generation();
+    e.deps = std::move(deps);
+    e.fingerprint_cached = [](const void* p) {
+      return AnalysisTraits<A>::fingerprint(*static_cast<const A*>(p));
+    };
+    e.fingerprint_fresh = [](const Graph& graph) {
+      AnalysisManager fresh;
+      return AnalysisTraits<A>::fingerprint(fresh.get<A>(graph));
+    };
+    ++counts_[name].computed;
+  }
   [[noreturn]] void throwCycle(std::string_view name) const;
   [[noreturn]] static void throwOtherGraph();
   void bind(const Graph& g) {

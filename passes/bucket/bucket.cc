@@ -1033,8 +1033,7 @@ namespace {
 
 // The estimated memory profile the bound is checked on.
 MemoryProfile boundProfile(const Graph& g, PhaseInfo* phases_out = nullptr) {
-  MemoryOptions mo;
-  mo.top_k = 0;
+  MemoryOptions mo;  // the analysis manager's options, so a final profile can be handed to it
   mo.lifetimes = true;
   PhaseInfo phases = computePhases(g);
   MemoryProfile prof = analyzeMemory(g, phases, mo);
@@ -1144,9 +1143,16 @@ bool bucketFixed(Graph& g, const BucketOptions& opts, PassContext& ctx) {
   {
     Bucketer b(g, opts, ctx, excluded, shared);
     const bool changed = b.run();
-    const MemoryProfile prof = boundProfile(g);
+    PhaseInfo phases;
+    MemoryProfile prof = boundProfile(g, &phases);
     if (prof.peak_bytes <= bound) {
       g.commitUndo();
+      // The profile of the graph as it leaves: split-comm-groups and schedule reuse it.
+      prof.storages = {};
+      ctx.analyses.provide<PhaseInfo>(g, std::move(phases));
+      ctx.analyses.provide<MemoryProfile>(g, std::move(prof), {AnalysisTraits<PhaseInfo>::name});
+      ctx.preserve<PhaseInfo>();
+      ctx.preserve<MemoryProfile>();
       if (redirect.log) *redirect.log << held_log.str();
       if (redirect.warnings) *redirect.warnings << held_warnings.str();
       return changed;

@@ -211,3 +211,40 @@ TEST_CASE("analysis manager: a cached result of a graph that changed since is co
   CHECK(&am.get<PhaseInfo>(*g) == &after);
   CHECK(am.counts().at("phases").computed == 2);
 }
+
+TEST_CASE("analysis manager: a provided result is served until the graph changes",
+          "[analysis-manager]") {
+  auto g = traced("fsdp_w2");
+  AnalysisManager am;
+  const PhaseInfo& held = am.get<PhaseInfo>(*g);
+  const std::string fp = AnalysisTraits<PhaseInfo>::fingerprint(held);
+  am.provide<PhaseInfo>(*g, computePhases(*g));
+  CHECK(am.counts().at("phases").computed == 2);
+  // The replaced result stays alive for whoever still holds it.
+  CHECK(AnalysisTraits<PhaseInfo>::fingerprint(held) == fp);
+  const PhaseInfo& got = am.get<PhaseInfo>(*g);
+  CHECK(&got != &held);
+  CHECK(am.counts().at("phases").computed == 2);
+  CHECK(am.counts().at("phases").reused == 1);
+  g->createCall("aten.neg.default", {Arg::ofNode(g->first())}, {}, g->outputNode(), "extra_neg");
+  am.get<PhaseInfo>(*g);
+  CHECK(am.counts().at("phases").computed == 3);
+}
+
+TEST_CASE("analysis manager: schedule reuses the memory profile bucket checked its bound on",
+          "[analysis-manager]") {
+  // Graphs whose buckets all fit the default bound (where some do not, bucket settles the plan
+  // on copies and has no profile of its own output).
+  for (const char* name : {"fsdp_w2", "moe_w2"}) {
+    INFO(name);
+    auto g = traced(name);
+    std::ostringstream sink;
+    PipelineResult r = runPipeline(
+        *g, resolvePipeline(std::string(JFX_SOURCE_DIR) + "/configs/pipelines/default.json"),
+        quiet(sink));
+    // bucket computes the profile of its input and hands over that of its output, which
+    // split-comm-groups preserves and schedule reads.
+    CHECK(r.analyses.at("memory").computed == 2);
+    CHECK(r.analyses.at("memory").reused == 1);
+  }
+}
