@@ -1413,13 +1413,11 @@ class JsonReader : public TreeBuilder {
   }
 
   JView member(JView obj, std::string_view key, std::string_view what) {
-    JView m = obj.find(key);
-    if (!m) fail("missing key '" + std::string(key) + "' (" + std::string(what) + ")");
-    return m;
+    return present(obj.find(key), key, what);
   }
 
   // An object's members under a fixed list of keys, found in one pass: at[i] is the first member
-  // named keys[i] (or empty), `bad` the first member that onlyKeys would reject. The caller reads
+  // named keys[i] (or empty); `bad` says whether a member is one onlyKeys rejects. The caller reads
   // members from `at` and calls onlyKeys where it always did if `bad` is set, so errors and their
   // order stay as they were; a find() per key plus onlyKeys compared each key about 8 times.
   template <size_t N>
@@ -1442,7 +1440,7 @@ class JsonReader : public TreeBuilder {
     }
     return out;
   }
-  // `m` from a Keyed, or the error member() gives for a missing key.
+  // `m`, the member named `key` (from find or a Keyed), or the error for a missing key.
   JView present(JView m, std::string_view key, std::string_view what) const {
     if (!m) fail("missing key '" + std::string(key) + "' (" + std::string(what) + ")");
     return m;

@@ -21,12 +21,7 @@ class NameIndex {
  public:
   NodeT* find(std::string_view name) const {
     if (slots_.empty()) return nullptr;
-    return find(name, hashOf(name));
-  }
-  // `hash` is hashOf(name), for callers that keep it (a reader's cache of recent names).
-  NodeT* find(std::string_view name, uint64_t hash) const {
-    if (slots_.empty()) return nullptr;
-    const uint64_t h = hash;
+    const uint64_t h = hashOf(name);
     for (size_t i = h & mask_;; i = (i + 1) & mask_) {
       const Slot& s = slots_[i];
       if (!s.node) return nullptr;
@@ -151,7 +146,7 @@ class RecentNames {
   NodeT* find(std::string_view name, Lookup&& lookup) {
     const uint64_t h = NameIndex<NodeT>::hashOf(name);
     Slot& s = slots_[h & (kSlots - 1)];
-    if (s.node && s.hash == h && s.node->name() == name) return s.node;
+    if (holds(s, h, name)) return s.node;
     NodeT* n = lookup(name);
     if (n) s = {h, n};
     return n;
@@ -161,8 +156,7 @@ class RecentNames {
   template <class Prefetch>
   void prefetch(std::string_view name, Prefetch&& prefetch) const {
     const uint64_t h = NameIndex<NodeT>::hashOf(name);
-    const Slot& s = slots_[h & (kSlots - 1)];
-    if (!(s.node && s.hash == h && s.node->name() == name)) prefetch(name);
+    if (!holds(slots_[h & (kSlots - 1)], h, name)) prefetch(name);
   }
   void add(NodeT* n) {
     const uint64_t h = NameIndex<NodeT>::hashOf(n->name());
@@ -175,6 +169,9 @@ class RecentNames {
     uint64_t hash = 0;
     NodeT* node = nullptr;
   };
+  static bool holds(const Slot& s, uint64_t h, std::string_view name) {
+    return s.node && s.hash == h && s.node->name() == name;
+  }
   std::array<Slot, kSlots> slots_{};
 };
 
