@@ -24,9 +24,12 @@ Arg Arg::ofFloat(double f) {
 }
 
 Arg Arg::ofStr(std::string_view s) {
+  return ofStr(Symbol::intern(s));
+}
+Arg Arg::ofStr(Symbol s) {
   Arg a;
   a.kind_ = Kind::Str;
-  a.u_.sym = {Symbol::intern(s), Symbol()};
+  a.u_.sym = {s, Symbol()};
   return a;
 }
 Arg Arg::ofNode(jfx::Node* n) {
@@ -42,21 +45,30 @@ Arg Arg::ofDtype(ScalarType t) {
   return a;
 }
 Arg Arg::ofDevice(std::string_view d) {
+  return ofDevice(Symbol::intern(d));
+}
+Arg Arg::ofDevice(Symbol d) {
   Arg a;
   a.kind_ = Kind::Device;
-  a.u_.sym = {Symbol::intern(d), Symbol()};
+  a.u_.sym = {d, Symbol()};
   return a;
 }
 Arg Arg::ofLayout(std::string_view l) {
+  return ofLayout(Symbol::intern(l));
+}
+Arg Arg::ofLayout(Symbol l) {
   Arg a;
   a.kind_ = Kind::Layout;
-  a.u_.sym = {Symbol::intern(l), Symbol()};
+  a.u_.sym = {l, Symbol()};
   return a;
 }
 Arg Arg::ofMemoryFormat(std::string_view m) {
+  return ofMemoryFormat(Symbol::intern(m));
+}
+Arg Arg::ofMemoryFormat(Symbol m) {
   Arg a;
   a.kind_ = Kind::MemoryFormat;
-  a.u_.sym = {Symbol::intern(m), Symbol()};
+  a.u_.sym = {m, Symbol()};
   return a;
 }
 Arg Arg::ofList(std::vector<Arg> items) {

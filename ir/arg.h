@@ -39,11 +39,15 @@ class Arg {
   static Arg ofInt(int64_t i);
   static Arg ofFloat(double f);
   static Arg ofStr(std::string_view s);
+  static Arg ofStr(Symbol s);  // a string already interned (readers keep a SymbolCache)
   static Arg ofNode(Node* n);
   static Arg ofDtype(ScalarType t);
   static Arg ofDevice(std::string_view d);
+  static Arg ofDevice(Symbol d);
   static Arg ofLayout(std::string_view l);
+  static Arg ofLayout(Symbol l);
   static Arg ofMemoryFormat(std::string_view m);
+  static Arg ofMemoryFormat(Symbol m);
   static Arg ofList(std::vector<Arg> items);
   static Arg ofTuple(std::vector<Arg> items);
   static Arg ofOpaque(std::string_view type, std::string_view repr);

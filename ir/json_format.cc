@@ -254,6 +254,7 @@ enum class Tokenizer { Fast, Nlohmann };
 // Thrown by TreeBuilder::parse when the fast tokenizer gives up on a builder that has already
 // acted on its events (a JsonReader made nodes): the caller starts over with Nlohmann.
 struct ReadAgainWithNlohmann {};
+class FastSax;
 
 class TreeBuilder : public nlohmann::json_sax<json> {
  public:
@@ -263,6 +264,14 @@ class TreeBuilder : public nlohmann::json_sax<json> {
   // Parses all of `text`. Throws JfxError; a syntax error names its line, column and byte.
   void parse(std::string_view text, const std::string& filename);
   JView root() const { return JView(&tree_, 0); }
+
+  // The fast tokenizer asks this before each '{' two containers deep: true when a subclass read
+  // the whole object from the text itself (readDirect), building no tree for it.
+  bool tryDirect(FastSax& sax) {
+    if (stack_.empty() || stack_.back() != direct_parent_ || !readDirect(sax)) return false;
+    ++tree_.values[direct_parent_].size;
+    return true;
+  }
 
   // Events without a std::string (the fast tokenizer's).
   void stringView(std::string_view s) {
@@ -333,6 +342,11 @@ class TreeBuilder : public nlohmann::json_sax<json> {
   virtual void completed(uint32_t index) {}  // a value is complete (a container: closed)
   virtual void keyRead(std::string_view key) {}
   size_t hook_depth_ = 0;
+  // Reads an element of the array at `direct_parent_` from the tokens, or leaves `sax` where it
+  // was and returns false for the tree to take it.
+  virtual bool readDirect(FastSax& sax) { return false; }
+  static constexpr uint32_t kNoDirect = std::numeric_limits<uint32_t>::max();
+  uint32_t direct_parent_ = kNoDirect;
 
   // Drops every value from `index` on (and their strings), e.g. a node already read.
   void truncate(uint32_t index, uint32_t chars) {
@@ -415,6 +429,7 @@ class TreeBuilder : public nlohmann::json_sax<json> {
     tree_.text = text.size() < (uint64_t{1} << 31) ? text : std::string_view();
     stack_.clear();
     key_len_ = 0;
+    direct_parent_ = kNoDirect;
   }
 
   std::string_view text_;
@@ -436,6 +451,42 @@ class FastSax {
   FastSax(std::string_view text, TreeBuilder& b)
       : p_(text.data()), end_(text.data() + text.size()), b_(b) {}
 
+  // ---- for TreeBuilder::readDirect, which reads some values itself with these tokens. Each
+  // reads past white space first and returns false on anything else than what it names.
+  const char* pos() const { return p_; }
+  void rewind(const char* p) { p_ = p; }
+  // The next byte (after white space), or 0 at the end.
+  char peek() {
+    skipSpace();
+    return p_ == end_ ? '\0' : *p_;
+  }
+  bool eat(char c) {
+    skipSpace();
+    if (p_ == end_ || *p_ != c) return false;
+    ++p_;
+    return true;
+  }
+  // A string, decoded: a view of the text, or (with escapes) of a buffer the next string reuses.
+  bool stringToken(std::string_view& out) {
+    if (!eat('"') || !string()) return false;
+    out = str_;
+    return true;
+  }
+  bool wordToken(std::string_view w) {
+    skipSpace();
+    return word(w);
+  }
+  struct Number {
+    JsonTree::Type type;  // Int, Unsigned (past int64) or Float
+    int64_t i = 0;
+    uint64_t u = 0;
+    double f = 0;
+  };
+  bool numberToken(Number& out) {
+    skipSpace();
+    return p_ != end_ && scanNumber(out);
+  }
+
   bool run() {
     if (end_ - p_ >= 3 && std::memcmp(p_, "\xEF\xBB\xBF", 3) == 0) p_ += 3;
     // Open containers, '{' or '[', on an explicit stack (the builder bounds the depth: it throws
@@ -445,7 +496,9 @@ class FastSax {
       // A value.
       skipSpace();
       if (p_ == end_) return false;
-      if (*p_ == '{' || *p_ == '[') {
+      if (open.size() == 2 && *p_ == '{' && b_.tryDirect(*this)) {
+        // read by the builder straight from the text
+      } else if (*p_ == '{' || *p_ == '[') {
         const char c = *p_++;
         if (c == '{')
           b_.start_object(static_cast<std::size_t>(-1));
@@ -682,6 +735,19 @@ class FastSax {
   // an integer that fits int64 (or, without '-', uint64), else a double. Overflow of either
   // kind is left to nlohmann (a double out of range is its error to report).
   bool number() {
+    Number n;
+    if (!scanNumber(n)) return false;
+    if (n.type == JsonTree::Type::Float) {
+      static const std::string kNoText;
+      b_.number_float(n.f, kNoText);
+    } else if (n.type == JsonTree::Type::Int && n.i < 0) {
+      b_.number_integer(n.i);
+    } else {
+      b_.number_unsigned(n.type == JsonTree::Type::Int ? static_cast<uint64_t>(n.i) : n.u);
+    }
+    return true;
+  }
+  bool scanNumber(Number& out) {
     const char* start = p_;
     const bool negative = *p_ == '-';
     if (negative) ++p_;
@@ -715,20 +781,28 @@ class FastSax {
         int64_t v = 0;
         auto r = std::from_chars(start, p_, v);
         if (r.ec != std::errc() || r.ptr != p_) return false;
-        b_.number_integer(v);
+        out.type = JsonTree::Type::Int;
+        out.i = v;
       } else {
         uint64_t v = 0;
         auto r = std::from_chars(start, p_, v);
         if (r.ec != std::errc() || r.ptr != p_) return false;
-        b_.number_unsigned(v);
+        // As the tree keeps it (number_unsigned): an int64 when it fits.
+        if (v <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+          out.type = JsonTree::Type::Int;
+          out.i = static_cast<int64_t>(v);
+        } else {
+          out.type = JsonTree::Type::Unsigned;
+          out.u = v;
+        }
       }
       return true;
     }
     double f = 0;
     auto r = std::from_chars(start, p_, f);
     if (r.ec != std::errc() || r.ptr != p_ || !std::isfinite(f)) return false;
-    static const std::string kNoText;
-    b_.number_float(f, kNoText);
+    out.type = JsonTree::Type::Float;
+    out.f = f;
     return true;
   }
 
@@ -1235,6 +1309,7 @@ class JsonReader : public TreeBuilder {
     if (stack_.size() == 1 && tree_.values[index].type == JView::Type::Array &&
         JView(&tree_, index).key() == "nodes") {
       nodes_array_ = index;
+      direct_parent_ = index;
     } else if (stack_.size() == 2 && stack_[1] == nodes_array_) {
       // A new element of "nodes": remember where it starts so it can be dropped once read.
       node_start_ = index;
@@ -1247,6 +1322,7 @@ class JsonReader : public TreeBuilder {
   void completed(uint32_t index) override {
     if (index == nodes_array_) {
       nodes_array_ = kNone;
+      direct_parent_ = kNoDirect;
     } else if (stack_.size() == 1) {
       JView v(&tree_, index);
       if (v.key() == "format" || v.key() == "version") checkFormat(v.key(), v);
@@ -1259,6 +1335,411 @@ class JsonReader : public TreeBuilder {
       truncate(node_start_, node_chars_);
     }
   }
+
+  // ---- nodes read straight from the text
+  //
+  // A node in the shape the writer gives it (and PyTorch's graphs have: operands, scalars,
+  // lists, dtypes, devices, tensor metas, phase, seq_nr, module FQN) is read from the tokens,
+  // without the tree: the tree and the lookups in it were about half of loading a graph. On
+  // anything else (another key, an escaped name, an error of any kind) readDirect gives up
+  // before changing the graph and the tree reads the node as before, so every error message
+  // and every unusual node is the tree path's. Both paths give the same graph: the fuzzer and
+  // the tokenizer tests compare them with the nlohmann tokenizer's, which never reads directly.
+
+  bool readDirect(FastSax& s) override {
+    if (bad_ref_) return false;  // the tree path then only looks for the name's definition
+    const char* start = s.pos();
+    pending_.clear();
+    const bool read = directNode(s);
+    node_name_.clear();
+    if (!read) {
+      s.rewind(start);
+      return false;
+    }
+    ++node_index_;
+    ++direct_nodes_;
+    return true;
+  }
+
+  // Reads "{...}": f(key) reads each member's value; false from f gives up.
+  template <class F>
+  static bool directObject(FastSax& s, F&& f) {
+    if (!s.eat('{')) return false;
+    if (s.peek() == '}') return s.eat('}');
+    for (;;) {
+      std::string_view key;
+      if (!s.stringToken(key) || !s.eat(':') || !f(key)) return false;
+      const char c = s.peek();
+      if (!s.eat(c)) return false;
+      if (c == '}') return true;
+      if (c != ',') return false;
+    }
+  }
+  // Reads "[...]": f() reads each element.
+  template <class F>
+  static bool directArray(FastSax& s, F&& f) {
+    if (!s.eat('[')) return false;
+    if (s.peek() == ']') return s.eat(']');
+    for (;;) {
+      if (!f()) return false;
+      const char c = s.peek();
+      if (!s.eat(c)) return false;
+      if (c == ']') return true;
+      if (c != ',') return false;
+    }
+  }
+  // Which of `keys` `key` is, once each (bit i of `seen`), or -1. The writer sorts keys, so the
+  // search starts after the last key seen.
+  template <size_t N>
+  static int directKey(std::string_view key, const std::array<std::string_view, N>& keys,
+                       unsigned& seen) {
+    const size_t next = static_cast<size_t>(std::bit_width(seen));
+    for (size_t j = 0; j < N; ++j) {
+      const size_t i = (next + j) % N;
+      if (keys[i].size() != key.size() || std::memcmp(keys[i].data(), key.data(), key.size()) != 0)
+        continue;
+      if (seen & (1u << i)) return -1;
+      seen |= 1u << i;
+      return static_cast<int>(i);
+    }
+    return -1;
+  }
+  // `v` (a token just read) as it stays valid: the text's own bytes, or a copy in `buf`.
+  bool inText(std::string_view v) const {
+    const auto p = reinterpret_cast<uintptr_t>(v.data());
+    const auto b = reinterpret_cast<uintptr_t>(text_.data());
+    return p >= b && p - b <= text_.size() && v.size() <= text_.size() - (p - b);
+  }
+  std::string_view kept(std::string_view v, std::string& buf) const {
+    if (inText(v)) return v;
+    buf.assign(v);
+    return buf;
+  }
+
+  bool directNode(FastSax& s) {
+    static constexpr std::array<std::string_view, 6> kKeys = {"args", "kwargs", "meta",
+                                                              "name", "op",     "target"};
+    std::vector<Arg> args;
+    Kwargs kwargs;
+    ValueMeta val;
+    NodeMeta meta;
+    std::optional<OpKind> op;
+    std::string_view target;
+    bool has_target = false, has_name = false;
+    unsigned seen = 0;
+    const bool ok = directObject(s, [&](std::string_view key) {
+      std::string_view str;
+      switch (directKey(key, kKeys, seen)) {
+        case 0:
+          return directList(s, args, 0) && resolvePending(args);
+        case 1:
+          return directKwargs(s, kwargs);
+        case 2:
+          return directMeta(s, meta, val);
+        case 3:
+          if (!s.stringToken(str) || str.empty()) return false;
+          node_name_ = str;
+          g_->prefetchName(str);
+          return has_name = true;
+        case 4:
+          return s.stringToken(str) && (op = opKindFromName(str)).has_value();
+        case 5:
+          if (!s.stringToken(str)) return false;
+          target = kept(str, target_buf_);
+          return has_target = true;
+        default:
+          return false;
+      }
+    });
+    if (!ok || !has_name || !op || !has_target) return false;
+    if (*op == OpKind::Output && target != "output") return false;
+    if (*op == OpKind::CallFunction && target.empty()) return false;
+    if ((*op == OpKind::Placeholder || *op == OpKind::GetAttr) &&
+        (!args.empty() || !kwargs.empty()))
+      return false;
+    const Symbol sym =
+        *op == OpKind::CallFunction ? symbols_.intern(target) : Symbol::intern(target);
+    Node* n = g_->create(*op, sym, std::move(args), std::move(kwargs), node_name_);
+    if (n->name() != node_name_) {  // as node() reports it
+      Scope nodes(this, "nodes");
+      Scope at(this, node_index_);
+      Scope k(this, "name");
+      fail("duplicate node name '" + node_name_ + "'");
+    }
+    recent_.add(n);
+    n->val() = std::move(val);
+    n->meta() = std::move(meta);
+    return true;
+  }
+
+  // Operands are looked up once the list holding them is read, after prefetching each one's
+  // index slot as it is read (prefetchOperands does the same on the tree path).
+  bool directNodeRef(FastSax& s, Arg& out) {
+    std::string_view name;
+    if (!s.stringToken(name) || !inText(name)) return false;  // kept in pending_ as a view
+    recent_.prefetch(name, [&](std::string_view n) { g_->prefetchName(n); });
+    pending_.push_back(name);
+    out = Arg::ofNode(nullptr);
+    return true;
+  }
+  template <class Args>
+  bool resolvePending(Args& args) {
+    size_t i = 0;
+    bool ok = true;
+    auto resolve = [&](Node*& ref) {
+      ref = recent_.find(pending_[i++], [&](std::string_view s) { return g_->findNode(s); });
+      ok = ok && ref != nullptr;
+    };
+    for (auto& a : args) {
+      if constexpr (std::is_same_v<std::decay_t<decltype(a)>, Arg>)
+        a.forEachNode(resolve);
+      else
+        a.second.forEachNode(resolve);
+    }
+    pending_.clear();
+    return ok;  // an undefined operand: the tree path reports it
+  }
+
+  bool directArg(FastSax& s, Arg& out, int depth) {
+    std::string_view str;
+    switch (s.peek()) {
+      case '"':
+        if (!s.stringToken(str)) return false;
+        out = Arg::ofStr(symbols_.intern(str));
+        return true;
+      case 't':
+        out = Arg::ofBool(true);
+        return s.wordToken("true");
+      case 'f':
+        out = Arg::ofBool(false);
+        return s.wordToken("false");
+      case 'n':
+        out = Arg::none();
+        return s.wordToken("null");
+      case '[': {
+        std::vector<Arg> items;
+        if (!directList(s, items, depth + 1)) return false;
+        out = Arg::ofList(std::move(items));
+        return true;
+      }
+      case '{':
+        return directBoxed(s, out, depth);
+      default: {
+        FastSax::Number num;
+        if (!s.numberToken(num) || num.type == JView::Type::Unsigned) return false;
+        out = num.type == JView::Type::Float ? Arg::ofFloat(num.f) : Arg::ofInt(num.i);
+        return true;
+      }
+    }
+  }
+
+  // Every boxed argument but {"opaque": ...}, which is left to the tree path.
+  bool directBoxed(FastSax& s, Arg& out, int depth) {
+    std::string_view key, str;
+    if (!s.eat('{') || !s.stringToken(key) || !s.eat(':')) return false;
+    if (key == "node") {
+      if (!directNodeRef(s, out)) return false;
+    } else if (key == "dtype") {
+      if (!s.stringToken(str)) return false;
+      const auto t = dtypeFromName(str);
+      if (!t) return false;
+      out = Arg::ofDtype(*t);
+    } else if (key == "device") {
+      if (!s.stringToken(str)) return false;
+      out = Arg::ofDevice(symbols_.intern(str));
+    } else if (key == "layout") {
+      if (!s.stringToken(str)) return false;
+      out = Arg::ofLayout(symbols_.intern(str));
+    } else if (key == "memory_format") {
+      if (!s.stringToken(str)) return false;
+      out = Arg::ofMemoryFormat(symbols_.intern(str));
+    } else if (key == "float") {
+      if (!s.stringToken(str)) return false;
+      if (str == "inf")
+        out = Arg::ofFloat(std::numeric_limits<double>::infinity());
+      else if (str == "-inf")
+        out = Arg::ofFloat(-std::numeric_limits<double>::infinity());
+      else if (str == "nan")
+        out = Arg::ofFloat(std::numeric_limits<double>::quiet_NaN());
+      else
+        return false;
+    } else if (key == "tuple") {
+      std::vector<Arg> items;
+      if (!directList(s, items, depth + 1)) return false;
+      out = Arg::ofTuple(std::move(items));
+    } else {
+      return false;
+    }
+    return s.eat('}');  // exactly one key
+  }
+
+  // A list of arguments `depth` lists deep, gathered in a buffer of the reader's so the list
+  // is allocated once, at its size (a vector grown item by item made loading exceed three heap
+  // allocations per node).
+  bool directList(FastSax& s, std::vector<Arg>& out, int depth) {
+    if (depth >= kDirectDepth) return false;
+    std::vector<Arg>& items = arg_buffers_[static_cast<size_t>(depth)];
+    items.clear();
+    if (!directArray(s, [&] { return directArg(s, items.emplace_back(), depth); })) return false;
+    out.reserve(items.size());
+    std::move(items.begin(), items.end(), std::back_inserter(out));
+    return true;
+  }
+
+  // Kwargs in the IR's order (sorted by key, as the writer gives them); others go the tree path.
+  bool directKwargs(FastSax& s, Kwargs& out) {
+    kwargs_buffer_.clear();
+    const bool ok = directObject(s, [&](std::string_view key) {
+      const Symbol k = symbols_.intern(key);
+      if (!kwargs_buffer_.empty() && !(kwargs_buffer_.back().first.str() < k.str())) return false;
+      return directArg(s, kwargs_buffer_.emplace_back(k, Arg()).second, 0);
+    });
+    if (!ok) return false;
+    out.reserve(kwargs_buffer_.size());
+    std::move(kwargs_buffer_.begin(), kwargs_buffer_.end(), std::back_inserter(out));
+    return resolvePending(out);
+  }
+
+  bool directMeta(FastSax& s, NodeMeta& m, ValueMeta& val) {
+    static constexpr std::array<std::string_view, 7> kKeys = {
+        "ac_graph_id", "custom", "phase", "recompute", "seq_nr", "stack_trace", "val"};
+    unsigned seen = 0;
+    return directObject(s, [&](std::string_view key) {
+      std::string_view str;
+      FastSax::Number num;
+      switch (directKey(key, kKeys, seen)) {
+        case 0:
+          if (!s.numberToken(num) || num.type != JView::Type::Int) return false;
+          m.ac_graph_id = num.i;
+          return true;
+        case 1: {  // {"module_fqn": "..."} alone; anything more is extra meta
+          unsigned custom_seen = 0;
+          static constexpr std::array<std::string_view, 1> kFqn = {"module_fqn"};
+          return directObject(s,
+                              [&](std::string_view k) {
+                                if (directKey(k, kFqn, custom_seen) != 0 || !s.stringToken(str) ||
+                                    str.empty())
+                                  return false;
+                                // Nodes of one module come together: most FQNs are the last node's.
+                                if (str != last_fqn_.str()) last_fqn_ = symbols_.intern(str);
+                                m.module_fqn = last_fqn_;
+                                return true;
+                              }) &&
+                 custom_seen == 1;
+        }
+        case 2: {
+          if (!s.stringToken(str)) return false;
+          const auto p = phaseFromName(str);
+          if (!p || *p == Phase::Unknown) return false;
+          m.phase = *p;
+          return true;
+        }
+        case 3:
+          if (!s.numberToken(num) || num.type != JView::Type::Int || num.i < 0 || num.i > 3)
+            return false;
+          m.recompute = static_cast<Recompute>(num.i);
+          return true;
+        case 4:
+          if (!s.numberToken(num) || num.type != JView::Type::Int) return false;
+          m.seq_nr = num.i;
+          return true;
+        case 5:
+          if (!s.stringToken(str)) return false;
+          m.stack_trace = str;
+          return true;
+        case 6:
+          return directVal(s, val, 0);
+        default:
+          return false;
+      }
+    });
+  }
+
+  bool directVal(FastSax& s, ValueMeta& v, int depth) {
+    FastSax::Number num;
+    switch (s.peek()) {
+      case 'n':
+        v.kind = ValueMeta::Kind::None;
+        return s.wordToken("null");
+      case 't':
+      case 'f':
+        v.kind = ValueMeta::Kind::Bool;
+        v.i = s.peek() == 't';
+        return s.wordToken(v.i ? "true" : "false");
+      case '[': {
+        if (depth >= kDirectDepth) return false;
+        v.kind = ValueMeta::Kind::List;
+        std::vector<ValueMeta>& items = val_buffers_[static_cast<size_t>(depth)];
+        items.clear();
+        if (!directArray(s, [&] { return directVal(s, items.emplace_back(), depth + 1); }))
+          return false;
+        v.items.reserve(items.size());
+        std::move(items.begin(), items.end(), std::back_inserter(v.items));
+        return true;
+      }
+      case '{':
+        v.kind = ValueMeta::Kind::Tensor;
+        return directTensor(s, v.tensor);
+      case '"':
+        return false;
+      default:
+        if (!s.numberToken(num) || num.type == JView::Type::Unsigned) return false;
+        if (num.type == JView::Type::Float) {
+          v.kind = ValueMeta::Kind::Float;
+          v.f = num.f;
+        } else {
+          v.kind = ValueMeta::Kind::Int;
+          v.i = num.i;
+        }
+        return true;
+    }
+  }
+
+  bool directTensor(FastSax& s, TensorMeta& t) {
+    static constexpr std::array<std::string_view, 4> kKeys = {"device", "dtype", "shape", "stride"};
+    unsigned seen = 0;
+    const bool ok = directObject(s, [&](std::string_view key) {
+      std::string_view str;
+      switch (directKey(key, kKeys, seen)) {
+        case 0:
+          if (!s.stringToken(str)) return false;
+          t.device = symbols_.intern(str);
+          return true;
+        case 1: {
+          if (!s.stringToken(str)) return false;
+          const auto d = dtypeFromName(str);
+          if (!d) return false;
+          t.dtype = *d;
+          return true;
+        }
+        case 2:
+          return directInts(s, t.shape);
+        case 3:
+          return directInts(s, t.stride);
+        default:
+          return false;
+      }
+    });
+    // dtype and shape are required; a stride has the shape's rank.
+    if (!ok || (seen & 6u) != 6u) return false;
+    if (!(seen & 8u))
+      t.stride = TensorMeta::contiguousStride(t.shape);
+    else if (t.stride.size() != t.shape.size())
+      return false;
+    return t.sizeProblem().empty();
+  }
+
+  bool directInts(FastSax& s, Dims& out) {
+    return directArray(s, [&] {
+      FastSax::Number num;
+      if (!s.numberToken(num) || num.type != JView::Type::Int) return false;
+      out.push_back(num.i);
+      return true;
+    });
+  }
+
+  // Deeper nesting of argument lists or values than this is read by the tree path.
+  static constexpr int kDirectDepth = 16;
 
   // ---- locations
 
@@ -2014,6 +2495,18 @@ class JsonReader : public TreeBuilder {
   std::optional<size_t> bad_ref_defined_at_;
   RecentNames<Node> recent_;
   SymbolCache symbols_;
+  std::vector<std::string_view> pending_;  // operands read directly, not yet looked up
+  std::string target_buf_;
+  Symbol last_fqn_;
+  size_t direct_nodes_ = 0;
+  // directList's and directVal's buffers, one per depth (references to them outlive deeper calls).
+  std::vector<std::vector<Arg>> arg_buffers_ = std::vector<std::vector<Arg>>(kDirectDepth);
+  std::vector<std::vector<ValueMeta>> val_buffers_ =
+      std::vector<std::vector<ValueMeta>>(kDirectDepth);
+  Kwargs kwargs_buffer_;
+
+ public:
+  size_t directNodes() const { return direct_nodes_; }
 };
 
 // Parses a small JSON text that must be one object (extra meta and the like).
@@ -2248,6 +2741,17 @@ bool fastJsonTokenizerAccepts(std::string_view text) {
   } catch (const JfxError&) {
     return false;  // the builder's own limits (nesting, size)
   }
+}
+
+size_t jsonNodesReadDirectly(std::string_view text) {
+  static const std::string kFile = "<test>";
+  JsonReader r(text, kFile, Tokenizer::Fast);
+  try {
+    r.read();
+  } catch (const ReadAgainWithNlohmann&) {
+    return 0;
+  }
+  return r.directNodes();
 }
 
 std::unique_ptr<Graph> readJsonInto(std::string_view text, const std::string& filename,

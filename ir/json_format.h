@@ -24,6 +24,9 @@ std::unique_ptr<Graph> readJsonInto(std::string_view text, const std::string& fi
                                     std::unique_ptr<Graph> g);
 // Whether readJsonGraph's own tokenizer reads `text` as JSON by itself (for tests).
 bool fastJsonTokenizerAccepts(std::string_view text);
+// How many of `text`'s nodes readJsonGraph reads straight from the tokens rather than through its
+// JSON tree (for tests); throws as readJsonGraph does.
+size_t jsonNodesReadDirectly(std::string_view text);
 // Canonical JSON: header keys in a fixed order, one node per line, sorted object keys.
 std::string writeJsonGraph(const Graph& g);
 // The same document, handed to `sink` in pieces of about kSinkChunkBytes as it is written.

@@ -42,7 +42,7 @@ class SymbolCache {
   }
 
  private:
-  static constexpr size_t kSlots = 256;
+  static constexpr size_t kSlots = 1024;
   struct Slot {
     uint64_t hash = 0;
     Symbol sym;

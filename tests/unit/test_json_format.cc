@@ -645,13 +645,139 @@ namespace {
 std::string outcome(const std::string& text, bool nlohmann) {
   try {
     auto g = nlohmann ? readJsonGraphWithNlohmann(text, "g.json") : readJsonGraph(text, "g.json");
-    return "ok\n" + printTextGraph(*g);
+    return "ok\n" + printTextGraph(*g) + writeJsonGraph(*g);
   } catch (const JfxError& e) {
     return std::string("error: ") + e.what();
   }
 }
 
 }  // namespace
+
+TEST_CASE("json: nodes read straight from the tokens read as the tree reads them",
+          "[format][tokenizer]") {
+  // x and y are placeholders (read directly); z is the node under test.
+  const std::string head = std::string(kX) + ",\n" +
+                           R"({"meta":{"val":{"dtype":"bfloat16","shape":[2,3]}},)"
+                           R"("name":"y","op":"placeholder","target":"y"},)"
+                           "\n";
+  const std::string full =
+      R"({"args":[{"node":"x"},1,-2,0.5,-0.0,1e-3,true,false,null,"s",[{"node":"x"},{"node":"y"}],)"
+      R"({"dtype":"bfloat16"},{"device":"cuda:1"},{"tuple":[1,{"node":"y"},[[]]]},[]],)"
+      R"("kwargs":{"a":1,"b":{"dtype":"torch.float32"},"c":[{"node":"x"}]},)"
+      R"("meta":{"ac_graph_id":3,"custom":{"module_fqn":"layers.0"},"phase":"backward",)"
+      R"("recompute":2,"seq_nr":-7,"stack_trace":"File \"a.py\"\n  x",)"
+      R"("val":[{"dtype":"float32","shape":[2],"stride":[1]},null,3,1.5,true,[],)"
+      R"({"device":"cpu","dtype":"int64","shape":[2,0,3]}]},)"
+      R"("name":"z","op":"call_function","target":"aten.add.Tensor"})";
+  struct Case {
+    std::string node;
+    int direct;  // nodes read directly: 3 when z is, 2 when the tree reads it, -1 for an error
+  };
+  const std::vector<Case> cases = {
+      // Read directly: every kind of value the direct path takes, keys in any order, spaces.
+      {full, 3},
+      {R"({"target":"aten.neg.default","op":"call_function","name":"z","args":[{"node":"x"}]})", 3},
+      {" { \"name\" : \"z\" , \"op\" :\"call_function\",\"target\":\"f\",\"args\": [ { \"node\" : "
+       "\"x\" } , "
+       "[ 1 , 2 ] ] , \"kwargs\" : { } , \"meta\" : { } } ",
+       3},
+      {R"({"meta":{"val":{"float":"inf"}},"name":"z","op":"call_function","target":"f"})", 2},
+      {R"({"args":[],"kwargs":{},"meta":{},"name":"z","op":"output","target":"output"})", 3},
+      {R"({"name":"z","op":"get_attr","target":"w"})", 3},
+      // Valid, read by the tree: kwargs out of order, extra meta, boxed floats, layouts, opaque
+      // values, escaped or non-ASCII names and operands, deep nesting.
+      {R"({"kwargs":{"b":1,"a":2},"name":"z","op":"call_function","target":"f"})", 2},
+      {R"({"meta":{"custom":{"module_fqn":"m","k":1}},"name":"z","op":"call_function","target":"f"})",
+       2},
+      {R"({"meta":{"custom":{"module_fqn":""}},"name":"z","op":"call_function","target":"f"})", 2},
+      {R"({"meta":{"custom":{}},"name":"z","op":"call_function","target":"f"})", 2},
+      {R"({"meta":{"q":1},"name":"z","op":"call_function","target":"f"})", 2},
+      {R"({"args":[{"float":"-inf"},{"float":"nan"},{"layout":"torch.strided"}],"name":"z","op":"call_function","target":"f"})",
+       3},
+      {R"({"kwargs":{"memory_format":{"memory_format":"torch.channels_last"}},"name":"z","op":"call_function","target":"f"})",
+       3},
+      {R"({"args":[{"float":"NaN"}],"name":"z","op":"call_function","target":"f"})", -1},
+      {R"({"args":[{"opaque":{"repr":"r","type":"t"}}],"name":"z","op":"call_function","target":"f"})",
+       2},
+      {R"({"args":[{"node":"\u0078"}],"name":"z","op":"call_function","target":"f"})", 2},
+      {R"({"name":"\u007a","op":"call_function","target":"f\u00e9"})", 3},
+      {R"({"args":[)" + std::string(20, '[') + std::string(20, ']') +
+           R"(],"name":"z","op":"call_function","target":"f"})",
+       2},
+      {R"({"meta":{"val":)" + std::string(20, '[') + std::string(20, ']') +
+           R"(},"name":"z","op":"call_function","target":"f"})",
+       2},
+      // Errors: each must be the tree path's own message.
+      {R"({"name":"z","name":"z","op":"call_function","target":"f"})", -1},
+      {R"({"name":"z","op":"call_function","target":"f","extra":1})", -1},
+      {R"({"name":"","op":"call_function","target":"f"})", -1},
+      {R"({"name":"z","op":"call_method","target":"f"})", -1},
+      {R"({"name":"z","op":"output","target":"f"})", -1},
+      {R"({"name":"z","op":"call_function","target":""})", -1},
+      {R"({"args":[1],"name":"z","op":"placeholder","target":"z"})", -1},
+      {R"({"kwargs":{"a":1},"name":"z","op":"get_attr","target":"z"})", -1},
+      {R"({"args":[{"node":"nowhere"}],"name":"z","op":"call_function","target":"f"})", -1},
+      {R"({"args":[{"node":"z"}],"name":"z","op":"call_function","target":"f"})", -1},
+      {R"({"args":[{"node":"w"}],"name":"z","op":"call_function","target":"f"},)"
+       R"({"name":"w","op":"placeholder","target":"w"})",
+       -1},
+      {R"({"name":"x","op":"call_function","target":"f"})", -1},
+      {R"({"args":[{"node":"x","float":"inf"}],"name":"z","op":"call_function","target":"f"})", -1},
+      {R"({"args":[{"dtype":"float99"}],"name":"z","op":"call_function","target":"f"})", -1},
+      {R"({"args":[18446744073709551615],"name":"z","op":"call_function","target":"f"})", -1},
+      {R"({"kwargs":{"a":1,"a":2},"name":"z","op":"call_function","target":"f"})", -1},
+      {R"({"meta":{"phase":"sideways"},"name":"z","op":"call_function","target":"f"})", -1},
+      {R"({"meta":{"phase":"forward","phase":"loss"},"name":"z","op":"call_function","target":"f"})",
+       -1},
+      {R"({"meta":{"recompute":5},"name":"z","op":"call_function","target":"f"})", -1},
+      {R"({"meta":{"seq_nr":1.0},"name":"z","op":"call_function","target":"f"})", -1},
+      {R"({"meta":{"ac_graph_id":"1"},"name":"z","op":"call_function","target":"f"})", -1},
+      {R"({"meta":{"val":"t"},"name":"z","op":"call_function","target":"f"})", -1},
+      {R"({"meta":{"val":{"shape":[2]}},"name":"z","op":"call_function","target":"f"})", -1},
+      {R"({"meta":{"val":{"dtype":"float32"}},"name":"z","op":"call_function","target":"f"})", -1},
+      {R"({"meta":{"val":{"dtype":"float32","shape":[-1]}},"name":"z","op":"call_function","target":"f"})",
+       -1},
+      {R"({"meta":{"val":{"dtype":"float32","shape":[2],"stride":[1,1]}},"name":"z","op":"call_function","target":"f"})",
+       -1},
+      {R"({"meta":{"val":{"dtype":"float32","shape":[2.0]}},"name":"z","op":"call_function","target":"f"})",
+       -1},
+      {R"({"meta":{"val":{"dtype":"float32","shape":[2],"size":1}},"name":"z","op":"call_function","target":"f"})",
+       -1},
+      {R"({"meta":[],"name":"z","op":"call_function","target":"f"})", -1},
+      {R"({"args":{},"name":"z","op":"call_function","target":"f"})", -1},
+      // Malformed JSON inside a node.
+      {R"({"name":"z" "op":"call_function","target":"f"})", -1},
+      {R"({"name":"z","op":"call_function","target":"f",})", -1},
+      {R"({"args":[1,],"name":"z","op":"call_function","target":"f"})", -1},
+      {R"({"args":[01],"name":"z","op":"call_function","target":"f"})", -1},
+      {R"({"name":"z","op":"call_function","target":"f)", -1},
+  };
+  for (const Case& c : cases) {
+    const std::string text = doc(head + c.node);
+    INFO(c.node);
+    const std::string fast = outcome(text, false);
+    CHECK(fast == outcome(text, true));
+    CHECK((fast.rfind("ok\n", 0) == 0) == (c.direct >= 0));
+    if (c.direct >= 0) CHECK(jsonNodesReadDirectly(text) == static_cast<size_t>(c.direct));
+  }
+  // Traced graphs are read directly but for the nodes that carry extra meta.
+  namespace fs = std::filesystem;
+  size_t files = 0;
+  for (const auto& entry : fs::directory_iterator(fs::path(JFX_SOURCE_DIR) / "tests/data/traced")) {
+    if (entry.path().extension() != ".json") continue;
+    ++files;
+    std::ifstream in(entry.path(), std::ios::binary);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    INFO(entry.path().string());
+    const auto g = readJsonGraph(text, "g.json");
+    size_t plain = 0;
+    for (const Node* n : g->nodes())
+      plain += n->meta().extra_json.empty();
+    CHECK(plain > g->size() / 2);
+    CHECK(jsonNodesReadDirectly(text) == plain);
+  }
+  CHECK(files > 0);
+}
 
 TEST_CASE("json: the fast tokenizer reads every document as nlohmann does", "[format][tokenizer]") {
   // A value in a node's extra meta, which the reader keeps (canonically) whatever it holds.
