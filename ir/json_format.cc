@@ -460,6 +460,16 @@ class FastSax {
     skipSpace();
     return p_ == end_ ? '\0' : *p_;
   }
+  // The key `key` in quotes, exactly (no escapes).
+  bool quotedKey(std::string_view key) {
+    skipSpace();
+    const size_t n = key.size();
+    if (static_cast<size_t>(end_ - p_) < n + 2 || p_[0] != '"' || p_[n + 1] != '"' ||
+        std::memcmp(p_ + 1, key.data(), n) != 0)
+      return false;
+    p_ += n + 2;
+    return true;
+  }
   bool eat(char c) {
     skipSpace();
     if (p_ == end_ || *p_ != c) return false;
@@ -752,13 +762,22 @@ class FastSax {
     const bool negative = *p_ == '-';
     if (negative) ++p_;
     if (p_ == end_) return false;
+    // The integer part's value as it is scanned: exact up to 18 digits (no overflow), so most
+    // integers need no from_chars.
+    uint64_t value = 0;
+    const char* digits = p_;
     if (*p_ == '0') {
       ++p_;
     } else if (*p_ >= '1' && *p_ <= '9') {
       while (p_ != end_ && *p_ >= '0' && *p_ <= '9')
-        ++p_;
+        value = value * 10 + static_cast<uint64_t>(*p_++ - '0');
     } else {
       return false;
+    }
+    if (p_ - digits <= 18 && (p_ == end_ || (*p_ != '.' && *p_ != 'e' && *p_ != 'E'))) {
+      out.type = JsonTree::Type::Int;
+      out.i = negative ? -static_cast<int64_t>(value) : static_cast<int64_t>(value);
+      return true;
     }
     bool integer = true;
     if (p_ != end_ && *p_ == '.') {
@@ -1375,6 +1394,32 @@ class JsonReader : public TreeBuilder {
       if (c != ',') return false;
     }
   }
+  // Reads "{...}" whose keys are some of `keys`, each once (bit i of `seen`): f(i) reads the
+  // value of keys[i], f(-1) is called for any other key. The writer sorts keys, so the key after
+  // the last one seen is tried first, against the text itself.
+  template <size_t N, class F>
+  static bool directMembers(FastSax& s, const std::array<std::string_view, N>& keys, unsigned& seen,
+                            F&& f) {
+    if (!s.eat('{')) return false;
+    if (s.peek() == '}') return s.eat('}');
+    for (;;) {
+      const auto next = static_cast<size_t>(std::bit_width(seen));
+      int i = -1;
+      if (next < N && s.quotedKey(keys[next])) {
+        seen |= 1u << next;
+        i = static_cast<int>(next);
+      } else {
+        std::string_view key;
+        if (!s.stringToken(key)) return false;
+        i = directKey(key, keys, seen);
+      }
+      if (!s.eat(':') || !f(i)) return false;
+      const char c = s.peek();
+      if (!s.eat(c)) return false;
+      if (c == '}') return true;
+      if (c != ',') return false;
+    }
+  }
   // Reads "[...]": f() reads each element.
   template <class F>
   static bool directArray(FastSax& s, F&& f) {
@@ -1396,7 +1441,8 @@ class JsonReader : public TreeBuilder {
     const size_t next = static_cast<size_t>(std::bit_width(seen));
     for (size_t j = 0; j < N; ++j) {
       const size_t i = (next + j) % N;
-      if (keys[i].size() != key.size() || std::memcmp(keys[i].data(), key.data(), key.size()) != 0)
+      if (keys[i].size() != key.size() || keys[i][0] != key[0] ||
+          !std::equal(key.begin(), key.end(), keys[i].begin()))
         continue;
       if (seen & (1u << i)) return -1;
       seen |= 1u << i;
@@ -1427,9 +1473,9 @@ class JsonReader : public TreeBuilder {
     std::string_view target;
     bool has_target = false, has_name = false;
     unsigned seen = 0;
-    const bool ok = directObject(s, [&](std::string_view key) {
+    const bool ok = directMembers(s, kKeys, seen, [&](int key) {
       std::string_view str;
-      switch (directKey(key, kKeys, seen)) {
+      switch (key) {
         case 0:
           return directList(s, args, 0) && resolvePending(args);
         case 1:
@@ -1604,10 +1650,10 @@ class JsonReader : public TreeBuilder {
     static constexpr std::array<std::string_view, 7> kKeys = {
         "ac_graph_id", "custom", "phase", "recompute", "seq_nr", "stack_trace", "val"};
     unsigned seen = 0;
-    return directObject(s, [&](std::string_view key) {
+    return directMembers(s, kKeys, seen, [&](int key) {
       std::string_view str;
       FastSax::Number num;
-      switch (directKey(key, kKeys, seen)) {
+      switch (key) {
         case 0:
           if (!s.numberToken(num) || num.type != JView::Type::Int) return false;
           m.ac_graph_id = num.i;
@@ -1615,16 +1661,16 @@ class JsonReader : public TreeBuilder {
         case 1: {  // {"module_fqn": "..."} alone; anything more is extra meta
           unsigned custom_seen = 0;
           static constexpr std::array<std::string_view, 1> kFqn = {"module_fqn"};
-          return directObject(s,
-                              [&](std::string_view k) {
-                                if (directKey(k, kFqn, custom_seen) != 0 || !s.stringToken(str) ||
-                                    str.empty())
-                                  return false;
-                                // Nodes of one module come together: most FQNs are the last node's.
-                                if (str != last_fqn_.str()) last_fqn_ = symbols_.intern(str);
-                                m.module_fqn = last_fqn_;
-                                return true;
-                              }) &&
+          return directMembers(s, kFqn, custom_seen,
+                               [&](int k) {
+                                 if (k != 0 || !s.stringToken(str) || str.empty()) return false;
+                                 // Nodes of one module come together: most FQNs are the last
+                                 // node's. The others have a cache of their own: thousands of
+                                 // them would evict the few targets and devices every node has.
+                                 if (str != last_fqn_.str()) last_fqn_ = fqn_symbols_.intern(str);
+                                 m.module_fqn = last_fqn_;
+                                 return true;
+                               }) &&
                  custom_seen == 1;
         }
         case 2: {
@@ -1698,9 +1744,9 @@ class JsonReader : public TreeBuilder {
   bool directTensor(FastSax& s, TensorMeta& t) {
     static constexpr std::array<std::string_view, 4> kKeys = {"device", "dtype", "shape", "stride"};
     unsigned seen = 0;
-    const bool ok = directObject(s, [&](std::string_view key) {
+    const bool ok = directMembers(s, kKeys, seen, [&](int key) {
       std::string_view str;
-      switch (directKey(key, kKeys, seen)) {
+      switch (key) {
         case 0:
           if (!s.stringToken(str)) return false;
           t.device = symbols_.intern(str);
@@ -2498,6 +2544,7 @@ class JsonReader : public TreeBuilder {
   std::vector<std::string_view> pending_;  // operands read directly, not yet looked up
   std::string target_buf_;
   Symbol last_fqn_;
+  SymbolCache fqn_symbols_{8192};
   size_t direct_nodes_ = 0;
   // directList's and directVal's buffers, one per depth (references to them outlive deeper calls).
   std::vector<std::vector<Arg>> arg_buffers_ = std::vector<std::vector<Arg>>(kDirectDepth);

@@ -3,10 +3,12 @@
 #pragma once
 
 #include <array>
+#include <bit>
 #include <cstdint>
 #include <functional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace jfx {
 
@@ -33,21 +35,24 @@ class Symbol {
 // goes stale.
 class SymbolCache {
  public:
+  // `slots`, a power of two: room for the strings a file repeats (a graph of thousands of
+  // modules needs more than one of a few dozen targets).
+  explicit SymbolCache(size_t slots = 1024) : slots_(std::bit_ceil(slots)) {}
+
   Symbol intern(std::string_view s) {
     const uint64_t h = std::hash<std::string_view>()(s);
-    Slot& slot = slots_[h & (kSlots - 1)];
+    Slot& slot = slots_[h & (slots_.size() - 1)];
     if (slot.hash == h && slot.sym.str() == s) return slot.sym;
     slot = {h, Symbol::intern(s)};
     return slot.sym;
   }
 
  private:
-  static constexpr size_t kSlots = 1024;
   struct Slot {
     uint64_t hash = 0;
     Symbol sym;
   };
-  std::array<Slot, kSlots> slots_{};
+  std::vector<Slot> slots_;
 };
 
 }  // namespace jfx

@@ -309,6 +309,20 @@ TEST_CASE("io: inputs over the size limit are refused; NUL bytes end a text inpu
   REQUIRE(::symlink("/dev/zero", zero_json.c_str()) == 0);
   e = errorOf([&] { loadGraph(zero_json); });
   CHECK(e.find(zero_json + ":1:1: error: JSON syntax error at byte 0") == 0);
+  // A regular file is read in one piece, not through readInputFile; its text still ends just
+  // past the first NUL byte, so the error is the same.
+  for (const char* name : {"nul.jfx", "nul.json"}) {
+    const std::string nul = dir.file(name);
+    const std::string head = std::string(name).ends_with(".jfx") ? kGraph : "{\"format\":";
+    std::ofstream(nul, std::ios::binary) << head << std::string("\0tail", 5);
+    const std::string text = readInputFile(nul, "graph");
+    CHECK(text.size() == head.size() + 1);
+    e = errorOf([&] { loadGraph(nul); });
+    CHECK(e.find(nul + ":") == 0);
+    CHECK(e == errorOf([&] {
+            std::string(name).ends_with(".jfx") ? parseTextGraph(text, nul) : readJsonGraph(text, nul);
+          }));
+  }
   // Binary readers keep NUL bytes.
   std::string bin = dir.file("b.bin");
   std::ofstream(bin, std::ios::binary) << std::string("a\0b", 3);
