@@ -1471,8 +1471,7 @@ class JsonReader : public TreeBuilder {
     NodeMeta meta;
     std::optional<OpKind> op;
     std::string_view target;
-    bool has_target = false, has_name = false;
-    unsigned seen = 0;
+    unsigned seen = 0;  // bit i: kKeys[i] was read
     const bool ok = directMembers(s, kKeys, seen, [&](int key) {
       std::string_view str;
       switch (key) {
@@ -1486,18 +1485,19 @@ class JsonReader : public TreeBuilder {
           if (!s.stringToken(str) || str.empty()) return false;
           node_name_ = str;
           g_->prefetchName(str);
-          return has_name = true;
+          return true;
         case 4:
           return s.stringToken(str) && (op = opKindFromName(str)).has_value();
         case 5:
           if (!s.stringToken(str)) return false;
           target = kept(str, target_buf_);
-          return has_target = true;
+          return true;
         default:
           return false;
       }
     });
-    if (!ok || !has_name || !op || !has_target) return false;
+    constexpr unsigned kRequired = 1u << 3 | 1u << 4 | 1u << 5;  // name, op, target
+    if (!ok || (seen & kRequired) != kRequired) return false;
     if (*op == OpKind::Output && target != "output") return false;
     if (*op == OpKind::CallFunction && target.empty()) return false;
     if ((*op == OpKind::Placeholder || *op == OpKind::GetAttr) &&
