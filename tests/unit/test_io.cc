@@ -320,7 +320,8 @@ TEST_CASE("io: inputs over the size limit are refused; NUL bytes end a text inpu
     e = errorOf([&] { loadGraph(nul); });
     CHECK(e.find(nul + ":") == 0);
     CHECK(e == errorOf([&] {
-            std::string(name).ends_with(".jfx") ? parseTextGraph(text, nul) : readJsonGraph(text, nul);
+            std::string(name).ends_with(".jfx") ? parseTextGraph(text, nul)
+                                                : readJsonGraph(text, nul);
           }));
   }
   // Binary readers keep NUL bytes.
