@@ -1,9 +1,14 @@
 #include "ir/graph.h"
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <cctype>
+#include <charconv>
 #include <limits>
+#include <new>
 #include <stdexcept>
+#include <type_traits>
 #include <unordered_set>
 
 #include "ir/error.h"
@@ -273,11 +278,18 @@ const ProcessGroupInfo* Graph::findProcessGroup(std::string_view name) const {
 }
 
 std::string Graph::uniqueName(std::string_view hint) const {
-  std::string base(hint);
-  if (!by_name_.contains(base)) return base;
-  uint64_t& k = next_suffix_[base];
+  if (!by_name_.contains(hint)) return std::string(hint);
+  auto it = next_suffix_.find(hint);
+  if (it == next_suffix_.end()) it = next_suffix_.emplace(std::string(hint), 0).first;
+  uint64_t& k = it->second;
+  std::string candidate;
+  candidate.reserve(hint.size() + 24);
   for (;;) {
-    std::string candidate = base + "_" + std::to_string(++k);
+    char digits[24];
+    const auto r = std::to_chars(digits, digits + sizeof digits, ++k);
+    candidate.assign(hint);
+    candidate += '_';
+    candidate.append(digits, static_cast<size_t>(r.ptr - digits));
     if (!by_name_.contains(candidate)) return candidate;
   }
 }
@@ -337,14 +349,53 @@ struct Graph::UndoLog {
     uint32_t cap;
     std::vector<Operand> contents;
   };
-  // A plain vector: its large buffers are mmap'd and go back to the system when the log ends
-  // (64 KiB chunks from the heap stayed resident: bucket at 10^5 nodes peaked 14 MB higher).
-  std::vector<Entry> entries;
+  // Entries in chunks of 2 MiB mapped from the system and given back when the log ends (64 KiB
+  // chunks from the heap stayed resident: bucket at 10^5 nodes peaked 14 MB higher). A vector
+  // grown by doubling copied the log at each growth and held the old and the new buffer at
+  // once: at 10^6 nodes a 128 MiB log cost 192 MiB at its last growth and twice its pages in
+  // faults.
+  class Entries {
+   public:
+    Entries() = default;
+    Entries(const Entries&) = delete;
+    Entries& operator=(const Entries&) = delete;
+    ~Entries() {
+      for (Entry* c : chunks_)
+        ::munmap(c, kChunkBytes);
+    }
+    bool empty() const { return chunks_.empty(); }
+    Entry& emplace_back() {
+      if (used_ == kPerChunk || chunks_.empty()) {
+        void* p = ::mmap(nullptr, kChunkBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                         -1, 0);
+        if (p == MAP_FAILED) throw std::bad_alloc();
+        chunks_.push_back(static_cast<Entry*>(p));
+        used_ = 0;
+      }
+      return *new (chunks_.back() + used_++) Entry();
+    }
+    Entry& back() { return chunks_.back()[used_ - 1]; }
+    void pop_back() {
+      if (--used_ == 0) {
+        ::munmap(chunks_.back(), kChunkBytes);
+        chunks_.pop_back();
+        used_ = chunks_.empty() ? 0 : kPerChunk;
+      }
+    }
+
+   private:
+    static constexpr size_t kChunkBytes = size_t{2} << 20;
+    static constexpr size_t kPerChunk = kChunkBytes / sizeof(Entry);
+    std::vector<Entry*> chunks_;
+    size_t used_ = 0;  // entries in the last chunk
+  };
+  static_assert(std::is_trivially_destructible_v<Entry>);
+  Entries entries;
   std::vector<std::string> names;
   std::vector<std::pair<std::vector<Arg>, Kwargs>> trees;
   std::vector<SlotArray> slot_arrays;
   // Copied at beginUndo: small, and edited in place by uniqueName and passes.
-  std::unordered_map<std::string, uint64_t> next_suffix;
+  SuffixMap next_suffix;
   std::vector<ProcessGroupInfo> process_groups;
   std::vector<OutputSpec> output_specs;
   std::vector<ConstantInfo> constants;

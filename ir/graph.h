@@ -517,7 +517,13 @@ class Graph {
   size_t slot_left_ = 0;
   std::vector<Node**> slot_refs_;  // scratch for collectRefs
   NameIndex<Node> by_name_;
-  mutable std::unordered_map<std::string, uint64_t> next_suffix_;
+  // Looked up by string_view: naming a node whose name is taken builds no key string.
+  struct SuffixHash {
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const { return std::hash<std::string_view>()(s); }
+  };
+  using SuffixMap = std::unordered_map<std::string, uint64_t, SuffixHash, std::equal_to<>>;
+  mutable SuffixMap next_suffix_;
   Node* head_ = nullptr;
   Node* tail_ = nullptr;
   size_t live_ = 0;

@@ -44,12 +44,7 @@ bool aliasesInput0(const Node* n) {
 
 MemoryProfile analyzeMemory(const Graph& g, const PhaseInfo& phases, const MemoryOptions& opts) {
   MemoryProfile prof;
-  const std::vector<Node*> order = g.nodes();
   const size_t n_ids = g.maxId();
-  std::vector<size_t> step(n_ids, 0);
-  for (size_t t = 0; t < order.size(); ++t)
-    step[order[t]->id()] = t;
-
   StorageMap m;
   m.begin.assign(n_ids, 0);
   m.count.assign(n_ids, 0);
@@ -58,23 +53,38 @@ MemoryProfile analyzeMemory(const Graph& g, const PhaseInfo& phases, const Memor
     m.storages.push_back({n, element, v.bytes(), t, t, input, input});
     return static_cast<int32_t>(m.storages.size() - 1);
   };
+  // A getitem reading a multi-output node reads only its element, whose storage it names
+  // itself, so it does not extend the other elements.
+  auto extend = [&](const Node* p, size_t t) {
+    for (uint32_t i = 0; i < m.count[p->id()]; ++i)
+      if (int32_t s = m.elems[m.begin[p->id()] + i]; s >= 0)
+        m.storages[s].last_use = std::max(m.storages[s].last_use, t);
+  };
 
-  // 1. Which storage each output names.
-  for (size_t t = 0; t < order.size(); ++t) {
-    const Node* n = order[t];
+  // 1. One walk of the program (each node's memory is read once: at 10^6 nodes a walk that
+  // comes back to a node costs a cache miss per node): which storage each output names, and
+  // the last use of each storage its inputs name (they come earlier, so theirs are known).
+  std::vector<const Node*> order;
+  std::vector<Phase> phase_at;  // phase of each step, so step 2 reads no node
+  order.reserve(g.size());
+  phase_at.reserve(g.size());
+  size_t step = 0;
+  for (const Node* n = g.first(); n; n = n->next(), ++step) {
+    order.push_back(n);
+    phase_at.push_back(phases.of(n));
     const ValueMeta& v = n->val();
     const size_t k = isMultiOutput(n) ? v.items.size() : 1;
     m.begin[n->id()] = static_cast<uint32_t>(m.elems.size());
     m.count[n->id()] = static_cast<uint32_t>(k);
     const bool is_input = n->op() == OpKind::Placeholder || n->op() == OpKind::GetAttr;
+    const Node* in0 = n->input(0);
     for (size_t i = 0; i < k; ++i) {
       const ValueMeta& ev = isMultiOutput(n) ? v.items[i] : v;
       int32_t s = -1;
-      const Node* in0 = n->input(0);
       if (n->op() == OpKind::Output) {
         s = -1;
       } else if (is_input) {
-        s = fresh(n, static_cast<int32_t>(i), ev, t, true);
+        s = fresh(n, static_cast<int32_t>(i), ev, step, true);
       } else if (n->info().category == OpCategory::Getitem && in0 && n->numArgs() > 1 &&
                  n->arg(1).isInt()) {
         s = aliasesInput0(in0) ? m.first(in0) : m.element(in0, n->arg(1).toInt());
@@ -83,23 +93,13 @@ MemoryProfile analyzeMemory(const Graph& g, const PhaseInfo& phases, const Memor
       } else if (n->info().alias == AliasKind::Out) {
         const Arg* out = n->kwarg("out");
         s = out && out->node() ? m.first(out->node())
-                               : fresh(n, static_cast<int32_t>(i), ev, t, false);
+                               : fresh(n, static_cast<int32_t>(i), ev, step, false);
       } else {
-        s = fresh(n, static_cast<int32_t>(i), ev, t, false);
+        s = fresh(n, static_cast<int32_t>(i), ev, step, false);
       }
       m.elems.push_back(s);
     }
-  }
 
-  // 2. Last uses. A getitem reading a multi-output node reads only its element, whose storage
-  // it names itself, so it does not extend the other elements.
-  auto extend = [&](const Node* p, size_t t) {
-    for (uint32_t i = 0; i < m.count[p->id()]; ++i)
-      if (int32_t s = m.elems[m.begin[p->id()] + i]; s >= 0)
-        m.storages[s].last_use = std::max(m.storages[s].last_use, t);
-  };
-  for (size_t t = 0; t < order.size(); ++t) {
-    const Node* n = order[t];
     const bool getitem = n->info().category == OpCategory::Getitem;
     for (const Node* p : n->inputs()) {
       if (n->op() == OpKind::Output) {
@@ -108,15 +108,15 @@ MemoryProfile analyzeMemory(const Graph& g, const PhaseInfo& phases, const Memor
         continue;
       }
       if (getitem && isMultiOutput(p)) continue;
-      extend(p, t);
+      extend(p, step);
     }
     // A collective's inputs stay live until its wait: the transfer reads them until then.
-    if (n->isWait() && n->input(0) && n->input(0)->isCollective())
-      for (const Node* q : n->input(0)->inputs())
-        extend(q, t);
+    if (n->isWait() && in0 && in0->isCollective())
+      for (const Node* q : in0->inputs())
+        extend(q, step);
   }
 
-  // 3. Play the schedule. Frees are bucketed by step (a linked list per step).
+  // 2. Play the schedule. Frees are bucketed by step (a linked list per step).
   const size_t n_steps = order.size();
   std::vector<int32_t> die_head(n_steps, -1), die_next(m.storages.size(), -1);
   std::vector<int32_t> born_head(n_steps, -1), born_next(m.storages.size(), -1);
@@ -143,7 +143,7 @@ MemoryProfile analyzeMemory(const Graph& g, const PhaseInfo& phases, const Memor
       prof.peak_node = order[t];
       peak_step = t;
     }
-    PhasePeak& pp = prof.phase_peaks[static_cast<size_t>(phases.of(order[t]))];
+    PhasePeak& pp = prof.phase_peaks[static_cast<size_t>(phase_at[t])];
     if (!pp.node || live > pp.bytes) pp = {live, order[t]};
     for (int32_t s = die_head[t]; s >= 0; s = die_next[s])
       wide_live -= m.storages[s].bytes;
@@ -155,7 +155,7 @@ MemoryProfile analyzeMemory(const Graph& g, const PhaseInfo& phases, const Memor
       prof.storages.push_back({st.owner, st.bytes, st.born, st.last_use, st.pinned});
   }
 
-  // 4. The largest tensors live at the peak: born at or before it, not freed before it.
+  // 3. The largest tensors live at the peak: born at or before it, not freed before it.
   std::vector<int32_t> at_peak;
   for (size_t s = 0; s < m.storages.size(); ++s) {
     const Storage& st = m.storages[s];
