@@ -168,18 +168,30 @@ BlockAnalysis analyzeBlocks(const Graph& g) {
 
 BlockAnalysis analyzeBlocks(const Graph& g, const PhaseInfo& phases) {
   BlockAnalysis a;
-  const std::vector<Node*> order = g.nodes();
   const size_t n_ids = g.maxId();
-  std::vector<size_t> pos(n_ids, 0);
-  for (size_t i = 0; i < order.size(); ++i)
-    pos[order[i]->id()] = i;
-
-  // Parameters and their FQNs.
+  // One walk of the program (a node's memory is read once: at 10^6 nodes each walk that comes
+  // back to a node costs a cache miss per node). Operands precede users, so a parameter is known
+  // before any node reading it.
+  std::vector<uint32_t> pos(n_ids, 0);
   std::vector<Node*> params;
   std::vector<std::string> fqns;
-  for (Node* n : order)
+  // derived[id]: the parameter a node is computed from alone (casts, views, the gather of it),
+  // ignoring input-free factories (padding zeros).
+  std::vector<Node*> derived(n_ids, nullptr);
+  std::vector<int32_t> param_index(n_ids, -1);
+  // First compute node (not derived from one parameter) reading each parameter, forward first.
+  std::vector<size_t> first_fwd, first_any;
+  std::vector<Node*> first_fwd_node;
+  uint32_t i = 0;
+  for (Node* n = g.first(); n; n = n->next(), ++i) {
+    pos[n->id()] = i;
     if (n->op() == OpKind::Placeholder && n->inputKind() == InputKind::Parameter) {
+      derived[n->id()] = n;
+      param_index[n->id()] = static_cast<int32_t>(params.size());
       params.push_back(n);
+      first_fwd.push_back(SIZE_MAX);
+      first_any.push_back(SIZE_MAX);
+      first_fwd_node.push_back(nullptr);
       std::string f(n->inputFqn());
       if (f.empty())
         for (Node* u : n->users())
@@ -188,23 +200,8 @@ BlockAnalysis analyzeBlocks(const Graph& g, const PhaseInfo& phases) {
             break;
           }
       fqns.push_back(f.empty() ? n->name() : f);
+      continue;
     }
-  a.parameters = static_cast<int64_t>(params.size());
-  a.of_param_.assign(n_ids, -1);
-  if (params.empty()) return a;
-
-  // derived[id]: the parameter a node is computed from alone (casts, views, the gather of it),
-  // ignoring input-free factories (padding zeros). Operands precede users: one sweep.
-  std::vector<Node*> derived(n_ids, nullptr);
-  std::vector<int32_t> param_index(n_ids, -1);
-  for (size_t i = 0; i < params.size(); ++i) {
-    derived[params[i]->id()] = params[i];
-    param_index[params[i]->id()] = static_cast<int32_t>(i);
-  }
-  // First compute node (not derived from one parameter) reading each parameter, forward first.
-  std::vector<size_t> first_fwd(params.size(), SIZE_MAX), first_any(params.size(), SIZE_MAX);
-  std::vector<Node*> first_fwd_node(params.size(), nullptr);
-  for (Node* n : order) {
     if (n->op() != OpKind::CallFunction) continue;
     Node* sole = nullptr;
     bool several = false;
@@ -218,18 +215,22 @@ BlockAnalysis analyzeBlocks(const Graph& g, const PhaseInfo& phases) {
       derived[n->id()] = derived[sole->id()];
       continue;
     }
-    const bool fwd = phases.isForwardOrLoss(n);
+    bool fwd = false, fwd_known = false;  // the phase is looked up only when a parameter is read
     for (Node* p : n->inputs()) {
       Node* q = derived[p->id()];
       if (!q) continue;
+      if (!fwd_known) fwd = phases.isForwardOrLoss(n), fwd_known = true;
       size_t k = static_cast<size_t>(param_index[q->id()]);
-      first_any[k] = std::min(first_any[k], pos[n->id()]);
-      if (fwd && pos[n->id()] < first_fwd[k]) {
-        first_fwd[k] = pos[n->id()];
+      first_any[k] = std::min<size_t>(first_any[k], i);
+      if (fwd && i < first_fwd[k]) {
+        first_fwd[k] = i;
         first_fwd_node[k] = n;
       }
     }
   }
+  a.parameters = static_cast<int64_t>(params.size());
+  a.of_param_.assign(n_ids, -1);
+  if (params.empty()) return a;
 
   // Which candidate containers run their blocks one after another.
   std::set<std::string> candidates = candidateContainers(fqns);
