@@ -30,13 +30,13 @@ constexpr int kMaxNesting = 200;
 void appendInt(std::string& out, int64_t v) {
   char buf[24];
   auto r = std::to_chars(buf, buf + sizeof buf, v);
-  out.append(buf, r.ptr);
+  out.append(buf, static_cast<size_t>(r.ptr - buf));
 }
 
 void appendUnsigned(std::string& out, uint64_t v) {
   char buf[24];
   auto r = std::to_chars(buf, buf + sizeof buf, v);
-  out.append(buf, r.ptr);
+  out.append(buf, static_cast<size_t>(r.ptr - buf));
 }
 
 // ------------------------------------------------------------------------------- JSON tree
@@ -2606,7 +2606,7 @@ void appendJsonString(std::string& out, std::string_view s) {
   for (; p != end; ++p) {
     unsigned char c = static_cast<unsigned char>(*p);
     if (c >= 0x20 && c != '"' && c != '\\') continue;
-    out.append(run, p);
+    out.append(run, static_cast<size_t>(p - run));
     run = p + 1;
     switch (c) {
       case '"':
@@ -2636,7 +2636,7 @@ void appendJsonString(std::string& out, std::string_view s) {
         out += kHex[c & 15];
     }
   }
-  out.append(run, end);
+  out.append(run, static_cast<size_t>(end - run));
   out += '"';
 }
 

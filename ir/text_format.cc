@@ -63,7 +63,7 @@ bool isBareTarget(std::string_view s) {
 void appendInt(std::string& out, int64_t v) {
   char buf[24];
   auto r = std::to_chars(buf, buf + sizeof buf, v);
-  out.append(buf, r.ptr);
+  out.append(buf, static_cast<size_t>(r.ptr - buf));
 }
 
 // ------------------------------------------------------------------------------------ printer
@@ -538,7 +538,7 @@ class Parser {
       if (c == '"') {
         std::string_view result;
         if (escaped) {
-          scratch.append(run, p_);
+          scratch.append(run, static_cast<size_t>(p_ - run));
           result = scratch;
         } else {
           result = std::string_view(run, p_ - run);
@@ -549,7 +549,7 @@ class Parser {
       if (c == '\\') {
         if (!escaped) scratch.clear();
         escaped = true;
-        scratch.append(run, p_);
+        scratch.append(run, static_cast<size_t>(p_ - run));
         escape(scratch);
         run = p_;
         continue;

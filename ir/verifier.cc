@@ -67,7 +67,7 @@ class Verifier {
     for (const Node* n : nodes) {
       if (n->name().empty())
         add(n, "unique-name", "node has an empty name");
-      else if (g_.findNode(n->name()) != n)
+      else if (opts_.ir_invariants && g_.findNode(n->name()) != n)
         add(n, "unique-name", "name is used twice");
       checkOperandsOf(n, refs);
       checkUsesOf(n);
@@ -125,6 +125,8 @@ class Verifier {
 
  private:
   bool full() const { return issues_.size() >= opts_.max_issues; }
+  std::vector<std::pair<uint32_t, uint32_t>> seen_uses_;  // checkUsesOf's scratch
+  std::vector<const Node*> outputs_;                       // output nodes, in list order
 
   void add(const Node* n, std::string rule, std::string message) {
     if (full()) return;
@@ -146,6 +148,7 @@ class Verifier {
       if (n->prev() != prev) add(n, "node-list", "prev link does not point at the previous node");
       if (prev && !prev->isBefore(n))
         add(n, "node-list", "position is not after the previous node's " + quoted(prev));
+      if (n->op() == OpKind::Output) outputs_.push_back(n);  // for checkOutput: no second walk
     }
     if (prev != g_.last()) add(nullptr, "node-list", "the last node is not the list tail");
     if (count != g_.size())
@@ -174,8 +177,8 @@ class Verifier {
   // Every use of `n` names a live user that reads `n` in that slot, after `n`, once; and every
   // operand slot of `n` is in its producer's use list.
   void checkUsesOf(const Node* n) {
-    std::vector<std::pair<uint32_t, uint32_t>> seen;
-    seen.reserve(n->uses().size());
+    std::vector<std::pair<uint32_t, uint32_t>>& seen = seen_uses_;  // reused: no allocation a node
+    seen.clear();
     for (const Use& u : n->uses()) {
       const Node* user = u.user;
       if (user == nullptr || user->graph() != &g_ || user->isDead()) {
@@ -194,7 +197,7 @@ class Verifier {
             "operand " + std::to_string(u.index) + " " + quoted(n) + " is defined after its use");
       seen.emplace_back(user->id(), u.index);
     }
-    std::sort(seen.begin(), seen.end());
+    if (seen.size() > 1) std::sort(seen.begin(), seen.end());
     for (size_t k = 1; k < seen.size(); ++k)
       if (seen[k] == seen[k - 1])
         add(n, "use-list",
@@ -317,18 +320,18 @@ class Verifier {
     });
   }
 
+  // On the output nodes checkNodeList found.
   void checkOutput() {
     const Node* first_output = nullptr;
-    g_.forEach([&](const Node* n) {
-      if (n->op() != OpKind::Output) return;
+    for (const Node* n : outputs_) {
       if (first_output) {
         add(n, "single-output", "second output node (the first is " + quoted(first_output) + ")");
-        return;
+        continue;
       }
       first_output = n;
       if (n != g_.last()) add(n, "output-last", "output node is not the last node");
       if (n->hasUses()) add(n, "output-last", "output node has users");
-    });
+    }
     if (!first_output) add(nullptr, "single-output", "graph has no output node");
   }
 
