@@ -78,7 +78,8 @@ int main(int argc, char** argv) {
       mo.lifetimes = true;
       sink += jfx::analyzeMemory(*g, phases, mo).curve.size();
     });
-    jfx::VerifyOptions vo;  // as `jointfx opt` verifies (the IR invariants are its expensive checks)
+    jfx::VerifyOptions
+        vo;  // as `jointfx opt` verifies (the IR invariants are its expensive checks)
     vo.ir_invariants = false;
     const double t_verify = medianOf(repeat, [&] { sink += jfx::verifyGraph(*g, vo).size(); });
     std::printf("| %s | %zu | %.4f | %.4f | %.4f | %.4f | %.4f |\n", file.c_str(), g->size(),

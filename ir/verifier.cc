@@ -126,7 +126,7 @@ class Verifier {
  private:
   bool full() const { return issues_.size() >= opts_.max_issues; }
   std::vector<std::pair<uint32_t, uint32_t>> seen_uses_;  // checkUsesOf's scratch
-  std::vector<const Node*> outputs_;                       // output nodes, in list order
+  std::vector<const Node*> outputs_;                      // output nodes, in list order
 
   void add(const Node* n, std::string rule, std::string message) {
     if (full()) return;
