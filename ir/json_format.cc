@@ -1749,13 +1749,26 @@ class JsonReader : public TreeBuilder {
       switch (key) {
         case 0:
           if (!s.stringToken(str)) return false;
-          t.device = symbols_.intern(str);
+          // A graph's tensors mostly share one device and a few dtypes: the last one is
+          // compared before anything is hashed or searched.
+          if (last_device_.empty() || str != last_device_.str())
+            last_device_ = symbols_.intern(str);
+          t.device = last_device_;
           return true;
         case 1: {
           if (!s.stringToken(str)) return false;
-          const auto d = dtypeFromName(str);
-          if (!d) return false;
-          t.dtype = *d;
+          if (last_dtype_name_.empty() || str != last_dtype_name_) {
+            const auto d = dtypeFromName(str);
+            if (!d) return false;
+            last_dtype_ = *d;
+            last_dtype_name_ = dtypeName(*d);
+            if (str != last_dtype_name_) {  // an alias ("torch.float", "half"): not cached
+              last_dtype_name_ = {};
+              t.dtype = *d;
+              return true;
+            }
+          }
+          t.dtype = last_dtype_;
           return true;
         }
         case 2:
@@ -2545,6 +2558,9 @@ class JsonReader : public TreeBuilder {
   std::string target_buf_;
   Symbol last_fqn_;
   SymbolCache fqn_symbols_{8192};
+  Symbol last_device_;                             // directTensor's last device,
+  ScalarType last_dtype_ = ScalarType::Undefined;  // dtype
+  std::string_view last_dtype_name_;               // and its name (dtypeName's, or empty)
   size_t direct_nodes_ = 0;
   // directList's and directVal's buffers, one per depth (references to them outlive deeper calls).
   std::vector<std::vector<Arg>> arg_buffers_ = std::vector<std::vector<Arg>>(kDirectDepth);

@@ -697,6 +697,15 @@ TEST_CASE("json: nodes read straight from the tokens read as the tree reads them
        "[ 1 , 2 ] ] , \"kwargs\" : { } , \"meta\" : { } } ",
        3},
       {R"({"meta":{"val":{"float":"inf"}},"name":"z","op":"call_function","target":"f"})", 2},
+      // dtype aliases and names, devices, one after another (the reader keeps the last of each).
+      {R"({"meta":{"val":[{"dtype":"torch.float32","shape":[1]},{"dtype":"half","shape":[1]},)"
+       R"({"dtype":"half","shape":[1]},{"dtype":"float16","shape":[1]},)"
+       R"({"device":"cuda:0","dtype":"float16","shape":[1]},{"device":"cpu","dtype":"bfloat16",)"
+       R"("shape":[1]},{"device":"cuda:0","dtype":"float","shape":[1]}]},)"
+       R"("name":"z","op":"call_function","target":"f"})",
+       3},
+      {R"({"meta":{"val":[{"dtype":"bfloat16","shape":[1]},{"dtype":"","shape":[1]}]},"name":"z","op":"call_function","target":"f"})",
+       -1},
       {R"({"args":[],"kwargs":{},"meta":{},"name":"z","op":"output","target":"output"})", 3},
       {R"({"name":"z","op":"get_attr","target":"w"})", 3},
       // Valid, read by the tree: kwargs out of order, extra meta, boxed floats, layouts, opaque
