@@ -17,6 +17,8 @@
 #include "ir/error.h"
 
 namespace jfx {
+
+using namespace std::string_view_literals;
 namespace {
 
 using json = nlohmann::json;
@@ -188,7 +190,7 @@ void appendCanonical(std::string& out, JView v) {
       out += "null";
       return;
     case JView::Type::Bool:
-      out += v.boolean() ? "true" : "false";
+      out += v.boolean() ? "true"sv : "false"sv;
       return;
     case JView::Type::Int:
     case JView::Type::Unsigned:
@@ -874,7 +876,7 @@ class JsonWriter {
     out_ += ",\n\"process_groups\":[";
     bool first = true;
     for (const auto& pg : g.processGroups()) {
-      out_ += first ? "\n" : ",\n";
+      out_ += first ? "\n"sv : ",\n"sv;
       first = false;
       out_ += "{\"name\":";
       appendJsonString(out_, pg.name);
@@ -887,13 +889,13 @@ class JsonWriter {
       appendInt(out_, pg.size);
       out_ += '}';
     }
-    out_ += first ? "]" : "\n]";
+    out_ += first ? "]"sv : "\n]"sv;
 
     out_ += ",\n\"inputs\":[";
     first = true;
     for (Node* n = g.first(); n; n = n->next()) {
       if (n->op() != OpKind::Placeholder) continue;
-      out_ += first ? "\n" : ",\n";
+      out_ += first ? "\n"sv : ",\n"sv;
       first = false;
       out_ += '{';
       if (!n->inputFqn().empty()) {
@@ -907,13 +909,13 @@ class JsonWriter {
       appendJsonString(out_, n->name());
       out_ += '}';
     }
-    out_ += first ? "]" : "\n]";
+    out_ += first ? "]"sv : "\n]"sv;
 
     if (!g.outputSpecs().empty()) {
       out_ += ",\n\"outputs\":[";
       first = true;
       for (const auto& spec : g.outputSpecs()) {
-        out_ += first ? "\n" : ",\n";
+        out_ += first ? "\n"sv : ",\n"sv;
         first = false;
         out_ += '{';
         if (!spec.fqn.empty()) {
@@ -932,7 +934,7 @@ class JsonWriter {
       out_ += ",\n\"constants\":[";
       first = true;
       for (const auto& c : g.constants()) {
-        out_ += first ? "\n" : ",\n";
+        out_ += first ? "\n"sv : ",\n"sv;
         first = false;
         constant(c);
         maybeFlush();
@@ -951,12 +953,12 @@ class JsonWriter {
     out_ += ",\n\"nodes\":[";
     first = true;
     for (Node* n = g.first(); n; n = n->next()) {
-      out_ += first ? "\n" : ",\n";
+      out_ += first ? "\n"sv : ",\n"sv;
       first = false;
       node(*n);
       maybeFlush();
     }
-    out_ += first ? "]\n}\n" : "\n]\n}\n";
+    out_ += first ? "]\n}\n"sv : "\n]\n}\n"sv;
   }
 
   void maybeFlush() {
@@ -1043,7 +1045,7 @@ class JsonWriter {
     if (std::isnan(f))
       out_ += "{\"float\":\"nan\"}";
     else if (std::isinf(f))
-      out_ += f > 0 ? "{\"float\":\"inf\"}" : "{\"float\":\"-inf\"}";
+      out_ += f > 0 ? "{\"float\":\"inf\"}"sv : "{\"float\":\"-inf\"}"sv;
     else
       appendFloat(out_, f);
   }
@@ -1062,7 +1064,7 @@ class JsonWriter {
         out_ += "null";
         return;
       case Arg::Kind::Bool:
-        out_ += a.toBool() ? "true" : "false";
+        out_ += a.toBool() ? "true"sv : "false"sv;
         return;
       case Arg::Kind::Int:
         appendInt(out_, a.toInt());
@@ -1091,12 +1093,12 @@ class JsonWriter {
       case Arg::Kind::List:
       case Arg::Kind::Tuple: {
         bool tuple = a.kind() == Arg::Kind::Tuple;
-        out_ += tuple ? "{\"tuple\":[" : "[";
+        out_ += tuple ? "{\"tuple\":["sv : "["sv;
         for (size_t i = 0; i < a.items().size(); ++i) {
           if (i) out_ += ',';
           arg(a.items()[i]);
         }
-        out_ += tuple ? "]}" : "]";
+        out_ += tuple ? "]}"sv : "]"sv;
         return;
       }
       case Arg::Kind::Opaque:
@@ -1154,7 +1156,7 @@ class JsonWriter {
         floatValue(v.f);
         return;
       case ValueMeta::Kind::Bool:
-        out_ += v.i ? "true" : "false";
+        out_ += v.i ? "true"sv : "false"sv;
         return;
     }
   }
@@ -1164,7 +1166,7 @@ class JsonWriter {
   void typedMember(const Node& n, size_t idx, JView custom, bool& first) {
     const NodeMeta& m = n.meta();
     auto key = [&] {
-      out_ += first ? "\"" : ",\"";
+      out_ += first ? "\""sv : ",\""sv;
       first = false;
       out_ += kTypedMetaKeys[idx];
       out_ += "\":";
@@ -1220,7 +1222,7 @@ class JsonWriter {
     bool first = true;
     bool placed = false;
     auto place = [&] {
-      out_ += first ? "\"module_fqn\":" : ",\"module_fqn\":";
+      out_ += first ? "\"module_fqn\":"sv : ",\"module_fqn\":"sv;
       first = false;
       appendJsonString(out_, n.meta().module_fqn.str());
       placed = true;
@@ -1233,7 +1235,7 @@ class JsonWriter {
       for (JView c : members) {
         if (c.key() == "module_fqn") continue;
         if (!placed && c.key() > "module_fqn") place();
-        out_ += first ? "" : ",";
+        out_ += first ? ""sv : ","sv;
         first = false;
         appendJsonString(out_, c.key());
         out_ += ':';
@@ -1266,7 +1268,7 @@ class JsonWriter {
         if (isTypedMetaKey(m.key())) continue;
         while (next_typed < kNumTyped && kTypedMetaKeys[next_typed] < m.key())
           typedMember(n, next_typed++, custom, first);
-        out_ += first ? "" : ",";
+        out_ += first ? ""sv : ","sv;
         first = false;
         appendJsonString(out_, m.key());
         out_ += ':';
@@ -2662,7 +2664,7 @@ void appendFloat(std::string& out, double v) {
     return;
   }
   if (std::isinf(v)) {
-    out += v < 0 ? "-inf" : "inf";
+    out += v < 0 ? "-inf"sv : "inf"sv;
     return;
   }
   // Shortest round-trip digits from to_chars, laid out as Python's repr() does: fixed notation
@@ -2703,7 +2705,7 @@ void appendFloat(std::string& out, double v) {
     out += '.';
     out.append(digits + 1, n - 1);
   }
-  out += exp < 0 ? "e-" : "e+";
+  out += exp < 0 ? "e-"sv : "e+"sv;
   int a = exp < 0 ? -exp : exp;
   if (a < 10) out += '0';
   appendInt(out, a);
