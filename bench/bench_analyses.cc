@@ -1,7 +1,11 @@
-// Times each analysis the passes share (phases, FSDP, blocks, memory) and the verifier on
-// loaded graphs: thread CPU seconds per call, the median of --repeat calls on the same graph.
+// Times each analysis the passes share (phases, FSDP, blocks, memory) and the verifier:
+// thread CPU seconds per call, the median of --repeat calls on the same graph.
 //
-//   bench_analyses [--repeat R] GRAPH...
+//   bench_analyses [--repeat R] [GRAPH...]
+//
+// Without graph files it builds the synthetic Llama graphs of bench_core (tools/synth: about
+// 10^4, 10^5 and 10^6 nodes, bf16). The verifier runs as `jointfx opt` runs it (the IR
+// invariants, names and use lists, are its expensive checks).
 //
 // The graph stays loaded between calls, so what is timed is the analysis alone: its walks of
 // the node list, its side tables and its page faults (each call allocates its tables afresh, as
@@ -22,6 +26,7 @@
 #include "passes/analysis/fsdp.h"
 #include "passes/analysis/memory.h"
 #include "passes/analysis/phase.h"
+#include "tools/synth/synth.h"
 
 namespace {
 
@@ -57,14 +62,24 @@ int main(int argc, char** argv) {
       files.emplace_back(argv[i]);
     }
   }
-  if (files.empty()) {
-    std::fprintf(stderr, "usage: bench_analyses [--repeat R] GRAPH...\n");
-    return 2;
-  }
+  std::vector<std::string> names = files;
+  if (files.empty())
+    for (const char* n : {"synth 10^4", "synth 10^5", "synth 10^6"})
+      names.emplace_back(n);
   std::printf("| graph | nodes | phases | fsdp | blocks | memory | verify |\n");
   std::printf("|---|---:|---:|---:|---:|---:|---:|\n");
-  for (const std::string& file : files) {
-    std::unique_ptr<jfx::Graph> g = jfx::loadGraph(file);
+  int64_t target = 10'000;
+  for (const std::string& name : names) {
+    std::unique_ptr<jfx::Graph> g;
+    if (files.empty()) {
+      jfx::SynthConfig cfg;  // as bench_core: the tiny model's shapes, bf16
+      cfg.param_dtype = jfx::ScalarType::BFloat16;
+      cfg.layers = jfx::synthLayersForNodes(cfg, target);
+      g = jfx::synthLlamaJoint(cfg);
+      target *= 10;
+    } else {
+      g = jfx::loadGraph(name);
+    }
     const jfx::PhaseInfo phases = jfx::computePhases(*g);
     // Each result is kept until the next call so that freeing it is not timed.
     size_t sink = 0;
@@ -82,7 +97,7 @@ int main(int argc, char** argv) {
         vo;  // as `jointfx opt` verifies (the IR invariants are its expensive checks)
     vo.ir_invariants = false;
     const double t_verify = medianOf(repeat, [&] { sink += jfx::verifyGraph(*g, vo).size(); });
-    std::printf("| %s | %zu | %.4f | %.4f | %.4f | %.4f | %.4f |\n", file.c_str(), g->size(),
+    std::printf("| %s | %zu | %.4f | %.4f | %.4f | %.4f | %.4f |\n", name.c_str(), g->size(),
                 t_phases, t_fsdp, t_blocks, t_memory, t_verify);
     if (sink == 0) std::printf("(no results)\n");
   }
