@@ -1302,7 +1302,10 @@ class JsonReader : public TreeBuilder {
       : TreeBuilder(tokenizer, /*restartable=*/false),
         text_(text),
         filename_(filename),
-        g_(into ? std::move(into) : std::make_unique<Graph>()) {
+        g_(into ? std::move(into) : std::make_unique<Graph>()),
+        // Module FQNs grow with the model (44K in the 10^6-node synthetic graph, whose backward
+        // revisits them in reverse, missing a fixed 8192-slot cache on most nodes).
+        fqn_symbols_(std::max<size_t>(8192, text.size() / 4096)) {
     hook_depth_ = 2;  // the header's members and the elements of "nodes"
   }
 
@@ -2562,7 +2565,7 @@ class JsonReader : public TreeBuilder {
   std::vector<std::string_view> pending_;  // operands read directly, not yet looked up
   std::string target_buf_;
   Symbol last_fqn_;
-  SymbolCache fqn_symbols_{8192};
+  SymbolCache fqn_symbols_;
   Symbol last_device_;                             // directTensor's last device,
   ScalarType last_dtype_ = ScalarType::Undefined;  // dtype
   std::string_view last_dtype_name_;               // and its name (dtypeName's, or empty)

@@ -2,12 +2,14 @@
 // repeat across a graph. Interning keeps Arg small and makes target comparison an integer compare.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <bit>
 #include <cstdint>
 #include <functional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace jfx {
@@ -37,14 +39,21 @@ class SymbolCache {
  public:
   // `slots`, a power of two: room for the strings a file repeats (a graph of thousands of
   // modules needs more than one of a few dozen targets).
-  explicit SymbolCache(size_t slots = 1024) : slots_(std::bit_ceil(slots)) {}
+  explicit SymbolCache(size_t slots = 1024) : slots_(std::max<size_t>(2, std::bit_ceil(slots))) {}
 
+  // Two-way sets, the newer entry first: in a direct-mapped cache two hot strings that map to
+  // one slot (likely among a few dozen targets in 1024 slots) evict each other on every node.
   Symbol intern(std::string_view s) {
     const uint64_t h = std::hash<std::string_view>()(s);
-    Slot& slot = slots_[h & (slots_.size() - 1)];
-    if (slot.hash == h && slot.sym.str() == s) return slot.sym;
-    slot = {h, Symbol::intern(s)};
-    return slot.sym;
+    Slot* set = &slots_[(h << 1) & (slots_.size() - 1)];
+    if (set[0].hash == h && set[0].sym.str() == s) return set[0].sym;
+    if (set[1].hash == h && set[1].sym.str() == s) {
+      std::swap(set[0], set[1]);
+      return set[0].sym;
+    }
+    set[1] = set[0];
+    set[0] = {h, Symbol::intern(s)};
+    return set[0].sym;
   }
 
  private:
