@@ -126,6 +126,12 @@ TEST_CASE("symbol cache: gives the interned symbol of every string", "[graph]") 
     REQUIRE(got == Symbol::intern(s));
     REQUIRE(got.str() == s);
   }
+  // One set of two slots: every hit in either way, every swap and every eviction.
+  SymbolCache tiny(1);
+  for (int step = 0; step < 3000; ++step) {
+    const std::string s = "t." + std::to_string(rng() % 3);
+    REQUIRE(tiny.intern(s) == Symbol::intern(s));
+  }
 }
 
 TEST_CASE("huge page allocator: large tables are 2 MiB aligned, small ones plain", "[graph]") {
