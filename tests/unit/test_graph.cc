@@ -419,6 +419,38 @@ TEST_CASE("graph: rollback undoes every kind of edit exactly", "[ir][undo]") {
   }
 }
 
+TEST_CASE("graph: a log longer than one of its chunks rolls back and commits", "[ir][undo]") {
+  // 40,000 nodes made in one recording: at least four entries each, past the 65,536 entries of
+  // one 2 MiB chunk, so rollback pops entries across chunk boundaries.
+  for (bool commit : {false, true}) {
+    INFO("commit " << commit);
+    Graph g;
+    Node* x = placeholder(g, "x");
+    Node* neg = g.createCall("aten.neg.default", {Arg::ofNode(x)});
+    g.create(OpKind::Output, Symbol::intern("output"), {Arg::ofList({Arg::ofNode(neg)})}, {},
+             "output");
+    const std::unique_ptr<Graph> before = g.copy();
+    const std::string text = printTextGraph(g);
+    g.beginUndo();
+    Node* last = neg;
+    for (int i = 0; i < 40000; ++i)
+      last = g.createCall("aten.abs.default", {Arg::ofNode(last)}, {}, g.outputNode());
+    g.replaceInput(g.outputNode(), 0, last);
+    REQUIRE(g.size() == 40003);
+    if (commit) {
+      g.commitUndo();
+      CHECK(g.size() == 40003);
+      CHECK(g.outputNode()->input(0) == last);
+      CHECK(verifyGraph(g).empty());
+    } else {
+      g.rollback();
+      checkSameGraph(*before, g);
+      CHECK(printTextGraph(g) == text);
+    }
+    CHECK(!g.recordingUndo());
+  }
+}
+
 TEST_CASE("graph: commitUndo keeps the edits; recording refuses takeContents", "[ir][undo]") {
   Graph g;
   Node* x = placeholder(g, "x");
