@@ -1769,12 +1769,8 @@ class JsonReader : public TreeBuilder {
             const auto d = dtypeFromName(str);
             if (!d) return false;
             last_dtype_ = *d;
-            last_dtype_name_ = dtypeName(*d);
-            if (str != last_dtype_name_) {  // an alias ("torch.float", "half"): not cached
-              last_dtype_name_ = {};
-              t.dtype = *d;
-              return true;
-            }
+            // Canonical names only: an alias ("torch.float", "half") is looked up each time.
+            last_dtype_name_ = str == dtypeName(*d) ? dtypeName(*d) : std::string_view();
           }
           t.dtype = last_dtype_;
           return true;
