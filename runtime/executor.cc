@@ -296,6 +296,7 @@ struct Executor::Step {
   int64_t index = 0;      // getitem
   std::vector<uint32_t> free_after;
   ValueMeta expected;
+  bool grad_mode = false;  // run with grad mode on (emptyWorkspace)
 };
 
 std::string inputProblem(const GraphInput& in) {
@@ -482,11 +483,29 @@ void Executor::Planner::addConstant(const Node& n) {
   ex.constants_.emplace_back(newSlot(&n), t.to(ex.opts_.device));
 }
 
+namespace {
+
+// Whether one of a multi-output node's tensors is empty in the graph's meta. Meta kernels give
+// an empty tensor for the scratch a real kernel keeps for its backward (mkldnn_rnn_layer's
+// workspace), whose size only the real kernel knows; and such a kernel fills it only when grad
+// mode is on, as it was when the graph was traced, else returns an undefined tensor that its
+// backward rejects.
+bool emptyWorkspace(const ValueMeta& v) {
+  if (v.kind != ValueMeta::Kind::List) return false;
+  for (const ValueMeta& item : v.items)
+    if (item.isTensor() && item.tensor.numel() == 0) return true;
+  return false;
+}
+
+}  // namespace
+
 void Executor::Planner::addStep(const Node& n) {
   Step step;
   step.name = n.name();
   step.target = std::string(n.target().str());
   step.expected = n.val();
+  // Grad mode on records no history: no input of the executor requires grad.
+  step.grad_mode = emptyWorkspace(step.expected);
   std::vector<uint32_t> step_reads;
   if (n.target().str() == "operator.getitem") {
     if (n.numArgs() != 2 || !n.arg(0).isNode() || !n.arg(1).isInt())
@@ -751,7 +770,9 @@ std::string checkMeta(const c10::IValue& v, const ValueMeta& m) {
     const at::Tensor& t = v.toTensor();
     if (m.tensor.dtype != ScalarType::Undefined && t.scalar_type() != toAten(m.tensor.dtype))
       return "output " + describe(v) + " does not match the graph's " + describe(m.tensor);
-    if (t.sizes() != atenSizes(m.tensor.shape))
+    // An empty tensor in the meta is a workspace whose size the meta kernel cannot know
+    // (emptyWorkspace): any size of its dtype matches.
+    if (t.sizes() != atenSizes(m.tensor.shape) && m.tensor.numel() != 0)
       return "output " + describe(v) + " does not match the graph's " + describe(m.tensor);
     return {};
   }
@@ -865,6 +886,7 @@ std::vector<c10::IValue> Executor::run(std::vector<c10::IValue> inputs) {
         }
       }
       try {
+        c10::AutoGradMode grad_mode(step.grad_mode);
         step.op->callBoxed(stack);
       } catch (const c10::Error& e) {
         throwStepError(step.name, step.target, e.what_without_backtrace());

@@ -3,6 +3,7 @@
 export_graph(gm, ...) -> dict       every node, typed args, tensor meta, typed node meta, phase
 import_graph(doc) -> GraphModule    the same nodes, names, targets, args, kwargs and meta
 dumps_graph(doc) -> str             canonical JSON text (what the C++ writer emits)
+grad_mode(gm)                       the grad mode to run a joint graph in (torch.no_grad or not)
 
 docs/pytorch-bridge.md says which FX meta keys are kept, dropped or derived, and the phase rules.
 """
@@ -1140,6 +1141,23 @@ def import_graph(doc: Mapping[str, Any]) -> fx.GraphModule:
         "meta": dict(doc.get("meta", {})),
     }
     return gm
+
+
+def _has_empty_workspace(val: Any) -> bool:
+    return isinstance(val, (tuple, list)) and any(
+        isinstance(v, torch.Tensor) and v.numel() == 0 for v in val)
+
+
+def grad_mode(gm: fx.GraphModule) -> Any:
+    """The grad mode to call a joint graph in: torch.no_grad() (the graph is its own backward),
+    unless a multi-output node's meta has an empty tensor. Meta kernels give an empty tensor for
+    the scratch a real kernel keeps for its backward (aten.mkldnn_rnn_layer's workspace), and
+    that kernel fills it only with grad mode on, as when the graph was traced; with it off the
+    backward gets None and fails. Grad mode on records nothing while no input requires grad.
+    `jointfx exec` makes the same choice node by node (runtime/executor.cc, emptyWorkspace)."""
+    if any(_has_empty_workspace(n.meta.get("val")) for n in gm.graph.nodes):
+        return torch.enable_grad()
+    return torch.no_grad()
 
 
 def _import_node(graph: fx.Graph, nd: Mapping[str, Any], env: Mapping[str, fx.Node],

@@ -275,7 +275,7 @@ def _worker(a: argparse.Namespace) -> None:
     import torch.distributed as dist
     from safetensors.torch import load_file, save_file
 
-    from jointfx.export import buffers_to_mutate, import_graph, load_graph
+    from jointfx.export import buffers_to_mutate, grad_mode, import_graph, load_graph
 
     torch.set_num_threads(a.threads)
     timeout = timedelta(seconds=a.timeout_s)
@@ -303,7 +303,7 @@ def _worker(a: argparse.Namespace) -> None:
         Path(a.save_grads).mkdir(parents=True, exist_ok=True)
     for step in range(1, a.steps + 1):
         t0 = time.perf_counter()
-        with torch.no_grad():
+        with grad_mode(gm):
             outs = gm(*inputs)
         seconds = time.perf_counter() - t0
         for spec, value in zip(out_specs, outs):

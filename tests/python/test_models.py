@@ -25,7 +25,7 @@ from torch import nn
 from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
 from conftest import REPO, fixture_variant, model_fixture_paths
-from jointfx.export import dumps_graph, export_graph, import_graph
+from jointfx.export import dumps_graph, export_graph, grad_mode, import_graph
 from jointfx.models import BATCH_SEED, CASES, MODEL_FIXTURES, WEIGHT_SEED, eager_loss, trace_case
 
 AG = "_c10d_functional.all_gather_into_tensor.default"
@@ -310,6 +310,19 @@ def test_family_specifics(fixture: tuple[Path, dict[str, Any]]) -> None:
         # Every reduce-scatter is an FSDP gradient reduction, the summed ones included.
         assert info["fsdp"]["gradient_chains"] == counts[RS]
         assert info["fsdp"]["other_collectives"] == []
+    elif family == "lstm":
+        # A layer per mkldnn_rnn_layer, named by suffix (rnn.weight_ih_l1): no block; dropout
+        # between the layers. The workspace (output 3) is empty in the meta and read by the
+        # backward: the executor runs the layer with grad mode on (docs/executor.md).
+        assert counts["aten.mkldnn_rnn_layer.default"] == 2
+        assert counts["aten.mkldnn_rnn_layer_backward.default"] == 2
+        assert counts["aten.bernoulli_.float"] == 1
+        assert params[:3] == ["embed.weight", "rnn.weight_ih_l0", "rnn.weight_hh_l0"]
+        assert counts[AG] == len(params) == 11 and counts[RS] == 11
+        layer = _of(doc, "aten.mkldnn_rnn_layer.default")[0]
+        assert layer["meta"]["val"][3] == {"device": "cpu", "dtype": "uint8", "shape": [0],
+                                           "stride": [1]}
+        assert _analyze(path)["blocks"]["blocks"] == []
     elif family.startswith("uneven"):
         assert all(math.ceil(r / 4) for r in (7, 3))
         if family == "uneven_bf16":
@@ -414,7 +427,7 @@ def test_traced_graph_matches_eager(name: str, gloo_world1: None) -> None:
     graph_buffers = real[n_params:n_params + n_buffers]
     reimported = import_graph(json.loads(dumps_graph(traced.export())))
     again_inputs = [t.clone() for t in real]
-    with torch.no_grad():
+    with grad_mode(traced.gm):
         torch.manual_seed(1234)  # dropout masks: the same generator draws in the same order
         got = list(traced.gm(*real))
         torch.manual_seed(1234)

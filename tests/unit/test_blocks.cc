@@ -215,6 +215,8 @@ TEST_CASE("blocks: traced model families", "[blocks]") {
       {"t5_w2", {"encoder.block.0", "encoder.block.1", "decoder.block.0", "decoder.block.1"}},
       // One layer module called three times: no indexed FQN, so no block (the passes warn).
       {"albert_w2", {}},
+      // nn.LSTM's layers are a name suffix (rnn.weight_ih_l1), not a module: no block.
+      {"lstm_w2", {}},
   };
   for (const Expect& e : cases) {
     INFO(e.fixture);

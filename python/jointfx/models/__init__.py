@@ -13,6 +13,7 @@ pass to jointfx.trace; `trace_case` traces one at a world size. scripts/gen_fixt
 | vit | ViT from nn.TransformerEncoder (encoder.layers.N) | nn.MultiheadAttention reading out_proj.weight itself, [1, ...] root parameters |
 | uneven | MLP with dims 7 and 3 | padded FSDP shards at world 4 |
 | t5 | T5 encoder-decoder (encoder.block.N, decoder.block.N), shared embedding | two distinct stacks of blocks, cross-attention: the encoder's output read by every decoder block; a heterogeneous indexed list inside each block (block.N.layer.M) |
+| lstm | embedding, 2-layer nn.LSTM with dropout, head (rnn.weight_ih_lN) | aten.mkldnn_rnn_layer and its backward: a workspace output empty in the meta, filled only with grad mode on; no repeated blocks |
 | albert | ALBERT: one layer module (encoder.shared_layer) called 3 times | parameters reused by every depth with no indexed FQNs: 3 gathers and 3 reduce-scatters per parameter |
 | uneven_bf16 | the same, bf16 gathers, fp32 reduction | padding with mixed precision |
 """
@@ -30,6 +31,7 @@ from jointfx.models.albert import AlbertConfig, AlbertForSequenceClassification,
 from jointfx.models.convbn import ConvBNConfig, ConvBNNet, classification_loss, init_convbn
 from jointfx.models.encoder import BertForSequenceClassification, EncoderConfig, init_encoder
 from jointfx.models.gpt2 import GPT2Config, GPT2LMHeadModel, init_gpt2, lm_loss
+from jointfx.models.lstm import LstmConfig, LstmLM, init_lstm
 from jointfx.models.moe import MoEConfig, MoEForCausalLM, init_moe, moe_loss
 from jointfx.models.t5 import T5Config, T5ForConditionalGeneration, init_t5, seq2seq_loss
 from jointfx.models.uneven import UnevenConfig, UnevenMLP, init_uneven
@@ -190,6 +192,25 @@ def _albert_case() -> ModelCase:
                      ("input_ids", "attention_mask"), ("labels",), cfg.to_json())
 
 
+def _lstm_case() -> ModelCase:
+    cfg = LstmConfig()
+    batch, seq = 3, 6
+
+    def build(seed: int) -> nn.Module:
+        model = LstmLM(cfg)
+        init_lstm(model, seed)
+        return model.train()
+
+    def make_batch(seed: int) -> Batch:
+        gen = torch.Generator().manual_seed(seed)
+        ids = torch.randint(1, cfg.vocab_size, (batch, seq), generator=gen)
+        ids[2, seq - 2:] = 0  # the last sequence is padded
+        return [ids], [ids.clone()]
+
+    return ModelCase("lstm", build, make_batch, lm_loss, ("input_ids",), ("labels",),
+                     cfg.to_json())
+
+
 def _uneven_case(name: str = "uneven", **trace_kwargs: Any) -> ModelCase:
     cfg = UnevenConfig()
     batch = 5
@@ -212,13 +233,13 @@ def _uneven_case(name: str = "uneven", **trace_kwargs: Any) -> ModelCase:
 CASES: dict[str, ModelCase] = {c.name: c for c in (
     _gpt2_case(), _encoder_case(), _convbn_case(), _moe_case(), _vit_case(), _uneven_case(),
     _uneven_case("uneven_bf16", param_dtype=torch.bfloat16, reduce_dtype=torch.float32),
-    _t5_case(), _albert_case(),
+    _t5_case(), _albert_case(), _lstm_case(),
 )}
 
 # (case, world size) pairs written to tests/data/traced/<case>_w<world>.json.
 MODEL_FIXTURES: tuple[tuple[str, int], ...] = (
     ("gpt2", 2), ("encoder", 2), ("convbn", 2), ("moe", 2), ("vit", 2), ("uneven", 4),
-    ("uneven_bf16", 4), ("t5", 2), ("albert", 2),
+    ("uneven_bf16", 4), ("t5", 2), ("albert", 2), ("lstm", 2),
 )
 
 # The seeds of the weights and of the batch a case is traced and checked with.
