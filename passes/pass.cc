@@ -83,7 +83,7 @@ bool PassOptions::getBool(const std::string& key, bool dflt) {
 }
 
 std::string PassOptions::getString(const std::string& key, const std::string& dflt) {
-  use(key, {"string", "bytes"});
+  use(key, {"string", "bytes", "path"});
   auto it = values_.find(key);
   return it == values_.end() ? dflt : it->second;
 }

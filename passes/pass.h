@@ -23,8 +23,10 @@ namespace jfx {
 // drift from what configure() reads.
 struct OptionDecl {
   std::string_view name;
-  // "bool", "int", "float", "string", "bytes" (a size such as 64MiB, read as a string), "list"
-  // (comma-separated), or an enum's choices as "a|b|c" in getEnum's order.
+  // "bool", "int", "float", "string", "bytes" (a size such as 64MiB, read as a string), "path"
+  // (a file, read as a string: relative to the pipeline file's folder when a pipeline file gives
+  // it, to the working directory when the command line does), "list" (comma-separated), or an
+  // enum's choices as "a|b|c" in getEnum's order.
   std::string_view type;
   std::string_view dflt;  // as written in a pipeline; setting it changes nothing ("" = unset)
   std::string_view help;

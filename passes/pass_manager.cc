@@ -323,6 +323,15 @@ std::vector<PipelineEntry> loadPipelineFile(const std::string& path) {
       for (const auto& [key, v] : opts.items())
         values[key] = optionValue(v, path, ptr + "/options/" + key);
     }
+    // A file the pipeline names is found beside it, wherever the command runs: a relative path
+    // option is joined to the pipeline file's folder (a shipped pipeline works from any folder).
+    for (const OptionDecl& d : createPass(name)->options()) {
+      auto it = values.find(std::string(d.name));
+      if (d.type != "path" || it == values.end() || it->second.empty()) continue;
+      std::filesystem::path p(it->second);
+      if (p.is_relative())
+        it->second = (std::filesystem::path(path).parent_path() / p).lexically_normal().string();
+    }
     out.push_back({name, PassOptions(name, std::move(values))});
   }
   return out;

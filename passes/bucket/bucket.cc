@@ -729,7 +729,7 @@ constexpr OptionDecl kBucketOptions[] = {
      "candidate with the shortest simulated step within memory-limit (auto: blocks, blocks x2, "
      "x4, caps 16-256 MB)"},
     {"group", "int", "1", "plan=blocks: this many consecutive blocks per bucket, in [1, 1000000]"},
-    {"hardware", "string", "", "plan=auto: the hardware profile (JSON) that times the candidates"},
+    {"hardware", "path", "", "plan=auto: the hardware profile (JSON) that times the candidates"},
     {"threads", "int", "0",
      "plan=auto: candidates evaluated at once, each on its own copy (0 = one per hardware "
      "thread); the plan chosen does not depend on it; in [0, 256]"},

@@ -443,7 +443,7 @@ constexpr OptionDecl kScheduleOptions[] = {
      "all-gathers issued this many buckets ahead, in [0, 1000000]; auto: the K in "
      "0..max-prefetch with the shortest simulated step within memory-limit"},
     {"max-prefetch", "int", "", "prefetch=auto: the largest K tried, in [0, 64] (unset: 3)"},
-    {"hardware", "string", "",
+    {"hardware", "path", "",
      "prefetch=auto: the hardware profile (JSON) that times the candidates"},
     {"defer-rs", "bool", "true",
      "defer each reduce-scatter's wait past the next reduce-scatter's launch"},

@@ -112,6 +112,36 @@ TEST_CASE("pipeline: JSON files", "[pass-manager]") {
     std::filesystem::remove(f);
 }
 
+TEST_CASE("pipeline: a path option in a file is found from the file's folder", "[pass-manager]") {
+  // configs/pipelines/auto.json names ../hardware/h100.json: it works from any working directory.
+  auto pipeline = loadPipelineFile(std::string(JFX_SOURCE_DIR) + "/configs/pipelines/auto.json");
+  const std::string h100 =
+      (std::filesystem::path(JFX_SOURCE_DIR) / "configs/hardware/h100.json").lexically_normal();
+  int with_hardware = 0;
+  for (const PipelineEntry& e : pipeline)
+    if (e.options.has("hardware")) {
+      CHECK(e.options.values().at("hardware") == h100);
+      ++with_hardware;
+    }
+  CHECK(with_hardware == 2);
+  // Relative to a file elsewhere; an absolute path and other string options stay as written.
+  std::string rel = tempFile("rel.json", R"({"passes": [
+      {"name": "bucket", "options": {"plan": "auto", "hardware": "hw/x.json"}},
+      {"name": "schedule", "options": {"hardware": "/abs/y.json", "prefetch": "2"}}]})");
+  auto p = loadPipelineFile(rel);
+  CHECK(p[0].options.values().at("hardware") ==
+        (std::filesystem::path(rel).parent_path() / "hw/x.json").string());
+  CHECK(p[0].options.values().at("plan") == "auto");
+  CHECK(p[1].options.values().at("hardware") == "/abs/y.json");
+  CHECK(p[1].options.values().at("prefetch") == "2");
+  // On the command line a path is the user's, relative to the working directory.
+  CHECK(parsePipeline("bucket{hardware=hw/x.json}")[0].options.values().at("hardware") ==
+        "hw/x.json");
+  applyOptionOverrides(p, {"hardware=hw/z.json"});
+  CHECK(p[0].options.values().at("hardware") == "hw/z.json");
+  std::filesystem::remove(rel);
+}
+
 TEST_CASE("pass manager: options a pass does not read are errors", "[pass-manager]") {
   CHECK(errorOf([] { buildPipeline(parsePipeline("dce{remove-randum=true}")); }) ==
         "error: pass 'dce' has no option 'remove-randum' (it takes: remove-random)");
