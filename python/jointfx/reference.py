@@ -255,7 +255,7 @@ def _inputs(doc: dict[str, Any], gm: Any, params: dict[str, Any], batch: dict[st
         shape = tuple(node.meta["val"].shape)
         if spec["kind"] == "parameter":
             full = params[spec["fqn"]]
-            layout = ParamLayout(spec["fqn"], tuple(full.shape), shape, shape)
+            layout = ParamLayout(spec["fqn"], tuple(full.shape), shape, shape, full.dtype)
             values.append(shard_param(full, layout, fsdp_rank=fsdp_rank, fsdp_size=fsdp,
                                       tp_rank=tp_rank, tp_size=tp))
         elif spec["kind"] == "buffer":

@@ -275,6 +275,7 @@ class ParamLayout:
     full_shape: tuple[int, ...]   # the model's parameter (all TP ranks together)
     local_shape: tuple[int, ...]  # this rank's TP-local parameter, the FSDP all-gather result
     shard_shape: tuple[int, ...]  # the padded FSDP shard: a graph input
+    dtype: torch.dtype = torch.float32  # the model's parameter, so its shard's
 
 
 def param_layouts(model: nn.Module, fsdp_size: int, tp_size: int,
@@ -296,7 +297,7 @@ def param_layouts(model: nn.Module, fsdp_size: int, tp_size: int,
         if dim is not None:
             full[dim] *= tp_size
         rows = math.ceil(local[0] / fsdp_size)
-        layouts.append(ParamLayout(fqn, tuple(full), local, (rows, *local[1:])))
+        layouts.append(ParamLayout(fqn, tuple(full), local, (rows, *local[1:]), p.dtype))
     return layouts
 
 
@@ -778,7 +779,10 @@ def trace(
         return [loss, *grads]
 
     # Values do not matter under tracing_mode="fake"; only shapes and dtypes do.
-    shard_examples = [torch.zeros(lay.shard_shape, requires_grad=True) for lay in layouts]
+    # Shards in their parameter's dtype: a float64 or bf16 parameter gathered as float32 would
+    # trace another program than the model's.
+    shard_examples = [torch.zeros(lay.shard_shape, dtype=lay.dtype, requires_grad=True)
+                      for lay in layouts]
     example = [*shard_examples, *buffers.example_values(), *inputs, *target_list]
     try:
         with fx_traceback.preserve_node_meta(), _apply_sac(list(checkpoint_modules)):

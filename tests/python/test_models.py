@@ -519,3 +519,49 @@ def test_trace_rejects_bad_losses_and_names(gloo_world1: None) -> None:
     holder.w = nn.Parameter(torch.tensor(1.0))
     with pytest.raises(ValueError, match="is a scalar"):
         trace(holder, None, [x])
+
+
+class _MixedDtypes(nn.Module):
+    """Parameters in three dtypes, each layer computing in its own (a model partly in float64,
+    partly cast to bf16 with .to(): FSDP gathers each shard in its parameter's dtype)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.wide = nn.Linear(6, 6).to(torch.float64)
+        self.narrow = nn.Linear(6, 6).to(torch.bfloat16)
+        self.head = nn.Linear(6, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.wide(x.double()).float()
+        x = self.narrow(x.bfloat16()).float()
+        return self.head(x)
+
+
+def test_shards_keep_their_parameter_dtype(gloo_world1: None) -> None:
+    """Each shard placeholder, all-gather and gradient has its parameter's dtype (shards used to
+    be traced as float32 whatever the parameter: a float64 or bf16 layer then traced as another
+    program, its addmm mixing dtypes); the graph computes eager's loss and gradients."""
+    from jointfx.trace import trace
+
+    torch.manual_seed(0)
+    model = _MixedDtypes()
+    gen = torch.Generator().manual_seed(1)
+    x, y = torch.randn(4, 6, generator=gen), torch.tensor([0, 2, 1, 0])
+    traced = trace(model, F.cross_entropy, [x], [y], input_names=["x"], target_names=["y"])
+    doc = traced.export()
+    by_name = {n["name"]: n for n in doc["nodes"]}
+    want = {fqn: p.dtype for fqn, p in model.named_parameters()}
+    for spec in doc["inputs"]:
+        if spec["kind"] == "parameter":
+            assert by_name[spec["name"]]["meta"]["val"]["dtype"] == str(want[spec["fqn"]])[6:]
+    for ag in _of(doc, AG):
+        src = by_name[ag["args"][0]["node"]]
+        assert ag["meta"]["val"]["dtype"] == src["meta"]["val"]["dtype"]
+    with torch.no_grad():
+        got = traced.gm(*traced.real_inputs(model, [x, y]))
+    loss = F.cross_entropy(model(x), y)
+    grads = torch.autograd.grad(loss, list(model.parameters()))
+    torch.testing.assert_close(got[0], loss.detach())
+    for (fqn, p), g, w in zip(model.named_parameters(), got[1:], grads):
+        assert g.dtype == p.dtype, fqn
+        torch.testing.assert_close(g, w, msg=lambda m, f=fqn: f"{f}: {m}")
