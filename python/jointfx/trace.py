@@ -28,6 +28,7 @@ import math
 import re
 import sys
 import types
+import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
@@ -788,6 +789,14 @@ def trace(
         with fx_traceback.preserve_node_meta(), _apply_sac(list(checkpoint_modules)):
             gm = make_fx(step, tracing_mode="fake",
                          record_stack_traces=record_stack_traces)(*example)
+    except RuntimeError as e:
+        if "_FsdpUnshard" in str(e) and "modified inplace" in str(e):
+            raise ValueError(
+                "the model modifies a parameter in place in forward (nn.Embedding(max_norm=...) "
+                "renormalizes its weight, for one): under SimpleFSDP that is the gathered copy, a "
+                "view of the padded gather at this world size, which autograd cannot let change; "
+                "and the change would never reach the parameter's shard") from e
+        raise
     finally:
         hooks.remove()
         buffers.restore()
@@ -795,6 +804,7 @@ def trace(
                          + in_names + tgt_names)
     gm = _rename_placeholders(gm, placeholder_names, in_names + tgt_names)
     _normalize_meta(gm.graph, seq_base[0])
+    _warn_parameter_mutations(gm, [lay.fqn for lay in layouts])
 
     in_specs = ([InputSpec("parameter", lay.fqn) for lay in layouts] + buffers.input_specs()
                 + [InputSpec("user_input")] * (len(inputs) + len(target_list)))
@@ -817,6 +827,47 @@ def trace(
     return TracedGraph(gm, in_specs, outputs, pgs, graph_meta, layouts, None,
                        buffer_fqns=list(buffers.fqns), user_input_names=in_names + tgt_names,
                        tp_size=max(tp_size, 1), tp_dim_fn=tp_dim_fn)
+
+
+def _mutated_args(node: fx.Node) -> list[Any]:
+    schema = getattr(node.target, "_schema", None)
+    if schema is None:
+        return []
+    out = []
+    for i, a in enumerate(schema.arguments):
+        if a.alias_info is not None and a.alias_info.is_write:
+            out.append(node.args[i] if i < len(node.args) else node.kwargs.get(a.name))
+    return out
+
+
+def _is_view(node: fx.Node) -> bool:
+    schema = getattr(node.target, "_schema", None)
+    return (schema is not None and bool(schema.returns) and schema.returns[0].alias_info is not None
+            and not schema.returns[0].alias_info.is_write)
+
+
+def _warn_parameter_mutations(gm: fx.GraphModule, fqns: Sequence[str]) -> None:
+    """Warns about each parameter the traced step modifies in place (through its gather,
+    casts and views): the graph changes the gathered copy only, as FSDP2 does, where eager
+    training would change the parameter itself."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    param_of: dict[fx.Node, str] = dict(zip(placeholders, fqns))
+    gathered = {"all_gather_into_tensor", "wait_tensor", "_to_copy", "convert_element_type"}
+    found: dict[str, str] = {}
+    for node in gm.graph.nodes:
+        if node.op != "call_function":
+            continue
+        first = node.args[0] if node.args and isinstance(node.args[0], fx.Node) else None
+        name = getattr(getattr(node.target, "_schema", None), "name", "").split("::")[-1]
+        if first in param_of and (name in gathered or _is_view(node)):
+            param_of[node] = param_of[first]
+        for arg in _mutated_args(node):
+            if isinstance(arg, fx.Node) and arg in param_of:
+                found.setdefault(param_of[arg], str(node.target))
+    for fqn, op in found.items():
+        warnings.warn(f"jointfx.trace: parameter {fqn} is modified in place in forward ({op}): the "
+                      "graph changes its gathered copy, not its shard (as FSDP2 does); eager "
+                      "training would change the parameter itself", stacklevel=3)
 
 
 # ----------------------------------------------------------------------------- the tiny Llama

@@ -1,6 +1,6 @@
 """jointfx.trace on models other than the tiny Llama, and the fixtures made from them.
 
-The fixtures tests/data/traced/{gpt2,encoder,convbn,moe,vit,uneven,uneven_bf16}_w<N>.json come from
+The fixtures tests/data/traced/{gpt2,encoder,convbn,moe,vit,uneven,uneven_bf16,t5,albert,lstm}_w<N>.json come from
 jointfx.models (scripts/gen_fixtures.py; test_fixtures.py checks the set and that regeneration
 is byte-identical). Here, per fixture: the header and graph meta describe the model the case
 builds; the FSDP structure (an all-gather per parameter use in forward, a reduce-scatter per
@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -565,3 +567,41 @@ def test_shards_keep_their_parameter_dtype(gloo_world1: None) -> None:
     for (fqn, p), g, w in zip(model.named_parameters(), got[1:], grads):
         assert g.dtype == p.dtype, fqn
         torch.testing.assert_close(g, w, msg=lambda m, f=fqn: f"{f}: {m}")
+
+
+class _RenormedEmbedding(nn.Module):
+    """nn.Embedding(max_norm=...) renormalizes the rows it looks up in place, in forward."""
+
+    def __init__(self, rows: int) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(rows, 4, max_norm=1.0)
+        self.head = nn.Linear(4, 3)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.head(self.emb(ids).mean(1))
+
+
+def test_a_parameter_modified_in_forward_is_said(gloo_world1: None) -> None:
+    """The graph renormalizes the gathered copy of emb.weight, never its shard (FSDP2 does the
+    same; eager would change the parameter): the trace warns, naming the parameter and op."""
+    from jointfx.trace import trace
+
+    ids, y = torch.tensor([[1, 2], [3, 1]]), torch.tensor([0, 2])
+    with pytest.warns(UserWarning, match=r"parameter emb\.weight is modified in place in forward "
+                                         r"\(aten\.embedding_renorm_\.default\)"):
+        trace(_RenormedEmbedding(5), F.cross_entropy, [ids], [y])
+
+
+def test_a_parameter_modified_in_forward_with_padding_is_an_error() -> None:
+    """At a world size that pads the parameter, its gathered copy is a view autograd cannot let
+    change: a ValueError that says what the model does, not autograd's view+inplace message."""
+    script = (
+        "import torch, torch.nn.functional as F, test_models as t\n"
+        "from jointfx.trace import trace\n"
+        "trace(t._RenormedEmbedding(5), F.cross_entropy, [torch.tensor([[1, 2], [3, 1]])],\n"
+        "      [torch.tensor([0, 2])], world_size=2)\n")
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                       cwd=Path(__file__).parent,
+                       env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2] / "python")})
+    assert r.returncode != 0
+    assert "ValueError: the model modifies a parameter in place in forward" in r.stderr, r.stderr
