@@ -48,6 +48,10 @@ MemoryProfile analyzeMemory(const Graph& g, const PhaseInfo& phases, const Memor
   StorageMap m;
   m.begin.assign(n_ids, 0);
   m.count.assign(n_ids, 0);
+  // About one storage and one element per node: no regrowth (a copy of everything so far) on
+  // large graphs.
+  m.storages.reserve(g.size());
+  m.elems.reserve(g.size() + g.size() / 8);
   auto fresh = [&](const Node* n, int32_t element, const ValueMeta& v, size_t t, bool input) {
     if (v.kind != ValueMeta::Kind::Tensor && v.kind != ValueMeta::Kind::List) return int32_t{-1};
     m.storages.push_back({n, element, v.bytes(), t, t, input, input});
