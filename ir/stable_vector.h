@@ -48,7 +48,10 @@ class StableVector {
 
   template <class... Args>
   T& emplace_back(Args&&... args) {
-    if (size_ == chunks_.size() * kChunk) chunks_.push_back(std::make_unique<Chunk>());
+    // for_overwrite: the chunk's bytes are raw storage that emplace constructs into; zeroing
+    // them first wrote every node twice.
+    if (size_ == chunks_.size() * kChunk)
+      chunks_.push_back(std::make_unique_for_overwrite<Chunk>());
     T* p = new (raw(size_)) T(std::forward<Args>(args)...);
     ++size_;
     return *p;
