@@ -45,7 +45,7 @@ class DeclaredPass : public Pass {
 
 TEST_CASE("pass options: every registered pass declares well-formed options and statistics",
           "[pass-options]") {
-  const std::set<std::string> types = {"bool", "int", "float", "string", "bytes", "list"};
+  const std::set<std::string> types = {"bool", "int", "float", "string", "bytes", "path", "list"};
   for (const auto& r : passRegistry()) {
     INFO("pass " << r.name);
     auto pass = createPass(r.name);
