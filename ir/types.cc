@@ -15,7 +15,7 @@ struct DtypeRow {
   bool floating;
 };
 
-constexpr std::array<DtypeRow, 18> kDtypes{{
+constexpr std::array<DtypeRow, 23> kDtypes{{
     {ScalarType::Bool, "bool", "b8", 1, false},
     {ScalarType::UInt8, "uint8", "u8", 1, false},
     {ScalarType::Int8, "int8", "i8", 1, false},
@@ -33,8 +33,20 @@ constexpr std::array<DtypeRow, 18> kDtypes{{
     {ScalarType::UInt16, "uint16", "u16", 2, false},
     {ScalarType::UInt32, "uint32", "u32", 4, false},
     {ScalarType::UInt64, "uint64", "u64", 8, false},
+    {ScalarType::Float8_e4m3fnuz, "float8_e4m3fnuz", "f8e4m3fnuz", 1, true},
+    {ScalarType::Float8_e5m2fnuz, "float8_e5m2fnuz", "f8e5m2fnuz", 1, true},
+    {ScalarType::Float8_e8m0fnu, "float8_e8m0fnu", "f8e8m0fnu", 1, true},
+    {ScalarType::Float4_e2m1fn_x2, "float4_e2m1fn_x2", "f4e2m1fnx2", 1, true},
+    {ScalarType::Complex32, "complex32", "c32", 4, false},
     {ScalarType::Undefined, "undefined", "undef", 0, false},
 }};
+
+// row(t) indexes by the enum's value.
+static_assert([] {
+  for (size_t i = 0; i < kDtypes.size(); ++i)
+    if (static_cast<size_t>(kDtypes[i].type) != i) return false;
+  return kDtypes.back().type == ScalarType::Undefined;
+}());
 
 const DtypeRow& row(ScalarType t) {
   return kDtypes[static_cast<size_t>(t)];

@@ -38,6 +38,12 @@ enum class ScalarType : uint8_t {
   UInt16,
   UInt32,
   UInt64,
+  // Scaled-precision training (float8 on AMD, MX scales, packed fp4) and complex half.
+  Float8_e4m3fnuz,
+  Float8_e5m2fnuz,
+  Float8_e8m0fnu,
+  Float4_e2m1fn_x2,  // two 4-bit values per byte: itemsize 1, as in PyTorch
+  Complex32,
   Undefined,
 };
 

@@ -18,7 +18,7 @@ struct DtypeName {
   std::string_view name;
 };
 
-constexpr std::array<DtypeName, 16> kNames{{
+constexpr std::array<DtypeName, 18> kNames{{
     {ScalarType::Bool, "BOOL"},
     {ScalarType::UInt8, "U8"},
     {ScalarType::Int8, "I8"},
@@ -35,6 +35,8 @@ constexpr std::array<DtypeName, 16> kNames{{
     {ScalarType::UInt32, "U32"},
     {ScalarType::UInt64, "U64"},
     {ScalarType::Complex64, "C64"},
+    {ScalarType::Float8_e4m3fnuz, "F8_E4M3FNUZ"},
+    {ScalarType::Float8_e5m2fnuz, "F8_E5M2FNUZ"},
 }};
 
 // A header larger than this is a corrupt length field, not a real file (Python's reader uses

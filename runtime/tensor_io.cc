@@ -44,6 +44,16 @@ c10::ScalarType atenDtype(ScalarType t) {
       return c10::ScalarType::UInt32;
     case ScalarType::UInt64:
       return c10::ScalarType::UInt64;
+    case ScalarType::Float8_e4m3fnuz:
+      return c10::ScalarType::Float8_e4m3fnuz;
+    case ScalarType::Float8_e5m2fnuz:
+      return c10::ScalarType::Float8_e5m2fnuz;
+    case ScalarType::Float8_e8m0fnu:
+      return c10::ScalarType::Float8_e8m0fnu;
+    case ScalarType::Float4_e2m1fn_x2:
+      return c10::ScalarType::Float4_e2m1fn_x2;
+    case ScalarType::Complex32:
+      return c10::ScalarType::ComplexHalf;
     case ScalarType::Undefined:
       break;
   }

@@ -154,3 +154,29 @@ def test_stats_knows_every_traced_op(jfx_bin: Path, path: Path) -> None:
     """Every target a real trace contains is known to the op table (docs/op-table.md)."""
     stats = json.loads(check_ok(run_cli(jfx_bin, "stats", "--json", path)))
     assert stats["unknown_targets"] == {}, "not in torch's registry nor ir/ops.def"
+
+
+def test_every_torch_float8_float4_and_complex32_dtype_loads(jfx_bin: Path, tmp_path: Path) -> None:
+    """Scaled-precision training graphs (float8 on AMD, MX scales, packed fp4) and complex half:
+    PyTorch's dtypes, exported, read by the C++ formats and written back byte for byte through
+    the text format; a dtype the table lacked was 'unknown dtype' and the graph did not load."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from jointfx.export import dumps_graph, export_graph, import_graph
+
+    dtypes = [torch.float8_e4m3fn, torch.float8_e5m2, torch.float8_e4m3fnuz,
+              torch.float8_e5m2fnuz, torch.float8_e8m0fnu, torch.complex32]
+
+    def f(x: torch.Tensor) -> list[torch.Tensor]:
+        return [x.to(d) for d in dtypes] + [x.to(torch.uint8).view(torch.float4_e2m1fn_x2)]
+
+    doc = export_graph(make_fx(f, tracing_mode="fake")(torch.randn(4, 4)))
+    path = tmp_path / "g.json"
+    path.write_text(dumps_graph(doc))
+    assert run_cli(jfx_bin, "verify", path).returncode == 0
+    assert run_cli(jfx_bin, "convert", path, "-o", tmp_path / "g.jfx").returncode == 0
+    assert run_cli(jfx_bin, "convert", tmp_path / "g.jfx", "-o", tmp_path / "back.json").returncode == 0
+    assert (tmp_path / "back.json").read_text() == path.read_text()
+    back = import_graph(json.loads((tmp_path / "back.json").read_text()))
+    got = {n.meta["val"].dtype for n in back.graph.nodes if n.op == "call_function"}
+    assert got == {*dtypes, torch.float4_e2m1fn_x2, torch.uint8}

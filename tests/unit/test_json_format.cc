@@ -113,7 +113,12 @@ std::unique_ptr<Graph> richGraph() {
        scalar(ValueMeta::Kind::Int, -7), scalar(ValueMeta::Kind::Float, 0, kInf),
        scalar(ValueMeta::Kind::Float, 0, -0.0), scalar(ValueMeta::Kind::Bool, 1),
        scalar(ValueMeta::Kind::None, 0),
-       ValueMeta::ofList({tensor(ScalarType::Float8_e4m3fn, {1})}), ValueMeta::ofList({})});
+       ValueMeta::ofList({tensor(ScalarType::Float8_e4m3fn, {1}),
+                          tensor(ScalarType::Float8_e4m3fnuz, {2}),
+                          tensor(ScalarType::Float8_e5m2fnuz, {2}),
+                          tensor(ScalarType::Float8_e8m0fnu, {4, 1}),
+                          tensor(ScalarType::Float4_e2m1fn_x2, {4, 8})}),
+       ValueMeta::ofList({})});
   Node* gi = g->createCall("operator.getitem", {Arg::ofNode(sdpa), Arg::ofInt(0)});
   gi->val() = tensor(ScalarType::Float32, {2, 4, 8});
   gi->meta().seq_nr = 12;
@@ -145,6 +150,9 @@ std::unique_ptr<Graph> richGraph() {
       Arg::ofStr(std::string("esc \"q\" \\ / \n \t \b \f \r \x01 \x1f \x7f nul:") + '\0' + "."),
       Arg::ofDtype(ScalarType::BFloat16),
       Arg::ofDtype(ScalarType::Float8_e5m2),
+      Arg::ofDtype(ScalarType::Float8_e8m0fnu),
+      Arg::ofDtype(ScalarType::Float4_e2m1fn_x2),
+      Arg::ofDtype(ScalarType::Complex32),
       Arg::ofDevice("cuda:1"),
       Arg::ofLayout("torch.strided"),
       Arg::ofLayout("torch.custom_layout"),
