@@ -113,11 +113,10 @@ std::unique_ptr<Graph> richGraph() {
        scalar(ValueMeta::Kind::Int, -7), scalar(ValueMeta::Kind::Float, 0, kInf),
        scalar(ValueMeta::Kind::Float, 0, -0.0), scalar(ValueMeta::Kind::Bool, 1),
        scalar(ValueMeta::Kind::None, 0),
-       ValueMeta::ofList({tensor(ScalarType::Float8_e4m3fn, {1}),
-                          tensor(ScalarType::Float8_e4m3fnuz, {2}),
-                          tensor(ScalarType::Float8_e5m2fnuz, {2}),
-                          tensor(ScalarType::Float8_e8m0fnu, {4, 1}),
-                          tensor(ScalarType::Float4_e2m1fn_x2, {4, 8})}),
+       ValueMeta::ofList(
+           {tensor(ScalarType::Float8_e4m3fn, {1}), tensor(ScalarType::Float8_e4m3fnuz, {2}),
+            tensor(ScalarType::Float8_e5m2fnuz, {2}), tensor(ScalarType::Float8_e8m0fnu, {4, 1}),
+            tensor(ScalarType::Float4_e2m1fn_x2, {4, 8})}),
        ValueMeta::ofList({})});
   Node* gi = g->createCall("operator.getitem", {Arg::ofNode(sdpa), Arg::ofInt(0)});
   gi->val() = tensor(ScalarType::Float32, {2, 4, 8});
