@@ -762,17 +762,18 @@ std::string describe(const TensorMeta& m) {
   return s + "]";
 }
 
-// Empty when `v` matches the graph's meta, else what differs.
-std::string checkMeta(const c10::IValue& v, const ValueMeta& m) {
+// Empty when `v` matches the graph's meta, else what differs. `element`: `v` is one output of a
+// multi-output node (an item of its tuple, or a getitem of it).
+std::string checkMeta(const c10::IValue& v, const ValueMeta& m, bool element = false) {
   if (m.kind == ValueMeta::Kind::Tensor) {
     if (!v.isTensor() || !v.toTensor().defined())
       return "expected a tensor " + describe(m.tensor) + ", got " + describe(v);
     const at::Tensor& t = v.toTensor();
     if (m.tensor.dtype != ScalarType::Undefined && t.scalar_type() != toAten(m.tensor.dtype))
       return "output " + describe(v) + " does not match the graph's " + describe(m.tensor);
-    // An empty tensor in the meta is a workspace whose size the meta kernel cannot know
-    // (emptyWorkspace): any size of its dtype matches.
-    if (t.sizes() != atenSizes(m.tensor.shape) && m.tensor.numel() != 0)
+    // An empty tensor among a node's outputs is a workspace whose size the meta kernel cannot
+    // know (emptyWorkspace): any size of its dtype matches.
+    if (t.sizes() != atenSizes(m.tensor.shape) && !(element && m.tensor.numel() == 0))
       return "output " + describe(v) + " does not match the graph's " + describe(m.tensor);
     return {};
   }
@@ -791,7 +792,7 @@ std::string checkMeta(const c10::IValue& v, const ValueMeta& m) {
       return "expected " + std::to_string(m.items.size()) + " outputs, got " +
              std::to_string(items.size());
     for (size_t i = 0; i < items.size(); ++i) {
-      std::string e = checkMeta(items[i], m.items[i]);
+      std::string e = checkMeta(items[i], m.items[i], /*element=*/true);
       if (!e.empty()) return "output " + std::to_string(i) + ": " + e;
     }
   }
@@ -904,7 +905,8 @@ std::vector<c10::IValue> Executor::run(std::vector<c10::IValue> inputs) {
       stack.clear();
     }
     if (opts_.check_meta && step.expected.kind != ValueMeta::Kind::Absent) {
-      std::string e = checkMeta(result, step.expected);
+      // A getitem's value is one output of a multi-output node (a workspace, maybe).
+      std::string e = checkMeta(result, step.expected, step.kind == Step::Kind::Getitem);
       if (!e.empty()) throwStepError(step.name, step.target, e);
     }
     values[step.out_slot] = std::move(result);

@@ -323,6 +323,34 @@ TEST_CASE("executor: a wrong output shape is caught against the graph's meta", "
   }
 }
 
+TEST_CASE("executor: an empty meta output matches any size only among a node's outputs",
+          "[runtime]") {
+  // Meta kernels give a workspace as an empty tensor (mkldnn_rnn_layer's): among a
+  // multi-output node's outputs, and through its getitem, any size of that dtype matches.
+  Graph g;
+  Node* x = placeholder(g, "x", f32({2, 3}), InputKind::UserInput);
+  const TensorMeta empty_i64 = meta(ScalarType::Int64, {0});
+  Node* mx = call(g, "aten.max.dim", {N(x), Arg::ofInt(1)}, TensorMeta{}, {}, "max_dim");
+  mx->val() = ValueMeta::ofList({ValueMeta::ofTensor(f32({2})), ValueMeta::ofTensor(empty_i64)});
+  Node* idx = call(g, "operator.getitem", {N(mx), Arg::ofInt(1)}, empty_i64, {}, "indices");
+  output(g, {idx});
+  rt::Executor ex(g);
+  std::vector<c10::IValue> out = ex.run({at::randn({2, 3})});
+  CHECK(out[0].toTensor().sizes() == at::IntArrayRef({2}));
+
+  // A single output is checked as written: an empty meta is not a wildcard there.
+  Graph h;
+  Node* y = placeholder(h, "y", f32({2, 3}), InputKind::UserInput);
+  output(h, {call(h, "aten.neg.default", {N(y)}, f32({0}), {}, "neg_empty")});
+  rt::Executor strict(h);
+  try {
+    strict.run({at::randn({2, 3})});
+    FAIL("meta check should have failed");
+  } catch (const JfxError& e) {
+    CHECK(std::string(e.what()).find("neg_empty") != std::string::npos);
+  }
+}
+
 TEST_CASE("executor: values die after their last use; collective inputs live until the wait",
           "[runtime]") {
   // A chain of 20 elementwise ops: at most the input, the current value and the next are alive.
