@@ -52,14 +52,23 @@ class ModelCase:
     trace_kwargs: dict[str, Any] = field(default_factory=dict)
 
 
+def _builder(model_cls: Callable[[Any], nn.Module], cfg: Any,
+             init: Callable[[Any, int], None]) -> Callable[[int], nn.Module]:
+    """seed -> model_cls(cfg) with init(model, seed)'s weights, in training mode."""
+
+    def build(seed: int) -> nn.Module:
+        model = model_cls(cfg)
+        init(model, seed)
+        return model.train()
+
+    return build
+
+
 def _gpt2_case() -> ModelCase:
     cfg = GPT2Config()
     batch, seq = 2, 8
 
-    def build(seed: int) -> nn.Module:
-        model = GPT2LMHeadModel(cfg)
-        init_gpt2(model, seed)
-        return model.train()
+    build = _builder(GPT2LMHeadModel, cfg, init_gpt2)
 
     def make_batch(seed: int) -> Batch:
         gen = torch.Generator().manual_seed(seed)
@@ -74,10 +83,7 @@ def _encoder_case() -> ModelCase:
     cfg = EncoderConfig()
     batch, seq = 2, 8
 
-    def build(seed: int) -> nn.Module:
-        model = BertForSequenceClassification(cfg)
-        init_encoder(model, seed)
-        return model.train()
+    build = _builder(BertForSequenceClassification, cfg, init_encoder)
 
     def make_batch(seed: int) -> Batch:
         gen = torch.Generator().manual_seed(seed)
@@ -95,10 +101,7 @@ def _convbn_case() -> ModelCase:
     cfg = ConvBNConfig()
     batch = 4
 
-    def build(seed: int) -> nn.Module:
-        model = ConvBNNet(cfg)
-        init_convbn(model, seed)
-        return model.train()
+    build = _builder(ConvBNNet, cfg, init_convbn)
 
     def make_batch(seed: int) -> Batch:
         gen = torch.Generator().manual_seed(seed)
@@ -115,10 +118,7 @@ def _moe_case() -> ModelCase:
     cfg = MoEConfig()
     batch, seq = 2, 8
 
-    def build(seed: int) -> nn.Module:
-        model = MoEForCausalLM(cfg)
-        init_moe(model, seed)
-        return model.train()
+    build = _builder(MoEForCausalLM, cfg, init_moe)
 
     def make_batch(seed: int) -> Batch:
         gen = torch.Generator().manual_seed(seed)
@@ -134,10 +134,7 @@ def _vit_case() -> ModelCase:
     cfg = ViTConfig()
     batch = 4
 
-    def build(seed: int) -> nn.Module:
-        model = ViT(cfg)
-        init_vit(model, seed)
-        return model.train()
+    build = _builder(ViT, cfg, init_vit)
 
     def make_batch(seed: int) -> Batch:
         gen = torch.Generator().manual_seed(seed)
@@ -154,10 +151,7 @@ def _t5_case() -> ModelCase:
     cfg = T5Config()
     batch, src_len, tgt_len = 2, 8, 6
 
-    def build(seed: int) -> nn.Module:
-        model = T5ForConditionalGeneration(cfg)
-        init_t5(model, seed)
-        return model.train()
+    build = _builder(T5ForConditionalGeneration, cfg, init_t5)
 
     def make_batch(seed: int) -> Batch:
         gen = torch.Generator().manual_seed(seed)
@@ -175,10 +169,7 @@ def _albert_case() -> ModelCase:
     cfg = AlbertConfig()
     batch, seq = 2, 8
 
-    def build(seed: int) -> nn.Module:
-        model = AlbertForSequenceClassification(cfg)
-        init_albert(model, seed)
-        return model.train()
+    build = _builder(AlbertForSequenceClassification, cfg, init_albert)
 
     def make_batch(seed: int) -> Batch:
         gen = torch.Generator().manual_seed(seed)
@@ -196,10 +187,7 @@ def _lstm_case() -> ModelCase:
     cfg = LstmConfig()
     batch, seq = 3, 6
 
-    def build(seed: int) -> nn.Module:
-        model = LstmLM(cfg)
-        init_lstm(model, seed)
-        return model.train()
+    build = _builder(LstmLM, cfg, init_lstm)
 
     def make_batch(seed: int) -> Batch:
         gen = torch.Generator().manual_seed(seed)
@@ -215,10 +203,7 @@ def _uneven_case(name: str = "uneven", **trace_kwargs: Any) -> ModelCase:
     cfg = UnevenConfig()
     batch = 5
 
-    def build(seed: int) -> nn.Module:
-        model = UnevenMLP(cfg)
-        init_uneven(model, seed)
-        return model.train()
+    build = _builder(UnevenMLP, cfg, init_uneven)
 
     def make_batch(seed: int) -> Batch:
         gen = torch.Generator().manual_seed(seed)
