@@ -473,10 +473,19 @@ void Executor::Planner::addInput(const Node& n) {
 void Executor::Planner::addConstant(const Node& n) {
   // A tensor constant: its bytes travel in the graph header (docs/graph-format.md).
   const ConstantInfo* c = g.findConstant(n.target().str());
-  if (!c)
+  if (!c) {
+    // A higher-order op's subgraph (torch.cond's branches): its body travels in the graph meta
+    // for PyTorch (docs/pytorch-bridge.md), and no higher-order op runs here.
+    for (Use u : n.uses())
+      if (u.user->target().str().starts_with("higher_order."))
+        failAt(n, "get_attr '" + std::string(n.target().str()) + "' is a subgraph of " +
+                      std::string(u.user->target().str()) + " '" + u.user->name() +
+                      "': higher-order ops cannot run in the C++ executor (run the graph in "
+                      "PyTorch: jointfx.import_graph rebuilds its subgraphs)");
     failAt(n, "get_attr '" + std::string(n.target().str()) +
                   "' has no value: the graph's header lists no such constant (export the graph "
                   "with its GraphModule's attributes)");
+  }
   at::Tensor t =
       at::empty(atenSizes(c->meta.shape), at::TensorOptions().dtype(atenDtype(c->meta.dtype)));
   if (!c->data.empty()) std::memcpy(t.data_ptr(), c->data.data(), c->data.size());

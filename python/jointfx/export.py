@@ -809,10 +809,14 @@ def _export_head(
         "outputs": [s.to_json() for s in out_specs],
         "meta": meta,
     }
+    meta.pop(SUBGRAPHS_KEY, None)  # the module's own subgraphs replace any stored ones
     if include_constants:
         constants = _constants(gm)
         if constants:
             doc["constants"] = constants
+        subgraphs = _subgraphs(gm, stacklevel + 1)
+        if subgraphs:
+            meta[SUBGRAPHS_KEY] = subgraphs
     return doc, (phases if lazy_phases else phases())
 
 
@@ -951,9 +955,7 @@ def _constants(gm: fx.GraphModule) -> list[dict[str, Any]]:
             continue
         seen.add(target)
         try:
-            value: Any = gm
-            for part in target.split("."):
-                value = getattr(value, part)
+            value = _get_attr(gm, target)
         except AttributeError:
             continue
         if not isinstance(value, torch.Tensor) or isinstance(value, FakeTensor) or value.is_meta:
@@ -965,6 +967,64 @@ def _constants(gm: fx.GraphModule) -> list[dict[str, Any]]:
                     "shape": [int(s) for s in t.shape]})
     out.sort(key=lambda c: c["name"])
     return out
+
+
+# Graph meta key holding the bodies of higher-order ops' subgraphs (docs/graph-format.md).
+SUBGRAPHS_KEY = "subgraphs"
+
+
+def _subgraphs(gm: fx.GraphModule, stacklevel: int) -> dict[str, Any]:
+    """The bodies of the get_attr targets that are GraphModules (the subgraphs of higher-order
+    ops: torch.cond's branches, forward and backward), by target, each a document of its own:
+    {"nodes", "returns"} ("tuple", "list" or "value": what its output node returns), and its own
+    "constants" and "subgraphs" where it has them. The C++ library carries them in the graph
+    meta untouched; import_graph rebuilds them. A get_attr whose value is neither a tensor nor a
+    GraphModule cannot be written: a warning names it, rather than letting the value go."""
+    import warnings
+
+    out: dict[str, Any] = {}
+    lost: list[str] = []
+    for node in gm.graph.find_nodes(op="get_attr"):
+        target = str(node.target)
+        if target in out or target in lost:
+            continue
+        try:
+            value: Any = _get_attr(gm, target)
+        except AttributeError:
+            continue  # import_graph stands in zeros of the recorded shape, as it always did
+        if isinstance(value, fx.GraphModule):
+            out[target] = _subgraph_doc(value, stacklevel + 1)
+        elif not isinstance(value, torch.Tensor):
+            lost.append(f"{target!r} ({type(value).__name__})")
+    if lost:
+        warnings.warn(f"export_graph: get_attr {', '.join(lost)} is neither a tensor nor a "
+                      "GraphModule: the document cannot carry its value", stacklevel=stacklevel + 1)
+    return dict(sorted(out.items()))
+
+
+def _subgraph_doc(sub: fx.GraphModule, stacklevel: int) -> dict[str, Any]:
+    targets: dict[Any, str] = {}
+    doc: dict[str, Any] = {"nodes": [_node_to_json(n, None, False, targets)
+                                     for n in sub.graph.nodes]}
+    # The output node's one argument is a list in the format; a higher-order op may want its
+    # subgraph to return a tuple (cond's branches) or a single tensor.
+    result = sub.graph.output_node().args[0]
+    doc["returns"] = ("tuple" if isinstance(result, tuple) else
+                      "list" if isinstance(result, list) else "value")
+    constants = _constants(sub)
+    if constants:
+        doc["constants"] = constants
+    nested = _subgraphs(sub, stacklevel + 1)
+    if nested:
+        doc[SUBGRAPHS_KEY] = nested
+    return doc
+
+
+def _get_attr(mod: torch.nn.Module, target: str) -> Any:
+    obj: Any = mod
+    for part in target.split("."):
+        obj = getattr(obj, part)
+    return obj
 
 
 def infer_process_groups(gm: fx.GraphModule) -> list[ProcessGroupSpec]:
@@ -1112,28 +1172,9 @@ def import_graph(doc: Mapping[str, Any]) -> fx.GraphModule:
         raise ExportError(f"not a jointfx graph (format {doc.get('format')!r})")
     if doc.get("version") != VERSION:
         raise ExportError(f"unsupported version {doc.get('version')!r} (this reader: {VERSION})")
-    graph = fx.Graph()
-    env: dict[str, fx.Node] = {}
-    vals = _ValFactory()
-    for index, nd in enumerate(doc["nodes"]):
-        name = nd.get("name", f"#{index}")
-        try:
-            env[name] = _import_node(graph, nd, env, vals)
-        except ExportError:
-            raise
-        except Exception as e:
-            raise ExportError(f"/nodes/{index} (node {name}): {e}") from e
-    root = torch.nn.Module()
-    constants = {c["name"]: c for c in doc.get("constants", [])}
-    for node in graph.nodes:
-        if node.op == "get_attr":
-            const = constants.get(str(node.target))
-            if const is not None:
-                _set_attr(root, str(node.target), _constant_tensor(const))
-            else:
-                # No value in the document: stand in zeros of the recorded shape.
-                _set_attr_placeholder(root, str(node.target), node.meta.get("val"))
-    gm = fx.GraphModule(root, graph)
+    meta = doc.get("meta", {})
+    gm = _import_module(doc, meta.get(SUBGRAPHS_KEY, {}) if isinstance(meta, Mapping) else {},
+                        _ValFactory(), "")
     gm.meta[GM_META_KEY] = {
         "process_groups": [dict(p) for p in doc.get("process_groups", [])],
         "inputs": [dict(i) for i in doc.get("inputs", [])],
@@ -1141,6 +1182,46 @@ def import_graph(doc: Mapping[str, Any]) -> fx.GraphModule:
         "meta": dict(doc.get("meta", {})),
     }
     return gm
+
+
+def _import_module(doc: Mapping[str, Any], subgraphs: Mapping[str, Any], vals: _ValFactory,
+                   where: str) -> fx.GraphModule:
+    """A GraphModule of `doc`'s nodes, its get_attr values from `doc`'s constants, else from
+    `subgraphs` (GraphModules, built the same way), else zeros of the recorded shape. `where` is
+    the JSON pointer of `doc`, for errors."""
+    graph = fx.Graph()
+    env: dict[str, fx.Node] = {}
+    for index, nd in enumerate(doc["nodes"]):
+        name = nd.get("name", f"#{index}")
+        try:
+            env[name] = _import_node(graph, nd, env, vals)
+        except ExportError as e:
+            if not where:
+                raise
+            raise ExportError(f"{where}: {e}") from e
+        except Exception as e:
+            raise ExportError(f"{where}/nodes/{index} (node {name}): {e}") from e
+    root = torch.nn.Module()
+    constants = {c["name"]: c for c in doc.get("constants", [])}
+    for node in graph.nodes:
+        if node.op != "get_attr":
+            continue
+        target = str(node.target)
+        if target in constants:
+            _set_attr(root, target, _constant_tensor(constants[target]))
+        elif target in subgraphs:
+            sub = subgraphs[target]
+            at = f"{where or '/meta'}/{SUBGRAPHS_KEY}/{target}"
+            _set_module(root, target, _import_module(sub, sub.get(SUBGRAPHS_KEY, {}), vals, at))
+        else:
+            # No value in the document: stand in zeros of the recorded shape.
+            _set_attr_placeholder(root, target, node.meta.get("val"))
+    returns = doc.get("returns", "list")
+    if returns != "list":
+        out = graph.output_node()
+        result = out.args[0]
+        out.args = (tuple(result) if returns == "tuple" else result[0],)
+    return fx.GraphModule(root, graph)
 
 
 def _has_empty_workspace(val: Any) -> bool:
@@ -1225,14 +1306,24 @@ def _set_attr_placeholder(root: torch.nn.Module, target: str, val: Any) -> None:
     _set_attr(root, target, value)
 
 
-def _set_attr(root: torch.nn.Module, target: str, value: Any) -> None:
+def _owner(root: torch.nn.Module, target: str) -> tuple[torch.nn.Module, str]:
     owner = root
     *path, leaf = target.split(".")
     for part in path:
         if not hasattr(owner, part):
             owner.add_module(part, torch.nn.Module())
         owner = getattr(owner, part)
+    return owner, leaf
+
+
+def _set_attr(root: torch.nn.Module, target: str, value: Any) -> None:
+    owner, leaf = _owner(root, target)
     owner.register_buffer(leaf, value)
+
+
+def _set_module(root: torch.nn.Module, target: str, module: torch.nn.Module) -> None:
+    owner, leaf = _owner(root, target)
+    owner.add_module(leaf, module)
 
 
 # ----------------------------------------------------------------------------- JSON text

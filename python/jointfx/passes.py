@@ -27,6 +27,7 @@ from jointfx.export import (
     GM_META_KEY,
     Opaque,
     _checkpoint_policies,
+    _get_attr,
     _import_meta,
     _json_bytes,
     _parse_dtype,
@@ -591,10 +592,3 @@ def _copy_attrs(src: fx.GraphModule, dst: fx.GraphModule) -> None:
             owner.register_buffer(leaf, value)
         else:
             setattr(owner, leaf, value)
-
-
-def _get_attr(mod: torch.nn.Module, target: str) -> Any:
-    obj: Any = mod
-    for part in target.split("."):
-        obj = getattr(obj, part)
-    return obj

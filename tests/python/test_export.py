@@ -275,3 +275,51 @@ def test_scalar_vals_including_non_finite() -> None:
     assert imported.graph.find_nodes(op="call_function", target=aten.sym_size.int)[2].meta["val"] == math.inf
     assert _roundtrip(doc) == doc
 
+
+
+def _nested_cond(x: torch.Tensor) -> torch.Tensor:
+    """torch.cond whose true branch holds another torch.cond and a tensor constant: make_fx
+    writes three GraphModules, one inside another, and the constant inside the inner one."""
+
+    def inner_true(t: torch.Tensor) -> torch.Tensor:
+        return t * torch.tensor([1.0, 2.0, 3.0])
+
+    def outer_true(t: torch.Tensor) -> torch.Tensor:
+        return torch.cond(t.mean() > 1, inner_true, torch.sin, (t,)) + 1
+
+    return torch.cond(x.sum() > 0, outer_true, torch.cos, (x,))
+
+
+def test_higher_order_subgraphs_roundtrip_nested() -> None:
+    """Subgraphs go into meta["subgraphs"] by get_attr target, each with its own constants and
+    subgraphs; import_graph rebuilds them (three levels here) and the graph computes what the
+    traced one does on inputs that take each branch; export(import(doc)) == doc."""
+    gm = make_fx(_nested_cond)(torch.randn(3))
+    doc = export_graph(gm)
+    subs = doc["meta"]["subgraphs"]
+    assert sorted(subs) == ["false_graph_0", "true_graph_0"]
+    inner = subs["true_graph_0"]["subgraphs"]
+    assert sorted(inner) == ["false_graph_0", "true_graph_0"]
+    assert [c["shape"] for c in inner["true_graph_0"]["constants"]] == [[3]]
+    assert _roundtrip(doc) == doc
+    imported = import_graph(json.loads(dumps_graph(doc)))
+    assert isinstance(imported.true_graph_0.true_graph_0, fx.GraphModule)
+    for x in (torch.tensor([2.0, 3.0, 4.0]), torch.tensor([0.1, 0.2, 0.3]),
+              torch.tensor([-1.0, -2.0, 0.5])):
+        # A graph's outputs are a list in the format; a subgraph returns what it returned.
+        [got] = imported(x)
+        assert torch.equal(got, gm(x)) and torch.equal(gm(x), _nested_cond(x))
+        for name in ("true_graph_0", "false_graph_0"):
+            sub, again = getattr(gm, name)(x), getattr(imported, name)(x)
+            assert type(again) is type(sub) is tuple and torch.equal(again[0], sub[0])
+
+
+def test_a_get_attr_the_document_cannot_carry_is_said() -> None:
+    """A get_attr whose value is neither a tensor nor a GraphModule is named in a warning."""
+    gm = make_fx(lambda x: x + 1)(torch.randn(2))
+    with gm.graph.inserting_before(gm.graph.output_node()):
+        gm.graph.create_node("get_attr", "table", name="table")
+    gm.table = {"rows": 3}
+    with pytest.warns(UserWarning, match=r"get_attr 'table' \(dict\) is neither a tensor nor a "
+                                         r"GraphModule: the document cannot carry its value"):
+        export_graph(gm)
