@@ -360,7 +360,7 @@ struct Input {
   const Node* node = nullptr;
   Layout layout;
   at::Tensor value;  // parameters and buffers: the local shard (the optimizer updates it)
-  int64_t int_bound = 0;
+  int64_t int_bound = 0;  // integer user inputs and buffers: values are drawn from [0, bound)
   bool is_fixed = false;  // a non-tensor input (a mesh, None, a scalar): `fixed` every step
   c10::IValue fixed;
 };
@@ -660,7 +660,8 @@ class RankRun {
         continue;
       }
       in.layout.local_shape = in.info.meta.tensor.shape;
-      if (in.info.kind == InputKind::UserInput || in.info.kind == InputKind::None) {
+      if (in.info.kind == InputKind::UserInput || in.info.kind == InputKind::None ||
+          (in.info.kind == InputKind::Buffer && isIntegral(in.info.meta.tensor.dtype))) {
         in.int_bound = inferIntBound(phs[i]);
       } else if (const Node* ag = findGather(phs[i])) {
         setGroup(in, groupNameOf(ag), "gathered");
@@ -786,7 +787,13 @@ class RankRun {
     auto gen = generator(mixSeed(o_.seed, {"param", in.info.fqn}));
     // Norm weights and other vectors start at one, matrices small and random (as the tracer's
     // init_weights does), so a few steps of training stay finite.
-    if (in.info.kind == InputKind::Buffer) return at::randn(shape, gen, at::kFloat);
+    if (in.info.kind == InputKind::Buffer) {
+      // Integer and bool buffers hold indices, positions and flags (BERT's position_ids): random
+      // normals would become negative indices. They are drawn as integer user inputs are.
+      if (isIntegral(m.dtype))
+        return at::randint(0, in.int_bound > 0 ? in.int_bound : 2, shape, gen, at::kLong);
+      return at::randn(shape, gen, at::kFloat);
+    }
     if (shape.size() == 1) return at::ones(shape, at::kFloat);
     return at::randn(shape, gen, at::kFloat).mul_(0.02);
   }

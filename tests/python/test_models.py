@@ -673,3 +673,42 @@ def test_higher_order_subgraphs_travel_through_the_cli(jfx_bin: Path, tmp_path: 
     assert proc.returncode != 0
     assert ("get_attr 'true_graph_0' is a subgraph of higher_order.cond 'cond': higher-order ops "
             "cannot run in the C++ executor") in proc.stderr, proc.stderr
+
+
+class _PositionIds(nn.Module):
+    """BERT's embeddings: integer buffers for the position ids (an arange) and the token type
+    ids (zeros), indexed with gather and looked up in embeddings."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.words = nn.Embedding(20, 8)
+        self.positions = nn.Embedding(16, 8)
+        self.types = nn.Embedding(2, 8)
+        self.head = nn.Linear(8, 20)
+        self.register_buffer("position_ids", torch.arange(16).expand(1, -1))
+        self.register_buffer("token_type_ids", torch.zeros(1, 16, dtype=torch.long))
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        pos = self.position_ids[:, :ids.shape[1]]
+        types = torch.gather(self.token_type_ids.expand(ids.shape[0], -1), 1, pos)
+        return self.head(self.words(ids) + self.positions(pos) + self.types(types))
+
+
+def test_integer_buffers_get_valid_indices_in_exec(jfx_bin: Path, tmp_path: Path,
+                                                    gloo_world1: None) -> None:
+    """`jointfx exec` without --params starts an integer buffer that is not all zeros or ones
+    (position_ids) with integers below the bound its uses imply, as it does integer inputs: it
+    used to draw normals and cast them, and the first negative index stopped the run."""
+    from jointfx.trace import trace
+
+    torch.manual_seed(0)
+    ids, y = torch.randint(0, 20, (2, 6)), torch.randint(0, 20, (2, 6))
+    traced = trace(_PositionIds(), lambda o, t: F.cross_entropy(o.reshape(-1, 20), t.reshape(-1)),
+                   [ids], [y], input_names=["ids"], target_names=["y"])
+    doc = traced.export()
+    assert doc["meta"]["buffer_init"] == {"token_type_ids": "zeros"}
+    path = tmp_path / "positions.json"
+    path.write_text(dumps_graph(doc))
+    proc = _run_cli(jfx_bin, "exec", path, "--steps", "2")
+    assert proc.returncode == 0, proc.stderr
+    assert "step 2 loss" in proc.stdout
