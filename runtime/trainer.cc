@@ -359,7 +359,7 @@ struct Input {
   GraphInput info;
   const Node* node = nullptr;
   Layout layout;
-  at::Tensor value;  // parameters and buffers: the local shard (the optimizer updates it)
+  at::Tensor value;       // parameters and buffers: the local shard (the optimizer updates it)
   int64_t int_bound = 0;  // integer user inputs and buffers: values are drawn from [0, bound)
   bool is_fixed = false;  // a non-tensor input (a mesh, None, a scalar): `fixed` every step
   c10::IValue fixed;
