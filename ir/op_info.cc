@@ -175,7 +175,11 @@ void applyHandOp(OpInfo& r, const HandRow& h) {
 // The merged table, built once on first use and read-only afterwards; lookup by symbol id.
 struct OpIndex {
   std::vector<OpInfo> rows;  // sorted by target
-  std::unordered_map<uint32_t, const OpInfo*> by_symbol;
+  // By symbol id: a vector, not a hash map, since every node's creation asks (a hash, a modulo
+  // and a scattered bucket cost about 4% of loading a graph). Interning the targets here gives
+  // them the next free ids, so the vector spans about the table, plus whatever symbols the
+  // process interned before its first opInfo call.
+  std::vector<const OpInfo*> by_id;
 
   OpIndex() {
     std::unordered_map<std::string_view, size_t> at;  // target -> index in rows
@@ -239,9 +243,11 @@ struct OpIndex {
     }
     std::sort(rows.begin(), rows.end(),
               [](const OpInfo& a, const OpInfo& b) { return a.target < b.target; });
-    by_symbol.reserve(rows.size());
-    for (const OpInfo& r : rows)
-      by_symbol.emplace(Symbol::intern(r.target).id(), &r);
+    for (const OpInfo& r : rows) {
+      const uint32_t id = Symbol::intern(r.target).id();
+      if (id >= by_id.size()) by_id.resize(id + 1, nullptr);
+      by_id[id] = &r;
+    }
   }
 };
 
@@ -254,8 +260,9 @@ OpIndex& index() {
 
 const OpInfo& opInfo(Symbol target) {
   OpIndex& idx = index();
-  auto it = idx.by_symbol.find(target.id());  // never written after construction
-  return it == idx.by_symbol.end() ? kUnknown : *it->second;
+  const uint32_t id = target.id();  // by_id is never written after construction
+  const OpInfo* info = id < idx.by_id.size() ? idx.by_id[id] : nullptr;
+  return info ? *info : kUnknown;
 }
 
 const OpInfo& opInfo(std::string_view target) {
