@@ -424,6 +424,23 @@ struct Executor::Planner {
     return s;
   }
 
+  // Why a collective's group is missing on this rank, and what would give it one.
+  std::string unregisteredGroup(std::string_view name) const {
+    std::string msg = "process group '" + std::string(name) + "' is not registered on this rank";
+    for (const ProcessGroupInfo& pg : g.processGroups()) {
+      if (pg.name != name) continue;
+      if (pg.ranks.empty()) return msg + " (is this rank in it?)";
+      std::string ranks;
+      for (int64_t r : pg.ranks)
+        ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+      return msg + ": the graph header lists it with ranks [" + ranks +
+             "], as the rank that traced the graph saw it, and no device mesh in the graph meta "
+             "gives this rank its own copy of it (meta.mesh {\"dim_names\", \"shape\"}: "
+             "jointfx.export_graph writes it from a DTensor graph's DeviceMesh placeholders)";
+    }
+    return msg + ": the graph header does not list it";
+  }
+
   void planNodes();
   void addInput(const Node& n);
   void addConstant(const Node& n);
@@ -592,9 +609,7 @@ void Executor::Planner::planArgument(const Node& n, const c10::FunctionSchema& s
       step.stack[i] = constantToIValue(a, type, ex.opts_.device);
       if (ex.opts_.check_groups && sa.name() == "group_name" && a.isStr() &&
           !c10d::is_process_group_registered(std::string(a.str())))
-        failAt(n, "process group '" + std::string(a.str()) +
-                      "' is not registered (is this rank in it, and does the graph header list "
-                      "it?)");
+        failAt(n, unregisteredGroup(a.str()));
       return;
     }
     DynamicArg d;

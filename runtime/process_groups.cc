@@ -141,6 +141,16 @@ int64_t meshRanks(const std::string& extra_json, std::string* shape_text) {
   return total;
 }
 
+// The graph meta's "world_size" (what our tracers and torchtitan exports record), or 0.
+int64_t metaWorldSize(const std::string& extra_json) {
+  if (extra_json.empty()) return 0;
+  auto meta = nlohmann::json::parse(extra_json, nullptr, /*allow_exceptions=*/false);
+  if (meta.is_discarded() || !meta.is_object()) return 0;
+  auto w = meta.find("world_size");
+  if (w == meta.end() || !w->is_number_integer() || w->get<int64_t>() < 1) return 0;
+  return w->get<int64_t>();
+}
+
 std::string ranksText(const std::vector<int64_t>& ranks) {
   std::string s = "[";
   for (size_t i = 0; i < ranks.size(); ++i)
@@ -153,6 +163,8 @@ std::string ranksText(const std::vector<int64_t>& ranks) {
 int64_t tracedWorldSize(const std::vector<ProcessGroupInfo>& groups,
                         const std::string& extra_json) {
   if (int64_t mesh = meshRanks(extra_json, nullptr); mesh > 0) return mesh;
+  if (int64_t world = metaWorldSize(extra_json); world > 0) return world;
+  // The groups give a lower bound only: HSDP's groups each span part of the world.
   int64_t world = 0;
   for (const ProcessGroupInfo& pg : groups) {
     world = std::max(world, pg.size);
@@ -169,6 +181,8 @@ std::string worldSizeProblem(const std::vector<ProcessGroupInfo>& groups,
   std::string why;
   if (want > 0) {
     why = "its device mesh " + mesh_shape + " has " + std::to_string(want) + " ranks";
+  } else if (want = metaWorldSize(extra_json); want > 0) {
+    why = "its graph meta says world_size " + std::to_string(want);
   } else {
     want = tracedWorldSize(groups, extra_json);
     if (want == 0) return {};

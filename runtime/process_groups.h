@@ -63,8 +63,8 @@ std::vector<ProcessGroupInfo> localizeGroups(const std::vector<ProcessGroupInfo>
                                              int world_size);
 
 // The world size the graph was traced for: its device mesh's rank count (graph meta "mesh"),
-// else the ranks its process groups span; 0 when the graph has no groups and no mesh (any world
-// fits). `extra_json` is the graph's meta.
+// else the graph meta's "world_size", else the ranks its process groups span; 0 when the graph
+// has none of these (any world fits). `extra_json` is the graph's meta.
 int64_t tracedWorldSize(const std::vector<ProcessGroupInfo>& groups, const std::string& extra_json);
 
 // Empty when a world of `world_size` ranks can run the graph; else an error that names the ranks

@@ -307,11 +307,22 @@ FsdpAnalysis analyzeFsdp(const Graph& g, const PhaseInfo& phases) {
       const auto& specs = g.outputSpecs();
       if (c.output_index < specs.size() && specs[c.output_index].kind == OutputKind::Gradient)
         c.param_fqn = specs[c.output_index].fqn;
-      for (Node* p = n->input(0);
-           p && p->uses().size() == 1 && isPure(p) && p->inputs().size() == 1 &&
-           (p->info().category == OpCategory::Copy || p->info().category == OpCategory::View);
+      Node* p = n->input(0);
+      for (; p && p->uses().size() == 1 && isPure(p) && p->inputs().size() == 1 &&
+             (p->info().category == OpCategory::Copy || p->info().category == OpCategory::View);
            p = p->input(0))
         c.pre.push_back(p);
+      // torchtitan's SimpleFSDP reduces an HSDP gradient across replicas before it scatters it
+      // within the replica (all-reduce -> wait -> [views] -> reduce-scatter); FSDP2 does the
+      // reverse (the all-reduce in `post`, above).
+      if (p && !c.all_reduce && p->isWait() && p->uses().size() == 1) {
+        Node* ar = p->input(0);
+        if (ar && isPlainCollective(ar, CollectiveKind::AllReduce) && soleWait(ar) == p) {
+          c.all_reduce = ar;
+          c.pre.push_back(p);
+          c.pre.push_back(ar);
+        }
+      }
       std::reverse(c.pre.begin(), c.pre.end());
       a.role_[n->id()] = CollectiveRole::FsdpReduceGrad;
       if (c.all_reduce) a.role_[c.all_reduce->id()] = CollectiveRole::FsdpGradAllReduce;

@@ -47,11 +47,12 @@ struct FsdpUnshardChain {
 };
 
 struct FsdpGradChain {
-  std::vector<Node*> pre;  // gradient -> reduce-scatter, program order
+  std::vector<Node*> pre;  // gradient -> reduce-scatter, program order (includes an HSDP
+                           // all-reduce and its wait that come before the reduce-scatter)
   Node* reduce_scatter = nullptr;
   Node* wait = nullptr;
   std::vector<Node*> post;     // wait -> graph output (includes the HSDP all-reduce and its wait)
-  Node* all_reduce = nullptr;  // HSDP replicate-axis all-reduce, when present
+  Node* all_reduce = nullptr;  // HSDP replicate-axis all-reduce, when present (before or after)
   size_t output_index = 0;     // position in the output list
   std::string param_fqn;       // from the output spec, when it names a gradient
 };

@@ -790,6 +790,8 @@ def _export_head(
     meta = dict(graph_meta if graph_meta is not None else stored.get("meta", {}))
     if not _is_json_value(meta):
         raise ExportError("graph_meta must be plain JSON data")
+    if "mesh" not in meta and (mesh := _mesh_meta(placeholders)) is not None:
+        meta["mesh"] = mesh
 
     buffer_fqns = {s.fqn for s in in_specs if s.kind == "buffer"}
     for i, spec in enumerate(out_specs):
@@ -821,6 +823,32 @@ def _export_head(
 
 
 _ABSENT = object()
+
+
+def _mesh_meta(placeholders: Sequence[fx.Node]) -> dict[str, Any] | None:
+    """Graph meta "mesh" ({"dim_names", "shape"}) from the DeviceMesh placeholders of a DTensor
+    graph (torchtitan's tracer flattens each DTensor into its local tensor and its mesh): the
+    one root mesh they share, when its ranks are 0..N-1 in row-major order. `jointfx exec`
+    needs it to give each rank its own copy of a group that spans part of the world (HSDP's
+    shard and replicate groups are named as rank 0 sees them). None when there is no such mesh."""
+    roots: list[Any] = []
+    for node in placeholders:
+        value = node.meta.get("val")
+        if type(value).__name__ != "DeviceMesh":
+            continue
+        root = value._get_root_mesh() if hasattr(value, "_get_root_mesh") else value
+        if all(r is not root for r in roots):
+            roots.append(root)
+    if len(roots) != 1:
+        return None
+    mesh = roots[0]
+    ranks = mesh.mesh.flatten().tolist()
+    if ranks != list(range(len(ranks))):
+        return None
+    out: dict[str, Any] = {"shape": [int(s) for s in mesh.shape]}
+    if mesh.mesh_dim_names:
+        out["dim_names"] = list(mesh.mesh_dim_names)
+    return out
 
 
 def _warn_no_specs(gm: fx.GraphModule, count: int, stacklevel: int) -> None:

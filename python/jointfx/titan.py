@@ -3,15 +3,16 @@
 `trace_model("llama3", n_layers=2)` builds one of torchtitan 0.3.0's graph_trainer model families
 (`MODELS`: llama3, qwen3, deepseek_v3) at its `debugmodel` flavor shrunk to a few layers (SDPA
 attention, so it traces on CPU), wraps it with SimpleFSDP
-(`simple_fsdp.data_parallel(mode="fully_shard")` over a 1-D mesh named `fsdp`), annotates module
+(`simple_fsdp.data_parallel(mode="fully_shard")` over a 1-D mesh named `fsdp`; with `replicas`,
+HSDP's `hybrid_shard` over a 2-D mesh), annotates module
 FQNs as GraphTrainer does, and traces `trainer.make_fwd_bwd_step(model, CrossEntropyLoss)` with
 `make_fx_tracer.minimal_fx_tracer`: the joint forward+loss+backward graph GraphTrainer hands to
 its pass list. `trace_llama3(n)` is `trace_model("llama3", n)`. It needs an initialized default
 process group of `world` ranks: the fake one (`init_fake_world`) for tracing alone, or gloo for
 running.
 
-    python -m jointfx.titan [--model llama3] [--world 2] [--rank 0] [--layers 2] [--out g.json]
-                            [--code]
+    python -m jointfx.titan [--model llama3] [--world 2] [--rank 0] [--layers 2] [--replicas 1]
+                            [--out g.json] [--code]
 
 prints a summary of the traced graph (placeholders, collectives, nodes), `--code` its Python
 code, and `--out` writes it in the jointfx JSON format through `jointfx.export_graph`.
@@ -40,7 +41,7 @@ class TitanTrace:
 
     traced: Any  # make_fx_tracer.TracedResult
     model: torch.nn.Module  # the SimpleFSDP-wrapped model (DTensor parameters)
-    mesh: Any  # the 1-D DeviceMesh named "fsdp"
+    mesh: Any  # the DeviceMesh: 1-D named "fsdp", or ("dp_replicate", "dp_shard") for HSDP
     n_layers: int
     args: tuple[Any, ...]  # the step's user inputs: (tokens, labels, global_valid_tokens, {})
     full_params: dict[str, torch.Tensor] = field(default_factory=dict)  # unsharded, by FQN
@@ -61,7 +62,8 @@ class TitanTrace:
 
         world = dist.get_world_size()
         meta = {"world_size": world, "traced_rank": dist.get_rank(),
-                "mesh": {"dim_names": ["fsdp"], "shape": [world]},
+                "mesh": {"dim_names": list(self.mesh.mesh_dim_names),
+                         "shape": [int(s) for s in self.mesh.shape]},
                 "model": {"family": self.family, "flavor": FLAVOR, "layers": self.n_layers,
                           "parameters": len(self.full_params),
                           "parameter_numel": sum(v.numel() for v in self.full_params.values()),
@@ -131,9 +133,12 @@ def _vocab_size(model: torch.nn.Module) -> int:
 
 
 def trace_model(family: str = "llama3", n_layers: int = 2, *, seed: int = SEED,
-                batch: int = BATCH, seq_len: int = SEQ_LEN) -> TitanTrace:
+                batch: int = BATCH, seq_len: int = SEQ_LEN, replicas: int = 1) -> TitanTrace:
     """Traces GraphTrainer's fwd+loss+bwd step of the shrunk `family` model under SimpleFSDP
-    over the initialized default group (every rank of it forms the `fsdp` mesh)."""
+    over the initialized default group: every rank of it forms the `fsdp` mesh, or with
+    `replicas` > 1 HSDP (`hybrid_shard`) on a (replicas, world / replicas) mesh named
+    (`dp_replicate`, `dp_shard`): parameters sharded within a replica, gradients then
+    all-reduced across replicas."""
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
     from torchtitan.components.loss import CrossEntropyLoss
@@ -149,10 +154,18 @@ def trace_model(family: str = "llama3", n_layers: int = 2, *, seed: int = SEED,
     # the same deduplicated list, so a tied weight is sharded once.
     full = {k: v.detach().clone() for k, v in model.named_parameters()}
     tied = _tied_aliases(model)
-    mesh = init_device_mesh("cpu", (world,), mesh_dim_names=("fsdp",))
-    model = data_parallel(model, mesh, mode="fully_shard")
+    if replicas < 1 or world % replicas:
+        raise ValueError(f"replicas={replicas} does not divide the world of {world} ranks")
+    if replicas == 1:
+        mesh = init_device_mesh("cpu", (world,), mesh_dim_names=("fsdp",))
+        model = data_parallel(model, mesh, mode="fully_shard")
+    else:
+        mesh = init_device_mesh("cpu", (replicas, world // replicas),
+                                mesh_dim_names=("dp_replicate", "dp_shard"))
+        model = data_parallel(model, mesh, mode="hybrid_shard")
     _retie(model, tied)
-    set_local_shards(model, full, dist.get_rank(), world)
+    shards = world // replicas
+    set_local_shards(model, full, dist.get_rank() % shards, shards)
     annotate_module_fqns(model)
     loss_fn = CrossEntropyLoss(CrossEntropyLoss.Config())
     args = (*step_inputs(vocab, world, seed=seed, batch=batch, seq_len=seq_len), {})
@@ -288,6 +301,7 @@ def summary(gm: torch.fx.GraphModule) -> dict[str, int]:
             "non_tensor_placeholders": meshes,
             "all_gather_into_tensor": count("all_gather_into_tensor"),
             "reduce_scatter_tensor": count("reduce_scatter_tensor"),
+            "all_reduce": count("all_reduce"),
             "wait_tensor": count("wait_tensor")}
 
 
@@ -298,12 +312,14 @@ def main() -> int:
     p.add_argument("--world", type=int, default=2)
     p.add_argument("--rank", type=int, default=0)
     p.add_argument("--layers", type=int, default=2)
+    p.add_argument("--replicas", type=int, default=1,
+                   help="HSDP: replicas of a world / replicas-way sharded model (default 1: FSDP)")
     p.add_argument("--out", help="write the graph as jointfx JSON")
     p.add_argument("--code", action="store_true", help="print the graph's Python code")
     a = p.parse_args()
     torch.set_num_threads(1)
     init_fake_world(a.world, a.rank)
-    tr = trace_model(a.model, a.layers)
+    tr = trace_model(a.model, a.layers, replicas=a.replicas)
     print(summary(tr.gm))
     if a.code:
         print(tr.gm.code)

@@ -117,6 +117,65 @@ def test_graph_trainer_inductor(tmp_path: Path) -> None:
         assert res["mismatches"] == [], f"rank {r}: {res['mismatches']}"
 
 
+_HSDP_SCRIPT = """
+import json, sys
+from jointfx import dumps_graph, export_graph, specs_from_traced, titan
+titan.init_fake_world(4, 0)
+tr = titan.trace_model("llama3", 2, replicas=2)
+open(sys.argv[1], "w").write(dumps_graph(tr.export()))
+bare = export_graph(tr.gm, **specs_from_traced(tr.traced, tr.model))
+print(json.dumps(bare["meta"]))
+"""
+
+
+def test_hsdp_graph_runs_on_each_ranks_own_groups(jfx_bin: Path, tmp_path: Path) -> None:
+    """SimpleFSDP's hybrid_shard on a (2, 2) mesh at world 4: the groups are named as rank 0
+    sees them (shard group [0, 1], replicate group [0, 2]), so each rank needs the mesh to find
+    its own. export_graph writes it from the graph's DeviceMesh placeholders (before, the meta
+    had none and ranks 2 and 3 found no group); each gradient's replicate all-reduce, which
+    SimpleFSDP issues before the reduce-scatter, belongs to its gradient chain; the default
+    pipeline keeps loss and gradients bitwise on 4 gloo ranks. Without the mesh, exec says why
+    a rank has no group."""
+    if not _have_torchtitan():
+        if os.environ.get("CI") == "true":
+            pytest.fail("torchtitan is not installed: run scripts/setup")
+        pytest.skip("torchtitan is not installed: run scripts/setup")
+    path = tmp_path / "hsdp.json"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(REPO / "python"), str(REPO / "build" / "python"), os.environ.get("PYTHONPATH", "")])}
+    r = subprocess.run([sys.executable, "-c", _HSDP_SCRIPT, str(path)], env=env,
+                       capture_output=True, text=True, timeout=TIMEOUT_S)
+    assert r.returncode == 0, r.stderr[-4000:]
+    mesh = {"dim_names": ["dp_replicate", "dp_shard"], "shape": [2, 2]}
+    assert json.loads(r.stdout.strip().splitlines()[-1])["mesh"] == mesh
+    doc = json.loads(path.read_text())
+    assert doc["meta"]["mesh"] == mesh
+    assert sorted(g["ranks"] for g in doc["process_groups"]) == [[0, 1], [0, 2]]
+
+    r = subprocess.run([str(jfx_bin), "analyze", "--json", str(path)], capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    fsdp = json.loads(r.stdout)["fsdp"]
+    grads = sum(1 for o in doc["outputs"] if o["kind"] == "gradient")
+    assert fsdp["gradient_chains"] == fsdp["hsdp_all_reduces"] == grads
+    assert fsdp["other_collectives"] == []
+
+    r = subprocess.run([str(jfx_bin), "parity", str(path), "-p", DEFAULT_PIPELINE, "--nproc", "4",
+                        "--steps", "2"], capture_output=True, text=True, timeout=TIMEOUT_S)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "bitwise identical (4 ranks, 2 steps" in r.stdout, r.stdout
+
+    del doc["meta"]["mesh"]
+    no_mesh = tmp_path / "no_mesh.json"
+    no_mesh.write_text(json.dumps(doc))
+    r = subprocess.run([str(jfx_bin), "exec", str(no_mesh), "--nproc", "4", "--timeout-s", "60"],
+                       capture_output=True, text=True, timeout=TIMEOUT_S)
+    assert r.returncode != 0
+    assert ("is not registered on this rank: the graph header lists it with ranks [0, 1], as the "
+            "rank that traced the graph saw it, and no device mesh in the graph meta gives this "
+            "rank its own copy of it") in r.stderr, r.stderr
+
+
 @pytest.mark.parametrize("path", titan_fixture_paths(), ids=lambda p: p.stem)
 def test_titan_fixture_structure(jfx_bin: Path, path: Path) -> None:
     """The committed graph_trainer trace (scripts/gen_fixtures.py, TITAN_FIXTURES) as the
