@@ -813,12 +813,7 @@ def _export_head(
     }
     meta.pop(SUBGRAPHS_KEY, None)  # the module's own subgraphs replace any stored ones
     if include_constants:
-        constants = _constants(gm)
-        if constants:
-            doc["constants"] = constants
-        subgraphs = _subgraphs(gm, stacklevel + 1)
-        if subgraphs:
-            meta[SUBGRAPHS_KEY] = subgraphs
+        _put_attr_values(gm, doc, meta, stacklevel + 1)
     return doc, (phases if lazy_phases else phases())
 
 
@@ -1039,13 +1034,19 @@ def _subgraph_doc(sub: fx.GraphModule, stacklevel: int) -> dict[str, Any]:
     result = sub.graph.output_node().args[0]
     doc["returns"] = ("tuple" if isinstance(result, tuple) else
                       "list" if isinstance(result, list) else "value")
-    constants = _constants(sub)
-    if constants:
-        doc["constants"] = constants
-    nested = _subgraphs(sub, stacklevel + 1)
-    if nested:
-        doc[SUBGRAPHS_KEY] = nested
+    _put_attr_values(sub, doc, doc, stacklevel + 1)
     return doc
+
+
+def _put_attr_values(gm: fx.GraphModule, doc: dict[str, Any], subgraphs_into: dict[str, Any],
+                     stacklevel: int) -> None:
+    """The values of `gm`'s get_attr nodes, where it has any: its tensor constants as
+    doc["constants"], its subgraphs as subgraphs_into["subgraphs"] (the graph meta of a graph,
+    the document itself of a subgraph)."""
+    if constants := _constants(gm):
+        doc["constants"] = constants
+    if subgraphs := _subgraphs(gm, stacklevel + 1):
+        subgraphs_into[SUBGRAPHS_KEY] = subgraphs
 
 
 def _get_attr(mod: torch.nn.Module, target: str) -> Any:
