@@ -61,9 +61,8 @@ class TitanTrace:
         from jointfx.export import export_graph, specs_from_traced
 
         world = dist.get_world_size()
+        # export_graph adds the mesh, from the graph's DeviceMesh placeholders.
         meta = {"world_size": world, "traced_rank": dist.get_rank(),
-                "mesh": {"dim_names": list(self.mesh.mesh_dim_names),
-                         "shape": [int(s) for s in self.mesh.shape]},
                 "model": {"family": self.family, "flavor": FLAVOR, "layers": self.n_layers,
                           "parameters": len(self.full_params),
                           "parameter_numel": sum(v.numel() for v in self.full_params.values()),
