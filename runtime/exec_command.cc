@@ -105,6 +105,12 @@ int runExec(const ExecOptions& o) {
       printError("exec", e);
       return kExecInputError;
     }
+    if (!inWorker()) {
+      if (std::string e = deviceGraphProblem(o); !e.empty()) {
+        printError("exec", e);
+        return kExecInputError;
+      }
+    }
     if (std::string e = deviceProblem(o.device); !e.empty()) {
       printError("exec", e);
       return kExecInputError;

@@ -18,6 +18,7 @@
 #include <unordered_map>
 
 #include "ir/error.h"
+#include "runtime/process_groups.h"
 #include "runtime/tensor_io.h"
 
 namespace jfx::rt {
@@ -260,6 +261,10 @@ c10::IValue constantToIValue(const Arg& a, const c10::TypePtr& t, const c10::Dev
       }
     }
     case K::TensorType: {
+      // Autograd formulas pass undefined tensors where a schema says Tensor, and FX prints them
+      // as None: the SDPA backwards' attn_bias (efficient) and cum_seq_q/k (flash) outside
+      // nested tensors. An undefined tensor is what eager passes.
+      if (a.isNone()) return c10::IValue(at::Tensor());
       // make_fx keeps Python scalars where a schema wants a Tensor (add.Tensor(x, 1e-05)).
       // Python's arg parser turns them into 0-dim "wrapped number" tensors, which take no part
       // in type promotion; do the same so results match eager bit for bit.
@@ -388,6 +393,45 @@ ResolvedCall resolve(const Node& n) {
                   "cannot run in the C++ executor");
   return {*op, n.args(), n.kwargs()};
 }
+
+}  // namespace
+
+std::string deviceKernelProblem(const Graph& g, c10::DeviceType device) {
+  c10::DispatchKey key = c10::computeDispatchKey(std::nullopt, std::nullopt, c10::Device(device));
+  const Node* first = nullptr;
+  size_t count = 0;
+  std::vector<std::string_view> targets;  // distinct, in program order
+  for (const Node* n = g.first(); n; n = n->next()) {
+    if (n->op() != OpKind::CallFunction) continue;
+    std::optional<c10::OperatorHandle> op;
+    try {
+      op = resolve(*n).op;
+    } catch (const JfxError&) {
+      continue;
+    }
+    if (op->hasComputedKernelForDispatchKey(key)) continue;
+    if (!first) first = n;
+    ++count;
+    if (std::find(targets.begin(), targets.end(), n->target().str()) == targets.end())
+      targets.push_back(n->target().str());
+  }
+  if (!first) return {};
+  std::string device_name = c10::DeviceTypeName(device, /*lower_case=*/true);
+  std::string ops;
+  for (std::string_view t : targets)
+    ops += (ops.empty() ? "" : ", ") + std::string(t);
+  std::string message = "node '" + first->name() + "': " + std::to_string(count) + " node" +
+                        (count == 1 ? "" : "s") + " call ops with no " + device_name + " kernel (" +
+                        ops + "): the graph cannot run on " + device_name + ".";
+  if (ops.find("_for_cpu") != std::string::npos)
+    message +=
+        " Tracing on CPU records CPU-only ops; trace the model on the device it will run "
+        "on (or on a fake " +
+        device_name + " device) to get that device's ops.";
+  return message;
+}
+
+namespace {
 
 bool hasNode(const Arg& a) {
   bool found = false;
@@ -608,7 +652,7 @@ void Executor::Planner::planArgument(const Node& n, const c10::FunctionSchema& s
     if (!hasNode(a)) {
       step.stack[i] = constantToIValue(a, type, ex.opts_.device);
       if (ex.opts_.check_groups && sa.name() == "group_name" && a.isStr() &&
-          !c10d::is_process_group_registered(std::string(a.str())))
+          !groupRegistered(std::string(a.str())))
         failAt(n, unregisteredGroup(a.str()));
       return;
     }

@@ -120,4 +120,11 @@ c10::IValue nonTensorInput(const GraphInput& in);
 // "Tensor"); accepts a leading "torch.ops.". nullopt if the target has fewer than three parts.
 std::optional<std::pair<std::string, std::string>> dispatcherName(std::string_view target);
 
+// Empty when every call of `g` has a kernel for `device`'s backend in this process's dispatcher
+// (composite and fallback kernels count); else an error naming the first node without one and
+// how many others lack one. A graph traced on CPU can carry CPU-only ops (SDPA becomes
+// aten._scaled_dot_product_flash_attention_for_cpu), which CUDA cannot run. Nodes whose op does
+// not resolve are left to the Executor's own errors.
+std::string deviceKernelProblem(const Graph& g, c10::DeviceType device);
+
 }  // namespace jfx::rt

@@ -3,6 +3,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Context.h>
 #include <ATen/Parallel.h>
+#include <ATen/detail/CUDAHooksInterface.h>
 #include <ATen/ops/ones.h>
 #include <ATen/ops/randint.h>
 #include <ATen/ops/randn.h>
@@ -584,6 +585,7 @@ class RankRun {
     if (std::string p = deviceProblem(o_.device); !p.empty()) inputError(p);
     device_ = o_.device == "cuda" ? c10::Device(c10::kCUDA, static_cast<int8_t>(env_.local_rank))
                                   : c10::Device(c10::kCPU);
+    if (std::string p = deviceKernelProblem(*g_, device_.type()); !p.empty()) inputError(p);
 #if JFX_WITH_CUDA
     // NCCL communicators and the functional collectives' streams use the current device.
     if (device_.is_cuda()) {
@@ -901,6 +903,9 @@ class RankRun {
     } catch (const JfxError& e) {
       throw RankError{kExecRankFailed, "step " + std::to_string(step) + ": " + e.what()};
     }
+    // CUDA kernels run after run() returns: a step's time includes them only once the device
+    // has drained its queues.
+    if (device_.is_cuda()) at::detail::getCUDAHooks().deviceSynchronize(device_.index());
     double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     total_seconds_ += seconds;
     phases_.fetch_add(1, std::memory_order_relaxed);
@@ -1119,12 +1124,29 @@ std::string deviceProblem(const std::string& device) {
 #endif
 }
 
+std::string deviceGraphProblem(const ExecOptions& o) {
+#if JFX_WITH_CUDA
+  if (o.device != "cuda") return {};
+  try {
+    return deviceKernelProblem(*loadGraph(o.graph), c10::kCUDA);
+  } catch (const std::exception&) {
+    return {};  // the graph's own errors come from preflight or the rank, with their context
+  }
+#else
+  (void)o;
+  return {};  // without CUDA kernels in the process, deviceProblem says so first
+#endif
+}
+
 std::string preflight(const ExecOptions& o) {
   try {
     auto g = loadGraph(o.graph);
     ExecutorOptions eo;
     eo.check_groups = false;  // no groups exist in the launcher
     Executor ex(*g, eo);      // the graph's own errors first
+    if (std::string p = deviceKernelProblem(*g, o.device == "cuda" ? c10::kCUDA : c10::kCPU);
+        !p.empty())
+      return p;
     for (const GraphInput& in : ex.inputs())
       if (std::string e = inputProblem(in); !e.empty()) return e;
     if (std::string p = worldSizeProblem(g->processGroups(), g->extraJson(), o.nproc); !p.empty())

@@ -261,6 +261,53 @@ TEST_CASE("executor: Python scalars where the schema wants a Tensor act as wrapp
   CHECK(bitwiseEqual(outs[1].toTensor(), iv.mul(0.5)));
 }
 
+// The joint graph of SDPA on CUDA, as make_fx records it: the efficient-attention backward's
+// attn_bias is None where its schema says Tensor (the autograd formula passes an undefined one).
+TEST_CASE(
+    "executor: None where the schema wants a Tensor plans as an undefined tensor; ops "
+    "without a kernel for the device are named",
+    "[runtime]") {
+  Graph g;
+  TensorMeta bhsd = f32({1, 2, 32, 8});
+  Node* q = placeholder(g, "q", bhsd, InputKind::UserInput);
+  Node* go = placeholder(g, "go", bhsd, InputKind::UserInput);
+  Node* fwd = g.createCall(
+      "aten._scaled_dot_product_efficient_attention.default",
+      {N(q), N(q), N(q), Arg::none(), Arg::ofBool(true), Arg::ofFloat(0.0), Arg::ofBool(true)}, {},
+      nullptr, "sdpa");
+  fwd->val() = ValueMeta::ofList({ValueMeta::ofTensor(bhsd), ValueMeta::ofTensor(f32({1, 2, 32})),
+                                  ValueMeta::ofTensor(meta(ScalarType::Int64, {})),
+                                  ValueMeta::ofTensor(meta(ScalarType::Int64, {}))});
+  std::vector<Node*> items;
+  for (int k = 0; k < 4; ++k)
+    items.push_back(call(g, "operator.getitem", {N(fwd), Arg::ofInt(k)}, TensorMeta{}));
+  Node* bwd = g.createCall(
+      "aten._scaled_dot_product_efficient_attention_backward.default",
+      {N(go), N(q), N(q), N(q), Arg::none(), N(items[0]), N(items[1]), N(items[2]), N(items[3]),
+       Arg::ofFloat(0.0),
+       Arg::ofList({Arg::ofBool(true), Arg::ofBool(true), Arg::ofBool(true), Arg::ofBool(false)}),
+       Arg::ofBool(true)},
+      {}, nullptr, "sdpa_backward");
+  Node* gq = call(g, "operator.getitem", {N(bwd), Arg::ofInt(0)}, bhsd);
+  output(g, {items[0], gq});
+
+  // Before, planning failed: "argument 'attn_bias': cannot pass a None as Tensor".
+  CHECK_NOTHROW(rt::Executor(g));
+  // The two SDPA ops have CUDA kernels only: the graph cannot run on CPU, and the error says
+  // which node and which ops.
+  std::string problem = rt::deviceKernelProblem(g, c10::kCPU);
+  CHECK(problem.find("node 'sdpa'") != std::string::npos);
+  CHECK(problem.find("2 nodes call ops with no cpu kernel "
+                     "(aten._scaled_dot_product_efficient_attention.default, "
+                     "aten._scaled_dot_product_efficient_attention_backward.default)") !=
+        std::string::npos);
+
+  Graph plain;
+  Node* x = placeholder(plain, "x", f32({2, 2}), InputKind::UserInput);
+  output(plain, {call(plain, "aten.mm.default", {N(x), N(x)}, f32({2, 2}))});
+  CHECK(rt::deviceKernelProblem(plain, c10::kCPU).empty());
+}
+
 TEST_CASE("executor: an unresolvable op fails at plan time naming the node and target",
           "[runtime]") {
   Graph g;

@@ -146,9 +146,13 @@ int runParity(const ParityOptions& o) {
     // Every B: the second graph, or A after each pipeline (none: the empty one).
     std::vector<std::string> pipelines = o.pipelines;
     if (pipelines.empty() && o.b.empty()) pipelines.push_back("");
+    // "none" is A itself: the run-to-run baseline (a GPU's nondeterministic kernels show here).
+    std::vector<std::string> texts = pipelines;
+    for (std::string& p : texts)
+      if (p == "none") p.clear();
     std::vector<std::string> changes;
     std::vector<std::unique_ptr<Graph>> graphs;
-    if (o.b.empty()) graphs = runPipelines(o.a, pipelines, changes);
+    if (o.b.empty()) graphs = runPipelines(o.a, texts, changes);
 
     bool remove_work = false;
     const std::string work = makeWorkDir(o, remove_work);
