@@ -206,7 +206,8 @@ struct Rank {
   }
 
   json memory() const {
-    int64_t n = o.quick ? (1 << 20) : (1 << 23);  // floats per operand: 4 MiB / 32 MiB
+    // Floats per operand: 4 MiB / 32 MiB on CPU; 256 MiB on a GPU, whose L2 holds 50-60 MB.
+    int64_t n = o.quick ? (1 << 20) : device.is_cuda() ? (1 << 26) : (1 << 23);
     auto opts = at::TensorOptions().dtype(at::kFloat).device(device);
     at::Tensor x = at::randn({n}, opts), y = at::randn({n}, opts), z = at::empty({n}, opts);
     auto fn = [&] { at::add_out(z, x, y); };
@@ -378,8 +379,11 @@ json measureRank(const CalibrateOptions& o, const CalibrateModel& model, const D
   // Compute, every rank at once (exec's ranks share the host the same way).
   pgs.worldBarrier("compute");
   json mm;
-  mm["float32"] = R.matmul(at::kFloat, o.quick ? 256 : 1024);
-  mm["bfloat16"] = R.matmul(at::kBFloat16, o.quick ? 128 : 512);
+  // A GPU needs far larger products than a CPU core to reach its rate: at n = 512 an H200's
+  // bf16 mm is launch-bound (17.7 of about 790 TFLOP/s measured).
+  const bool gpu = device.is_cuda();
+  mm["float32"] = R.matmul(at::kFloat, o.quick ? 256 : gpu ? 4096 : 1024);
+  mm["bfloat16"] = R.matmul(at::kBFloat16, o.quick ? 128 : gpu ? 8192 : 512);
   out["matmul"] = mm;
   out["memory"] = R.memory();
   int k = 256;
@@ -417,6 +421,8 @@ json measureRank(const CalibrateOptions& o, const CalibrateModel& model, const D
     // A real graph's compute, every rank at once: what a node costs amid a model's op mix and
     // live tensors, against what the chains above say.
     std::unique_ptr<Graph> wg = loadGraph(o.workload);
+    if (std::string p = deviceKernelProblem(*wg, device.type()); !p.empty())
+      throw JfxError({}, "workload " + o.workload + ": " + p);
     localizeCollectives(*wg);
     auto [kernels, hosts] = model.overhead_nodes(*wg);
     double seconds = R.workloadStep(*wg);

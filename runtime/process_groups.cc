@@ -1,5 +1,6 @@
 #include "runtime/process_groups.h"
 
+#include <torch/version.h>
 #include <torch/csrc/distributed/c10d/GroupRegistry.hpp>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
@@ -334,11 +335,26 @@ ProcessGroups::ProcessGroups(const std::vector<ProcessGroupInfo>& groups, const 
                       std::to_string(g->my_rank) + " of " + std::to_string(size) +
                       ") failed: " + (ce ? ce->what_without_backtrace() : e.what()));
     }
-    if (c10d::is_process_group_registered(info->name))
+    if (groupRegistered(info->name))
       fail("a process group named '" + info->name + "' is already registered in this process");
     c10d::register_process_group(info->name, g->pg);
     groups_.push_back(std::move(g));
   }
+}
+
+bool groupRegistered(const std::string& name) {
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 15)
+  return c10d::is_process_group_registered(name);
+#else
+  // LibTorch before 2.15 (2.11 ran bench/gpu_check.sh) has no query: resolving an unknown name
+  // throws instead.
+  try {
+    c10d::resolve_process_group(name);
+    return true;
+  } catch (const c10::Error&) {
+    return false;
+  }
+#endif
 }
 
 ProcessGroups::~ProcessGroups() {

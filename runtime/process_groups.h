@@ -74,6 +74,10 @@ int64_t tracedWorldSize(const std::vector<ProcessGroupInfo>& groups, const std::
 std::string worldSizeProblem(const std::vector<ProcessGroupInfo>& groups,
                              const std::string& extra_json, int world_size);
 
+// Whether c10d's registry (what the functional collectives resolve `group_name` through) has a
+// group of this name.
+bool groupRegistered(const std::string& name);
+
 struct GlooOptions {
   int threads = 1;  // worker threads of each gloo backend (see process_groups.cc for why 1)
   // Groups over the same ranks (split-comm-groups' `0` and `0_rs`) run on one gloo backend:
