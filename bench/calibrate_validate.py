@@ -2,8 +2,8 @@
 """Does `analyze --hardware <calibrated profile>` predict what `jointfx exec` measures?
 
     .venv/bin/python bench/calibrate_validate.py [--jointfx build/tools/jointfx]
-        [--fixture fsdp_w1 ...] [--pipeline configs/pipelines/default.json] [--steps 40]
-        [--warmup 10] [--repeat 5] [--threads 1] [--awake] [--quick]
+        [--fixture fsdp_w1|FILE_wN.json ...] [--pipeline configs/pipelines/default.json]
+        [--steps 40] [--warmup 10] [--repeat 5] [--threads 1] [--awake] [--quick] [--device cpu]
         [--workload tests/data/traced/encoder_w2.json] [--out bench/results/calibrate_validate]
 
 1. `jointfx calibrate --world N --workload W -o <out>_w<N>.json` for every world size among the
@@ -58,7 +58,8 @@ def predict(a: argparse.Namespace, graph: Path, profile: Path) -> dict:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--jointfx", default=str(REPO / "build/tools/jointfx"))
-    p.add_argument("--fixture", action="append", help="traced fixture name (tests/data/traced)")
+    p.add_argument("--fixture", action="append",
+                   help="traced fixture name (tests/data/traced) or a graph file named *_w<world>")
     p.add_argument("--pipeline", default=str(REPO / "configs/pipelines/default.json"))
     p.add_argument("--steps", type=int, default=40)
     p.add_argument("--warmup", type=int, default=10)
@@ -68,6 +69,8 @@ def main() -> int:
     p.add_argument("--awake", action="store_true",
                    help="keep every CPU from idling: one SCHED_IDLE busy loop per CPU")
     p.add_argument("--quick", action="store_true", help="jointfx calibrate --quick")
+    p.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
+                   help="calibrate and exec on this device (cuda: one GPU per rank, NCCL)")
     p.add_argument("--workload", default=str(REPO / "tests/data/traced/encoder_w2.json"),
                    help="jointfx calibrate --workload (\"\": none)")
     p.add_argument("--out", type=Path, default=REPO / "bench/results/calibrate_validate")
@@ -77,7 +80,8 @@ def main() -> int:
 
 
 def calibrate(a: argparse.Namespace, world: int, prof: Path) -> dict:
-    cmd = [a.jointfx, "calibrate", "--world", world, "--threads", a.threads, "-o", prof]
+    cmd = [a.jointfx, "calibrate", "--world", world, "--threads", a.threads, "--device",
+           a.device, "-o", prof]
     if a.quick:
         cmd.append("--quick")
     if a.workload:
@@ -95,7 +99,10 @@ def calibrate(a: argparse.Namespace, world: int, prof: Path) -> dict:
 
 
 def run_all(a: argparse.Namespace) -> int:
-    fixtures = a.fixture or list(DEFAULT_FIXTURES)
+    # A fixture is a name in tests/data/traced or a path to a graph; either ends in _w<world>.
+    fixtures = {Path(f).stem: (Path(f) if f.endswith((".json", ".jfx")) else
+                               REPO / "tests/data/traced" / f"{f}.json")
+                for f in a.fixture or DEFAULT_FIXTURES}
     worlds = sorted({int(f.rsplit("_w", 1)[1]) for f in fixtures})
     a.out.parent.mkdir(parents=True, exist_ok=True)
     profiles = {w: a.out.parent / f"{a.out.name}_w{w}.json" for w in worlds}
@@ -104,8 +111,7 @@ def run_all(a: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="jfx-calval-") as tmp_dir:
         tmp = Path(tmp_dir)
         graphs = []
-        for name in fixtures:
-            fixture = REPO / "tests/data/traced" / f"{name}.json"
+        for name, fixture in fixtures.items():
             graphs.append((name, "original", fixture))
             if a.pipeline:
                 opt = tmp / f"{name}.opt.json"
@@ -126,7 +132,8 @@ def run_all(a: argparse.Namespace) -> int:
                 sim = predict(a, graph, tmp / f"w{nproc}.r{rep}.json")
                 log = tmp / f"{name}.{label}.r{rep}.{{rank}}.jsonl"
                 run([a.jointfx, "exec", graph, "--nproc", nproc, "--steps", a.steps,
-                     "--optimizer", "none", "--threads", a.threads, "--quiet", "--progress",
+                     "--optimizer", "none", "--threads", a.threads, "--device", a.device,
+                     "--quiet", "--progress",
                      "never", "--log", log], stdout=subprocess.DEVNULL)
                 measured = statistics.median(step_times(str(log), nproc, a.warmup))
                 c = cells.setdefault((name, label), {"graph": graph, "world": nproc, "sims": [],
@@ -179,7 +186,7 @@ def run_all(a: argparse.Namespace) -> int:
             f"{med(lambda h: h['intra_node']['bus_bandwidth_gbps']):.2f} GB/s, hop "
             f"{med(lambda h: h['intra_node']['hop_latency_us']):.1f} us")
     print("\n".join(lines))
-    meta = {"threads": a.threads, "steps": a.steps, "warmup": a.warmup, "repeat": a.repeat,
+    meta = {"device": a.device, "threads": a.threads, "steps": a.steps, "warmup": a.warmup, "repeat": a.repeat,
             "awake": a.awake, "quick": a.quick, "pipeline": a.pipeline, "workload": a.workload,
             "calibrations": {str(w): c for w, c in calibrations.items()}}
     a.out.with_suffix(".json").write_text(json.dumps({**meta, "rows": rows}, indent=1) + "\n")
