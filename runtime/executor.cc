@@ -361,6 +361,19 @@ std::optional<c10::OperatorHandle> lookup(const std::string& name, const std::st
   return c10::Dispatcher::singleton().findSchema(c10::OperatorName(name, overload));
 }
 
+// The dispatcher's op for a target; nullopt when it has none. prims.convert_element_type runs as
+// aten::_to_copy (resolve below says why).
+std::optional<c10::OperatorHandle> lookupTarget(std::string_view target) {
+  if (target == "prims.convert_element_type.default") return lookup("aten::_to_copy", "");
+  auto name = dispatcherName(target);
+  if (!name) return std::nullopt;
+  auto op = lookup(name->first, name->second);
+  // Inductor passes sometimes emit the legacy c10d_functional namespace; it is the same op.
+  if (!op && name->first.starts_with("c10d_functional::"))
+    op = lookup("_" + name->first, name->second);
+  return op;
+}
+
 ResolvedCall resolve(const Node& n) {
   std::string_view target = n.target().str();
   // prims ops are registered from Python only (torch/_prims), so a C++ process has no schema for
@@ -382,10 +395,7 @@ ResolvedCall resolve(const Node& n) {
   }
   auto name = dispatcherName(target);
   if (!name) failAt(n, "not an operator name (expected namespace.op.overload)");
-  auto op = lookup(name->first, name->second);
-  // Inductor passes sometimes emit the legacy c10d_functional namespace; it is the same op.
-  if (!op && name->first.starts_with("c10d_functional::"))
-    op = lookup("_" + name->first, name->second);
+  auto op = lookupTarget(target);
   if (!op)
     failAt(n, "no such operator in the c10 dispatcher (" + name->first +
                   (name->second.empty() ? "" : "." + name->second) +
@@ -403,13 +413,8 @@ std::string deviceKernelProblem(const Graph& g, c10::DeviceType device) {
   std::vector<std::string_view> targets;  // distinct, in program order
   for (const Node* n = g.first(); n; n = n->next()) {
     if (n->op() != OpKind::CallFunction) continue;
-    std::optional<c10::OperatorHandle> op;
-    try {
-      op = resolve(*n).op;
-    } catch (const JfxError&) {
-      continue;
-    }
-    if (op->hasComputedKernelForDispatchKey(key)) continue;
+    std::optional<c10::OperatorHandle> op = lookupTarget(n->target().str());
+    if (!op || op->hasComputedKernelForDispatchKey(key)) continue;
     if (!first) first = n;
     ++count;
     if (std::find(targets.begin(), targets.end(), n->target().str()) == targets.end())
