@@ -264,7 +264,7 @@ TEST_CASE("executor: Python scalars where the schema wants a Tensor act as wrapp
 // The joint graph of SDPA on CUDA, as make_fx records it: the efficient-attention backward's
 // attn_bias is None where its schema says Tensor (the autograd formula passes an undefined one).
 TEST_CASE(
-    "executor: None where the schema wants a Tensor plans as an undefined tensor; ops "
+    "executor: None where the schema wants a Tensor plans as an undefined tensor, ops "
     "without a kernel for the device are named",
     "[runtime]") {
   Graph g;
@@ -398,7 +398,7 @@ TEST_CASE("executor: an empty meta output matches any size only among a node's o
   }
 }
 
-TEST_CASE("executor: values die after their last use; collective inputs live until the wait",
+TEST_CASE("executor: values die after their last use, collective inputs live until the wait",
           "[runtime]") {
   // A chain of 20 elementwise ops: at most the input, the current value and the next are alive.
   Graph g;

@@ -48,7 +48,7 @@ TEST_CASE("watchdog: a counter that stands still fires on_stall once, after the 
   CHECK(stalls.count == 1);
 }
 
-TEST_CASE("watchdog: a moving counter never fires; it fires once the counter stops", "[runtime]") {
+TEST_CASE("watchdog: a moving counter never fires, it fires once the counter stops", "[runtime]") {
   Stalls stalls;
   std::atomic<uint64_t> progress{0};
   rt::Watchdog dog(

@@ -249,7 +249,7 @@ TEST_CASE("bucket: a dependency between members blocks the merge", "[sched]") {
   CHECK(collectives(g, CollectiveKind::AllReduce).size() == 2);
 }
 
-TEST_CASE("bucket: dtypes never share a bucket; the byte cap splits", "[sched]") {
+TEST_CASE("bucket: dtypes never share a bucket, the byte cap splits", "[sched]") {
   Graph g;
   g.processGroups().push_back({"0", 2, {0, 1}});
   TensorMeta bf = f32({4, 8});
@@ -377,7 +377,7 @@ std::map<std::string, std::vector<std::string>> perGroupOrder(const Graph& g) {
 
 }  // namespace
 
-TEST_CASE("schedule: prefetch K buckets ahead; compute order and group order stay", "[sched]") {
+TEST_CASE("schedule: prefetch K buckets ahead, compute order and group order stay", "[sched]") {
   for (int64_t k : {1, 2}) {
     DYNAMIC_SECTION("prefetch=" << k) {
       auto g = bucketedTiny(4, true);

@@ -35,7 +35,7 @@ TEST_CASE("CompactString is one pointer and holds any text, empty without a bloc
   CHECK(s.empty());
 }
 
-TEST_CASE("CompactString copies own their text; moves and self-assignment keep it", "[ir]") {
+TEST_CASE("CompactString copies own their text, moves and self-assignment keep it", "[ir]") {
   CompactString a(std::string_view("layers.0.attention.wq.weight"));
   CompactString b = a;
   CHECK(b == a);

@@ -92,7 +92,7 @@ using Names = std::vector<std::string>;
 
 // ---- tag-fsdp
 
-TEST_CASE("tag-fsdp: always tags gather, wait and views; never saves the wait", "[fsdp]") {
+TEST_CASE("tag-fsdp: always tags gather, wait and views, never saves the wait", "[fsdp]") {
   Graph g;
   buildWorkedExample(g);
   CHECK(runTag(g, "always"));

@@ -451,7 +451,7 @@ TEST_CASE("graph: a log longer than one of its chunks rolls back and commits", "
   }
 }
 
-TEST_CASE("graph: commitUndo keeps the edits; recording refuses takeContents", "[ir][undo]") {
+TEST_CASE("graph: commitUndo keeps the edits, recording refuses takeContents", "[ir][undo]") {
   Graph g;
   Node* x = placeholder(g, "x");
   Node* neg = g.createCall("aten.neg.default", {Arg::ofNode(x)});

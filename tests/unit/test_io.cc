@@ -287,7 +287,7 @@ TEST_CASE("io: other special files are refused", "[format][output]") {
 
 // ---- input limits
 
-TEST_CASE("io: inputs over the size limit are refused; NUL bytes end a text input", "[format]") {
+TEST_CASE("io: inputs over the size limit are refused, NUL bytes end a text input", "[format]") {
   TempDir dir;
   std::string path = dir.file("big.jfx");
   std::ofstream(path) << kGraph << std::string(3 << 20, '#') << "\n";

@@ -333,7 +333,7 @@ TEST_CASE("written storage: a traced GPT-2 writes only its dropout masks in plac
     if (n->isCollective()) CHECK(!written.touches(n));
 }
 
-TEST_CASE("written storage: views share the written root; unknown ops count as writers",
+TEST_CASE("written storage: views share the written root, unknown ops count as writers",
           "[op_info][mutation]") {
   Graph g;
   Node* x = g.create(OpKind::Placeholder, Symbol::intern("x"), {}, {}, "x");
