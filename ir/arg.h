@@ -1,5 +1,6 @@
 // Arguments of a node: a tree of node references and constants, as FX keeps in node.args and
-// node.kwargs. Strings are interned, so an Arg is 40 bytes whatever it holds.
+// node.kwargs. Strings are interned, so an Arg is 24 bytes whatever it holds (a list keeps its
+// items boxed).
 #pragma once
 
 #include <cstdint>
@@ -8,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "ir/boxed_vector.h"
 #include "ir/symbol.h"
 #include "ir/types.h"
 
@@ -69,8 +71,8 @@ class Arg {
   Symbol sym() const { return u_.sym.a; }
   std::string_view str() const { return u_.sym.a.str(); }
   std::string_view opaqueRepr() const { return u_.sym.b.str(); }
-  const std::vector<Arg>& items() const { return items_; }
-  std::vector<Arg>& items() { return items_; }
+  const std::vector<Arg>& items() const { return items_.get(); }
+  std::vector<Arg>& items() { return items_.mut(); }
   // A list/tuple of ints as a vector; empty optional if it is anything else.
   bool toInts(std::vector<int64_t>& out) const;
 
@@ -105,7 +107,7 @@ class Arg {
     SymPair sym;
     U() : i(0) {}
   } u_;
-  std::vector<Arg> items_;
+  BoxedVector<Arg> items_;  // List and Tuple only
 };
 
 using Kwargs = std::vector<std::pair<Symbol, Arg>>;

@@ -772,13 +772,18 @@ void Graph::takeContents(Graph&& from) {
 
 void Graph::setArgs(Node* n, std::vector<Arg> args, Kwargs kwargs) {
   // Check the new references before touching n, so a bad one changes nothing.
+  auto swapKwargs = [&] {
+    Kwargs old = n->kwargs_.take();
+    n->kwargs_ = std::move(kwargs);
+    kwargs = std::move(old);
+  };
   std::swap(n->args_, args);
-  std::swap(n->kwargs_, kwargs);
+  swapKwargs();
   try {
     collectRefs(n);
   } catch (...) {
     std::swap(n->args_, args);
-    std::swap(n->kwargs_, kwargs);
+    swapKwargs();
     throw;
   }
   // The old trees (now in args/kwargs) still hold the old slots' references: drop those uses
@@ -959,7 +964,7 @@ void Graph::bury(Node* n) {
   n->dead_ = true;
   if (undo_) {
     undo_->add(UndoLog::Kind::Buried, n, static_cast<uint32_t>(undo_->trees.size()));
-    undo_->trees.emplace_back(std::move(n->args_), std::move(n->kwargs_));
+    undo_->trees.emplace_back(std::move(n->args_), n->kwargs_.take());
   }
   n->args_.clear();
   n->kwargs_.clear();

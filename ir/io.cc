@@ -1,6 +1,7 @@
 #include "ir/io.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -124,55 +125,52 @@ std::string readInputFile(const std::string& path, std::string_view what, bool b
 
 namespace {
 
-// A graph file's bytes, read straight into a buffer of the file's size: reading it through a
-// bounce buffer into a std::string copied every byte once more (a tenth of loading a graph).
+// A graph file's bytes. A regular file is mapped, not read: read() into a buffer of the file's
+// size costs a fresh zeroed page and a copy for every 4 KiB of text (0.27-0.34 s of CPU for a
+// 307 MB graph on the 2-core machine, against 0.05-0.08 s to map it and touch every page), and
+// the mapping shares the page cache's pages instead of holding a second copy. As LLVM's
+// MemoryBuffer does, the mapping assumes nobody truncates the file while it is read (that would
+// end the process with SIGBUS); jointfx writes every output by rename, never in place.
 struct FileText {
-  std::unique_ptr<char[]> bytes;
-  std::string fallback;  // for files that are not regular, or grew while read
+  void* map = nullptr;
+  size_t map_len = 0;
+  std::string fallback;  // stdin, files that are not regular, empty files
   std::string_view text;
+
+  FileText() = default;
+  FileText(const FileText&) = delete;
+  FileText& operator=(const FileText&) = delete;
+  ~FileText() {
+    if (map) ::munmap(map, map_len);
+  }
 };
 
-FileText readGraphFile(const std::string& path) {
-  FileText out;
+void readGraphFile(const std::string& path, FileText& out) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) ioError(path, "cannot open the graph", errno);
   struct stat st;
   const bool regular = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0 &&
                        static_cast<uint64_t>(st.st_size) <= g_input_limit;
-  if (!regular) {
-    ::close(fd);
-    out.fallback = readInputFile(path, "graph");
-    out.text = out.fallback;
-    return out;
-  }
-  // One byte more than the file: a read that fills it means the file grew, and the common path
-  // (with its limit) reads it again from the start.
-  const size_t cap = static_cast<size_t>(st.st_size) + 1;
-  out.bytes = std::make_unique_for_overwrite<char[]>(cap);
-  size_t n = 0;
-  while (n < cap) {
-    const ssize_t r = ::read(fd, out.bytes.get() + n, cap - n);
-    if (r == 0) break;
-    if (r < 0) {
-      if (errno == EINTR) continue;
-      const int err = errno;
-      ::close(fd);
-      ioError(path, "cannot read", err);
-    }
-    n += static_cast<size_t>(r);
+  void* p = MAP_FAILED;
+  if (regular) {
+    // MAP_POPULATE maps the cached pages in one call instead of a fault per 64 KiB.
+    p = ::mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd,
+               0);
   }
   ::close(fd);
-  if (n == cap) {
-    out.bytes.reset();
+  if (p == MAP_FAILED) {  // not a regular file (or too large: the common path says so), or no map
     out.fallback = readInputFile(path, "graph");
     out.text = out.fallback;
-    return out;
+    return;
   }
+  out.map = p;
+  out.map_len = static_cast<size_t>(st.st_size);
+  size_t n = out.map_len;
   // As readInputFile: a text ends just past its first NUL byte.
-  if (const void* nul = std::memchr(out.bytes.get(), '\0', n))
-    n = static_cast<size_t>(static_cast<const char*>(nul) - out.bytes.get()) + 1;
-  out.text = std::string_view(out.bytes.get(), n);
-  return out;
+  const char* bytes = static_cast<const char*>(p);
+  if (const void* nul = std::memchr(bytes, '\0', n))
+    n = static_cast<size_t>(static_cast<const char*>(nul) - bytes) + 1;
+  out.text = std::string_view(bytes, n);
 }
 
 }  // namespace
@@ -190,7 +188,8 @@ std::unique_ptr<Graph> loadGraph(const std::string& path) {
     loc.file = path;
     throw JfxError(loc, "unknown graph format: expected a .json or .jfx file name");
   }
-  const FileText data = readGraphFile(path);
+  FileText data;
+  readGraphFile(path, data);
   return *format == GraphFormat::Json ? readJsonGraph(data.text, path)
                                       : parseTextGraph(data.text, path);
 }

@@ -14,6 +14,7 @@
 #include <string_view>
 #include <vector>
 
+#include "ir/boxed_vector.h"
 #include "ir/checked.h"
 #include "ir/symbol.h"
 
@@ -111,7 +112,7 @@ struct ValueMeta {
   enum class Kind : uint8_t { Absent, None, Tensor, List, Int, Float, Bool };
   Kind kind = Kind::Absent;
   TensorMeta tensor;             // kind == Tensor
-  std::vector<ValueMeta> items;  // kind == List
+  BoxedVector<ValueMeta> items;  // kind == List
   int64_t i = 0;                 // kind == Int or Bool
   double f = 0;                  // kind == Float
 

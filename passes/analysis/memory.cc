@@ -8,15 +8,18 @@
 namespace jfx {
 namespace {
 
+// 32 bytes: at 10^6 nodes the storages are the analysis's largest table, and bucket builds it
+// while the graph it changed is at its largest. Steps fit 32 bits as node ids do.
 struct Storage {
   const Node* owner;
-  int32_t element;
   int64_t bytes;
-  size_t born;      // step that allocates it
-  size_t last_use;  // step after which it can be freed
-  bool pinned;      // graph input or graph output: never freed
+  uint32_t born;      // step that allocates it (storages are made in step order)
+  uint32_t last_use;  // step after which it can be freed
+  int32_t element;
+  bool pinned;  // graph input or graph output: never freed
   bool input;
 };
+static_assert(sizeof(Storage) == 32);
 
 // Storage ids of each node's outputs, flattened: elems[begin[id] .. begin[id] + count[id]).
 struct StorageMap {
@@ -54,7 +57,8 @@ MemoryProfile analyzeMemory(const Graph& g, const PhaseInfo& phases, const Memor
   m.elems.reserve(g.size() + g.size() / 8);
   auto fresh = [&](const Node* n, int32_t element, const ValueMeta& v, size_t t, bool input) {
     if (v.kind != ValueMeta::Kind::Tensor && v.kind != ValueMeta::Kind::List) return int32_t{-1};
-    m.storages.push_back({n, element, v.bytes(), t, t, input, input});
+    const auto step = static_cast<uint32_t>(t);
+    m.storages.push_back({n, v.bytes(), step, step, element, input, input});
     return static_cast<int32_t>(m.storages.size() - 1);
   };
   // A getitem reading a multi-output node reads only its element, whose storage it names
@@ -62,19 +66,19 @@ MemoryProfile analyzeMemory(const Graph& g, const PhaseInfo& phases, const Memor
   auto extend = [&](const Node* p, size_t t) {
     for (uint32_t i = 0; i < m.count[p->id()]; ++i)
       if (int32_t s = m.elems[m.begin[p->id()] + i]; s >= 0)
-        m.storages[s].last_use = std::max(m.storages[s].last_use, t);
+        m.storages[s].last_use = std::max(m.storages[s].last_use, static_cast<uint32_t>(t));
   };
 
   // 1. One walk of the program (each node's memory is read once: at 10^6 nodes a walk that
   // comes back to a node costs a cache miss per node): which storage each output names, and
-  // the last use of each storage its inputs name (they come earlier, so theirs are known).
-  std::vector<const Node*> order;
+  // the last use of each storage its inputs name (they come earlier, so theirs are known). The
+  // curve gets its nodes here and its bytes in step 2.
   std::vector<Phase> phase_at;  // phase of each step, so step 2 reads no node
-  order.reserve(g.size());
   phase_at.reserve(g.size());
+  prof.curve.reserve(g.size());
   size_t step = 0;
   for (const Node* n = g.first(); n; n = n->next(), ++step) {
-    order.push_back(n);
+    prof.curve.push_back({n, 0});
     phase_at.push_back(phases.of(n));
     const ValueMeta& v = n->val();
     const size_t k = isMultiOutput(n) ? v.items.size() : 1;
@@ -120,14 +124,12 @@ MemoryProfile analyzeMemory(const Graph& g, const PhaseInfo& phases, const Memor
         extend(q, step);
   }
 
-  // 2. Play the schedule. Frees are bucketed by step (a linked list per step).
-  const size_t n_steps = order.size();
+  // 2. Play the schedule. Storages are born in index order; frees are bucketed by step (a linked
+  // list per step).
+  const size_t n_steps = prof.curve.size();
   std::vector<int32_t> die_head(n_steps, -1), die_next(m.storages.size(), -1);
-  std::vector<int32_t> born_head(n_steps, -1), born_next(m.storages.size(), -1);
   for (size_t s = m.storages.size(); s-- > 0;) {
     const Storage& st = m.storages[s];
-    born_next[s] = born_head[st.born];
-    born_head[st.born] = static_cast<int32_t>(s);
     if (st.input) prof.input_bytes = saturatingAdd(prof.input_bytes, st.bytes);
     if (st.pinned) continue;
     die_next[s] = die_head[st.last_use];
@@ -136,19 +138,20 @@ MemoryProfile analyzeMemory(const Graph& g, const PhaseInfo& phases, const Memor
   // 128-bit sums: each storage fits int64, their total need not (reported clamped).
   WideInt wide_live = 0;
   size_t peak_step = 0;
-  prof.curve.reserve(n_steps);
+  size_t next_born = 0;
   for (size_t t = 0; t < n_steps; ++t) {
-    for (int32_t s = born_head[t]; s >= 0; s = born_next[s])
-      wide_live += m.storages[s].bytes;
+    for (; next_born < m.storages.size() && m.storages[next_born].born == t; ++next_born)
+      wide_live += m.storages[next_born].bytes;
     const int64_t live = clampToInt64(wide_live);
-    prof.curve.push_back({order[t], live});
+    MemoryProfile::Point& point = prof.curve[t];
+    point.live_bytes = live;
     if (live > prof.peak_bytes || !prof.peak_node) {
       prof.peak_bytes = live;
-      prof.peak_node = order[t];
+      prof.peak_node = point.node;
       peak_step = t;
     }
     PhasePeak& pp = prof.phase_peaks[static_cast<size_t>(phase_at[t])];
-    if (!pp.node || live > pp.bytes) pp = {live, order[t]};
+    if (!pp.node || live > pp.bytes) pp = {live, point.node};
     for (int32_t s = die_head[t]; s >= 0; s = die_next[s])
       wide_live -= m.storages[s].bytes;
   }

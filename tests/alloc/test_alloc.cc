@@ -50,9 +50,10 @@ TensorMeta contiguous(std::vector<int64_t> shape) {
   return TensorMeta::contiguous(ScalarType::Float32, std::move(shape));
 }
 
-// What copying `v` must allocate once tensor metas are inline: one block per non-empty tuple.
+// What copying `v` must allocate once tensor metas are inline: two blocks per non-empty tuple,
+// its boxed vector and that vector's elements (ir/boxed_vector.h).
 size_t tupleBlocks(const ValueMeta& v) {
-  size_t n = v.kind == ValueMeta::Kind::List && !v.items.empty() ? 1 : 0;
+  size_t n = v.kind == ValueMeta::Kind::List && !v.items.empty() ? 2 : 0;
   for (const ValueMeta& item : v.items)
     n += tupleBlocks(item);
   return n;

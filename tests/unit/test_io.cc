@@ -309,8 +309,8 @@ TEST_CASE("io: inputs over the size limit are refused, NUL bytes end a text inpu
   REQUIRE(::symlink("/dev/zero", zero_json.c_str()) == 0);
   e = errorOf([&] { loadGraph(zero_json); });
   CHECK(e.find(zero_json + ":1:1: error: JSON syntax error at byte 0") == 0);
-  // A regular file is read in one piece, not through readInputFile; its text still ends just
-  // past the first NUL byte, so the error is the same.
+  // A regular file is mapped, not read through readInputFile; its text still ends just past the
+  // first NUL byte, so the error is the same.
   for (const char* name : {"nul.jfx", "nul.json"}) {
     const std::string nul = dir.file(name);
     const std::string head = std::string(name).ends_with(".jfx") ? kGraph : "{\"format\":";
@@ -324,6 +324,31 @@ TEST_CASE("io: inputs over the size limit are refused, NUL bytes end a text inpu
                                                 : readJsonGraph(text, nul);
           }));
   }
+  // A mapped file that fills its last page exactly: nothing past the mapping is read (that page
+  // would fault), in either format.
+  const long page = ::sysconf(_SC_PAGESIZE);
+  REQUIRE(page > 0);
+  const std::string json_text = writeJsonGraph(*parseTextGraph(kGraph, "g"));
+  for (const auto& [name, text] :
+       {std::pair<std::string, std::string>{"page.jfx", kGraph}, {"page.json", json_text}}) {
+    const std::string padded_path = dir.file(name.c_str());
+    const size_t size = (text.size() / static_cast<size_t>(page) + 2) * static_cast<size_t>(page);
+    std::string padded;
+    if (name.ends_with(".jfx")) {  // a comment line fills the rest
+      padded = text + "#";
+      padded.resize(size - 1, '#');
+      padded += '\n';
+    } else {  // spaces before the document's closing brace, on the last byte
+      padded = text.substr(0, text.rfind('}'));
+      padded.resize(size - 1, ' ');
+      padded += '}';
+    }
+    REQUIRE(padded.size() == size);
+    std::ofstream(padded_path, std::ios::binary) << padded;
+    INFO(name);
+    CHECK(loadGraph(padded_path)->size() == 3);
+  }
+
   // Binary readers keep NUL bytes.
   std::string bin = dir.file("b.bin");
   std::ofstream(bin, std::ios::binary) << std::string("a\0b", 3);
