@@ -8,17 +8,7 @@
 namespace jfx {
 namespace {
 
-// 32 bytes: at 10^6 nodes the storages are the analysis's largest table, and bucket builds it
-// while the graph it changed is at its largest. Steps fit 32 bits as node ids do.
-struct Storage {
-  const Node* owner;
-  int64_t bytes;
-  uint32_t born;      // step that allocates it (storages are made in step order)
-  uint32_t last_use;  // step after which it can be freed
-  int32_t element;
-  bool pinned;  // graph input or graph output: never freed
-  bool input;
-};
+using Storage = StorageLife;
 static_assert(sizeof(Storage) == 32);
 
 // Storage ids of each node's outputs, flattened: elems[begin[id] .. begin[id] + count[id]).
@@ -156,12 +146,6 @@ MemoryProfile analyzeMemory(const Graph& g, const PhaseInfo& phases, const Memor
       wide_live -= m.storages[s].bytes;
   }
 
-  if (opts.lifetimes) {
-    prof.storages.reserve(m.storages.size());
-    for (const Storage& st : m.storages)
-      prof.storages.push_back({st.owner, st.bytes, st.born, st.last_use, st.pinned});
-  }
-
   // 3. The largest tensors live at the peak: born at or before it, not freed before it.
   std::vector<int32_t> at_peak;
   for (size_t s = 0; s < m.storages.size(); ++s) {
@@ -182,6 +166,8 @@ MemoryProfile analyzeMemory(const Graph& g, const PhaseInfo& phases, const Memor
     const Storage& st = m.storages[at_peak[i]];
     prof.largest_at_peak.push_back({st.owner, st.element, st.bytes, st.input});
   }
+  // The table itself, not a copy: a second table at the peak of bucket's bound check cost 50 MB.
+  if (opts.lifetimes) prof.storages = std::move(m.storages);
   return prof;
 }
 

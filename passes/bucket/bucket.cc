@@ -1057,8 +1057,10 @@ void excludeOverBound(const Graph& trial, const Bucketer& b, const MemoryProfile
   for (const StorageLife& st : prof.storages) {
     int32_t bi = bucket_of[st.owner->id()];
     if (bi < 0) continue;
-    size_t hi = st.pinned ? prof.curve.size() : std::min(st.last_use + 1, prof.curve.size());
-    if (over[hi] - over[std::min(st.born, hi)] > 0) offending.insert(static_cast<size_t>(bi));
+    const size_t hi =
+        st.pinned ? prof.curve.size() : std::min(size_t{st.last_use} + 1, prof.curve.size());
+    if (over[hi] - over[std::min(size_t{st.born}, hi)] > 0)
+      offending.insert(static_cast<size_t>(bi));
   }
   if (offending.empty())  // the rise is not where a bucket lives: bucket nothing
     for (size_t bi = 0; bi < b.bucketMembers().size(); ++bi)
