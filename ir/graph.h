@@ -474,8 +474,10 @@ class Graph {
   }
 
  private:
-  void link(Node* n, Node* before);
-  void unlink(Node* n);
+  // `record`: add an entry to the undo log while recording (callers that record the step in an
+  // entry of their own pass false).
+  void link(Node* n, Node* before, bool record = true);
+  void unlink(Node* n, bool record = true);
   void renumber();
   void respace(Node* around);
   // Collects the node references of n's args/kwargs into slot_refs_ and checks each is a node
