@@ -92,7 +92,7 @@ Node* OpBuilder::cat(const std::vector<Node*>& xs, int64_t dim, std::string_view
   if (xs.empty()) fail("aten.cat", nullptr, "no inputs");
   const TensorMeta& first = tensorOf(xs.front(), "aten.cat");
   const size_t d = normDim(dim, first.shape.size(), "aten.cat", xs.front());
-  Dims shape = first.shape;
+  std::vector<int64_t> shape = first.shape;
   shape[d] = 0;
   std::vector<Arg> items;
   for (Node* x : xs) {
@@ -122,7 +122,7 @@ Node* OpBuilder::splitWithSizes(Node* x, std::vector<int64_t> sizes, int64_t dim
   std::vector<ValueMeta> pieces;
   for (int64_t s : sizes) {
     TensorMeta p = t;  // a view: the input's strides
-    p.shape[d] = s;
+    p.shape = t.shape.with(d, s);
     pieces.push_back(ValueMeta::ofTensor(std::move(p)));
     sum = saturatingAdd(sum, s);
   }
@@ -150,7 +150,7 @@ Node* OpBuilder::constantPadNd(Node* x, std::vector<int64_t> pad, double value,
   const TensorMeta& t = tensorOf(x, "aten.constant_pad_nd");
   if (pad.size() % 2 != 0 || pad.size() / 2 > t.shape.size())
     fail("aten.constant_pad_nd", x, "pad " + shapeText(pad) + " for " + shapeText(t.shape));
-  Dims shape = t.shape;
+  std::vector<int64_t> shape = t.shape;
   for (size_t i = 0; i < pad.size() / 2; ++i) {
     size_t d = shape.size() - 1 - i;
     shape[d] = saturatingAdd(shape[d], saturatingAdd(pad[2 * i], pad[2 * i + 1]));
@@ -164,8 +164,7 @@ Node* OpBuilder::allGather(Symbol target, Node* x, int64_t group_size, const std
                            std::string_view name) {
   const TensorMeta& t = tensorOf(x, target.str());
   if (t.shape.empty()) fail(target.str(), x, "a 0-d operand");
-  Dims shape = t.shape;
-  shape[0] = saturatingMul(shape[0], group_size);
+  const Dims shape = t.shape.with(0, saturatingMul(t.shape[0], group_size));
   return make(target, {Arg::ofNode(x), Arg::ofInt(group_size), Arg::ofStr(group)},
               ValueMeta::ofTensor(contiguousLike(t, std::move(shape))), name);
 }
@@ -177,8 +176,7 @@ Node* OpBuilder::reduceScatter(Symbol target, Node* x, const std::string& reduce
   if (t.shape.empty() || group_size <= 0 || t.shape[0] % group_size != 0)
     fail(target.str(), x,
          "dim 0 of " + shapeText(t.shape) + " is not a multiple of " + std::to_string(group_size));
-  Dims shape = t.shape;
-  shape[0] /= group_size;
+  const Dims shape = t.shape.with(0, t.shape[0] / group_size);
   return make(target,
               {Arg::ofNode(x), Arg::ofStr(reduce_op), Arg::ofInt(group_size), Arg::ofStr(group)},
               ValueMeta::ofTensor(contiguousLike(t, std::move(shape))), name);

@@ -1793,12 +1793,15 @@ class JsonReader : public TreeBuilder {
   }
 
   bool directInts(FastSax& s, Dims& out) {
-    return directArray(s, [&] {
+    DimsScratch dims;
+    const bool ok = directArray(s, [&] {
       FastSax::Number num;
       if (!s.numberToken(num) || num.type != JView::Type::Int) return false;
-      out.push_back(num.i);
+      dims.push_back(num.i);
       return true;
     });
+    if (ok) out = Dims(dims);
+    return ok;
   }
 
   // Deeper nesting of argument lists or values than this is read by the tree path.
@@ -1939,12 +1942,12 @@ class JsonReader : public TreeBuilder {
     return j.integer();
   }
 
-  // A Dims, so a shape or stride is read without a heap allocation (ranks convert to a vector).
+  // Read into a DimsScratch and interned, so a shape or stride is read without a heap allocation.
   Dims ints(JView j, std::string_view what) {
     if (!j.isArray())
       fail("expected " + std::string(what) + " (an array of integers), got " +
            std::string(describe(j)));
-    Dims out;
+    DimsScratch out;
     out.reserve(j.size());
     for (JView item : j) {
       if (item.type() != JView::Type::Int) {  // not an int64: fail with the item's place
@@ -1953,7 +1956,7 @@ class JsonReader : public TreeBuilder {
       }
       out.push_back(item.integer());
     }
-    return out;
+    return Dims(out);
   }
 
   JView member(JView obj, std::string_view key, std::string_view what) {

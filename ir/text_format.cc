@@ -752,7 +752,10 @@ class Parser {
       skipSpaces();
       expectWord("ranks");
       expect('=');
-      pg.ranks = intList('[', ']');
+      {
+        const DimsScratch ranks = intList('[', ']');
+        pg.ranks.assign(ranks.begin(), ranks.end());
+      }
       g_->processGroups().push_back(std::move(pg));
     } else if (kw == "outputs") {
       if (seen_outputs_) failAt(at, "duplicate 'outputs' header line");
@@ -792,7 +795,7 @@ class Parser {
       skipSpaces();
       expectWord("shape");
       expect('=');
-      c.meta.shape = intList('[', ']');
+      c.meta.shape = Dims(intList('[', ']'));
       c.meta.stride = TensorMeta::contiguousStride(c.meta.shape);
       skipSpaces();
       if (std::string_view(p_, static_cast<size_t>(end_ - p_)).starts_with("device")) {
@@ -832,8 +835,8 @@ class Parser {
     }
   }
 
-  Dims intList(char open, char close) {
-    Dims out;
+  DimsScratch intList(char open, char close) {
+    DimsScratch out;
     expect(open);
     skipSpaces();
     if (accept(close)) return out;
@@ -970,10 +973,10 @@ class Parser {
       TensorMeta& t = v.tensor;
       t.dtype = *dtype;
       const char* shape_at = p_;
-      t.shape = intList('[', ']');
+      t.shape = Dims(intList('[', ']'));
       if (peek('{')) {
         const char* stride_at = p_;
-        t.stride = intList('{', '}');
+        t.stride = Dims(intList('{', '}'));
         if (t.stride.size() != t.shape.size())
           failAt(stride_at, "stride has " + std::to_string(t.stride.size()) +
                                 " dimensions but shape has " + std::to_string(t.shape.size()));

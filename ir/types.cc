@@ -107,13 +107,19 @@ TensorMeta TensorMeta::contiguous(ScalarType dtype, Dims shape, Symbol device) {
 }
 
 Dims TensorMeta::contiguousStride(std::span<const int64_t> shape) {
-  Dims stride(shape.size());
+  int64_t buf[16];
+  std::vector<int64_t> big;
+  int64_t* stride = buf;
+  if (shape.size() > std::size(buf)) {
+    big.resize(shape.size());
+    stride = big.data();
+  }
   int64_t s = 1;
   for (size_t i = shape.size(); i-- > 0;) {
     stride[i] = s;
     s = saturatingMul(s, shape[i] > 1 ? shape[i] : 1);
   }
-  return stride;
+  return Dims(std::span<const int64_t>(stride, shape.size()));
 }
 
 std::string TensorMeta::sizeProblem() const {

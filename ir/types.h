@@ -2,8 +2,6 @@
 // value meta of a node's output (a tensor, a tuple of values, a scalar, or nothing).
 #pragma once
 
-#include <absl/container/inlined_vector.h>
-
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -16,6 +14,7 @@
 
 #include "ir/boxed_vector.h"
 #include "ir/checked.h"
+#include "ir/dims.h"
 #include "ir/symbol.h"
 
 namespace jfx {
@@ -54,34 +53,6 @@ std::optional<ScalarType> dtypeFromName(std::string_view name);       // accepts
 std::optional<ScalarType> dtypeFromShortName(std::string_view name);  // "f32"
 int64_t dtypeItemSize(ScalarType t);
 bool dtypeIsFloatingPoint(ScalarType t);
-
-// The sizes or strides of a tensor. Up to kInline dimensions live inside the object, which covers
-// the tensors of the traced models (rank 5 at most: attention with grouped KV heads, 3-D
-// convolution weights; about 4% of a Llama graph's tensors), so a tensor meta costs no heap
-// allocation when a graph is loaded, copied or freed; a higher rank spills to the heap and works
-// the same. Every node holds two, so each inline dimension costs 16 bytes a node.
-// absl::InlinedVector gives the vector interface (push_back, insert, erase, data).
-class Dims : public absl::InlinedVector<int64_t, 5> {
-  using Base = absl::InlinedVector<int64_t, 5>;
-
- public:
-  static constexpr size_t kInline = 5;
-  using Base::Base;
-  Dims() = default;
-  // Implicit to and from std::vector<int64_t>: the builder, the synthesizer, the runtime and the
-  // tests compute shapes as vectors, assign them to a meta and take a meta's shape as a vector to
-  // edit; the conversions keep those call sites as they are. Both copy (and converting to a vector
-  // allocates), so the load, copy, hash and write paths take a Dims or a std::span instead.
-  Dims(const std::vector<int64_t>& v) : Base(v.begin(), v.end()) {}
-  operator std::vector<int64_t>() const { return {begin(), end()}; }
-
-  friend bool operator==(const Dims& a, const Dims& b) {
-    return std::equal(a.begin(), a.end(), b.begin(), b.end());
-  }
-  friend bool operator==(const Dims& a, const std::vector<int64_t>& b) {
-    return std::equal(a.begin(), a.end(), b.begin(), b.end());
-  }
-};
 
 struct TensorMeta {
   ScalarType dtype = ScalarType::Undefined;

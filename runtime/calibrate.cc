@@ -130,13 +130,13 @@ void localizeCollectives(Graph& g) {
         std::vector<Arg> copies(static_cast<size_t>(size), Arg::ofNode(x));
         target = "aten.cat.default";
         args = {Arg::ofList(std::move(copies))};
-        stand_in[0] = in[0] * size;
+        stand_in = in.with(0, in[0] * size);
         break;
       }
       case CollectiveKind::ReduceScatter:
         target = "aten.slice.Tensor";
         args = {Arg::ofNode(x), Arg::ofInt(0), Arg::ofInt(0), Arg::ofInt(out.empty() ? 0 : out[0])};
-        if (!out.empty() && out[0] <= in[0]) stand_in[0] = out[0];
+        if (!out.empty() && out[0] <= in[0]) stand_in = in.with(0, out[0]);
         break;
       default:  // a wait, an all-reduce; an all-to-all or broadcast that keeps the shape
         args = {Arg::ofNode(x)};

@@ -643,8 +643,8 @@ class TensorShim {
         dtypes_[static_cast<size_t>(code)] == nullptr)
       return false;
     dtype = dtypes_[static_cast<size_t>(code)];
-    shape.assign(sz, sz + dim);
-    stride.assign(st, st + dim);
+    shape = jfx::Dims(std::span<const int64_t>(sz, static_cast<size_t>(dim)));
+    stride = jfx::Dims(std::span<const int64_t>(st, static_cast<size_t>(dim)));
     return true;
   }
 
@@ -1063,14 +1063,15 @@ class GraphBuilder {
   static bool ints(PyObject* seq, jfx::Dims& out) {
     if (!PyTuple_Check(seq)) return false;  // torch.Size is a tuple
     const Py_ssize_t n = PyTuple_GET_SIZE(seq);
-    out.resize(static_cast<size_t>(n));
+    jfx::DimsScratch dims(static_cast<size_t>(n));
     for (Py_ssize_t i = 0; i < n; ++i) {
       PyObject* x = PyTuple_GET_ITEM(seq, i);
       if (!PyLong_Check(x)) return false;
       std::optional<int64_t> v = int64(x);
       if (!v) return false;
-      out[static_cast<size_t>(i)] = *v;
+      dims[static_cast<size_t>(i)] = *v;
     }
+    out = jfx::Dims(dims);
     return true;
   }
 

@@ -129,7 +129,7 @@ TEST_CASE("fsdp: dtype cast before the gather and a slice after it", "[fsdp]") {
   Node* ag = b.allGather(cast, 2, "ag");
   Node* wt = b.wait(ag, "wt");
   TensorMeta sl = wt->val().tensor;
-  sl.shape[0] = 7;
+  sl.shape = sl.shape.with(0, 7);
   Node* slice = b.call("aten.slice.Tensor", {N(wt), Arg::ofInt(0), Arg::ofInt(0), Arg::ofInt(7)},
                        sl, "slice");
   Node* view = b.call("aten.view.default", {N(slice), Arg::ofInts({7, 8})}, sl, "view");

@@ -49,14 +49,14 @@ struct Builder {
   }
   Node* allGather(Node* in, int64_t world, const std::string& name = "") {
     TensorMeta t = in->val().tensor;
-    t.shape[0] *= world;
+    t.shape = t.shape.with(0, t.shape[0] * world);
     t.stride = TensorMeta::contiguousStride(t.shape);
     return call("_c10d_functional.all_gather_into_tensor.default",
                 {N(in), Arg::ofInt(world), Arg::ofStr("0")}, t, name);
   }
   Node* reduceScatter(Node* in, int64_t world, const std::string& name = "") {
     TensorMeta t = in->val().tensor;
-    t.shape[0] /= world;
+    t.shape = t.shape.with(0, t.shape[0] / world);
     t.stride = TensorMeta::contiguousStride(t.shape);
     return call("_c10d_functional.reduce_scatter_tensor.default",
                 {N(in), Arg::ofStr("sum"), Arg::ofInt(world), Arg::ofStr("0")}, t, name);
@@ -66,8 +66,8 @@ struct Builder {
   }
   Node* t(Node* in, const std::string& name = "") {
     TensorMeta m = in->val().tensor;
-    std::swap(m.shape[0], m.shape[1]);
-    std::swap(m.stride[0], m.stride[1]);
+    m.shape = {m.shape[1], m.shape[0]};
+    m.stride = {m.stride[1], m.stride[0]};
     return call("aten.t.default", {N(in)}, m, name);
   }
   Node* mm(Node* a, Node* b, const std::string& name = "") {

@@ -11,8 +11,8 @@
 namespace jfx {
 namespace {
 
-// Dims, as the metas store them: building a shape allocates nothing below rank 7.
-using Shape = Dims;
+// Shapes are built and edited as vectors; a meta interns them as Dims (ir/dims.h).
+using Shape = std::vector<int64_t>;
 
 int64_t ceilDiv(int64_t a, int64_t b) {
   return (a + b - 1) / b;
@@ -247,6 +247,15 @@ class Builder {
       if (s == 0) return false;
     return true;
   }
+  // `m` with dimensions a and b swapped (a transpose view).
+  static TensorMeta swapDims(TensorMeta m, int64_t a, int64_t b) {
+    Shape shape = m.shape, stride = m.stride;
+    std::swap(shape[static_cast<size_t>(a)], shape[static_cast<size_t>(b)]);
+    std::swap(stride[static_cast<size_t>(a)], stride[static_cast<size_t>(b)]);
+    m.shape = shape;
+    m.stride = stride;
+    return m;
+  }
   // view / _unsafe_view of a contiguous tensor. `spelled` is the size argument as the model wrote
   // it (may hold -1), `shape` the concrete result.
   Node* view(Node* x, const Shape& spelled, const Shape& shape,
@@ -257,24 +266,19 @@ class Builder {
   Node* unsafeView(Node* x, const Shape& shape) {
     return view(x, shape, shape, "aten._unsafe_view.default");
   }
-  Node* t(Node* x) {
-    TensorMeta m = meta(x);
-    std::swap(m.shape[0], m.shape[1]);
-    std::swap(m.stride[0], m.stride[1]);
-    return emit("aten.t.default", {node(x)}, std::move(m));
-  }
+  Node* t(Node* x) { return emit("aten.t.default", {node(x)}, swapDims(meta(x), 0, 1)); }
   Node* transpose(Node* x, int64_t a, int64_t b) {
-    TensorMeta m = meta(x);
-    std::swap(m.shape[a], m.shape[b]);
-    std::swap(m.stride[a], m.stride[b]);
-    return emit("aten.transpose.int", {node(x), i(a), i(b)}, std::move(m));
+    return emit("aten.transpose.int", {node(x), i(a), i(b)}, swapDims(meta(x), a, b));
   }
   Node* unsqueeze(Node* x, int64_t d) {
     TensorMeta m = meta(x);
     size_t du = static_cast<size_t>(d);
     int64_t st = du >= m.shape.size() ? 1 : m.shape[du] * m.stride[du];
-    m.shape.insert(m.shape.begin() + d, 1);
-    m.stride.insert(m.stride.begin() + d, st);
+    Shape shape = m.shape, stride = m.stride;
+    shape.insert(shape.begin() + d, 1);
+    stride.insert(stride.begin() + d, st);
+    m.shape = shape;
+    m.stride = stride;
     return emit("aten.unsqueeze.default", {node(x), i(d)}, std::move(m));
   }
   // select.int; `spelled_dim` may be negative (as written), the result drops dimension `dim`.
@@ -282,19 +286,24 @@ class Builder {
     TensorMeta m = meta(x);
     int64_t dim =
         spelled_dim < 0 ? spelled_dim + static_cast<int64_t>(m.shape.size()) : spelled_dim;
-    m.shape.erase(m.shape.begin() + dim);
-    m.stride.erase(m.stride.begin() + dim);
+    Shape shape = m.shape, stride = m.stride;
+    shape.erase(shape.begin() + dim);
+    stride.erase(stride.begin() + dim);
+    m.shape = shape;
+    m.stride = stride;
     return emit("aten.select.int", {node(x), i(spelled_dim), i(index)}, std::move(m));
   }
   Node* slice0(Node* x, int64_t end) {
     TensorMeta m = meta(x);
-    m.shape[0] = end;
+    m.shape = m.shape.with(0, end);
     return emit("aten.slice.Tensor", {node(x), i(0), i(0), i(end)}, std::move(m));
   }
   Node* expand(Node* x, const Shape& shape) {
     TensorMeta m = meta(x);
+    Shape stride = m.stride;
     for (size_t k = 0; k < shape.size(); ++k)
-      if (m.shape[k] == 1 && shape[k] != 1) m.stride[k] = 0;
+      if (m.shape[k] == 1 && shape[k] != 1) stride[k] = 0;
+    m.stride = stride;
     m.shape = shape;
     return emit("aten.expand.default", {node(x), ints(shape)}, std::move(m));
   }
@@ -449,7 +458,7 @@ Builder::Unsharded Builder::unshard(Param& p, const std::string& module) {
   pinned_seq_ = last_seq_ = next_seq_++;  // one autograd.Function
   Node* x = castIfNeeded(p.placeholder, cd_);
   TensorMeta m = meta(x);
-  m.shape[0] *= c_.world_size;
+  m.shape = m.shape.with(0, m.shape[0] * c_.world_size);
   m.stride = TensorMeta::contiguousStride(m.shape);
   Node* ag = emit("_c10d_functional.all_gather_into_tensor.default",
                   {node(x), i(c_.world_size), Arg::ofStr(c_.group_name)}, m);
