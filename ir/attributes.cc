@@ -265,18 +265,22 @@ void AttrMap::set(Symbol key, AttrValue value) {
     std::sort(dict.begin(), dict.end(),
               [](const auto& a, const auto& b) { return a.first < b.first; });
   }
-  auto it = std::lower_bound(entries_.begin(), entries_.end(), key.str(),
+  std::vector<std::pair<Symbol, AttrValue>>& entries = entries_.mut();
+  auto it = std::lower_bound(entries.begin(), entries.end(), key.str(),
                              [](const auto& e, std::string_view k) { return e.first.str() < k; });
-  if (it != entries_.end() && it->first == key)
+  if (it != entries.end() && it->first == key)
     it->second = std::move(value);
   else
-    entries_.insert(it, {key, std::move(value)});
+    entries.insert(it, {key, std::move(value)});
 }
 
 bool AttrMap::erase(Symbol key) {
-  for (auto it = entries_.begin(); it != entries_.end(); ++it)
+  if (entries_.empty()) return false;
+  std::vector<std::pair<Symbol, AttrValue>>& entries = entries_.mut();
+  for (auto it = entries.begin(); it != entries.end(); ++it)
     if (it->first == key) {
-      entries_.erase(it);
+      entries.erase(it);
+      if (entries.empty()) entries_.clear();  // back to no box: equal to a map never set
       return true;
     }
   return false;

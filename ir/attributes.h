@@ -19,6 +19,7 @@
 #include <variant>
 #include <vector>
 
+#include "ir/boxed_vector.h"
 #include "ir/symbol.h"
 
 namespace jfx {
@@ -71,11 +72,12 @@ class AttrMap {
   void set(Symbol key, AttrValue value);
   bool erase(Symbol key);
   // Sorted by key name: the order the formats write them in.
-  const std::vector<std::pair<Symbol, AttrValue>>& entries() const { return entries_; }
+  const std::vector<std::pair<Symbol, AttrValue>>& entries() const { return entries_.get(); }
   friend bool operator==(const AttrMap&, const AttrMap&) = default;
 
  private:
-  std::vector<std::pair<Symbol, AttrValue>> entries_;
+  // Boxed: most nodes have no attributes, and a node's meta pays 8 bytes for them, not 24.
+  BoxedVector<std::pair<Symbol, AttrValue>> entries_;
 };
 
 // The formats' side of the Note above. `liftAttrs` moves declared keys out of an extra-meta JSON

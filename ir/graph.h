@@ -52,6 +52,7 @@
 #include "ir/compact_string.h"
 #include "ir/name_index.h"
 #include "ir/op_info.h"
+#include "ir/optional_int.h"
 #include "ir/stable_vector.h"
 #include "ir/symbol.h"
 #include "ir/types.h"
@@ -91,9 +92,9 @@ std::optional<OutputKind> outputKindFromName(std::string_view s);
 struct NodeMeta {
   Phase phase = Phase::Unknown;
   Recompute recompute = Recompute::Unset;
-  Symbol module_fqn;  // FX meta["custom"]["module_fqn"]; empty when absent
-  std::optional<int64_t> ac_graph_id;
-  std::optional<int64_t> seq_nr;
+  Symbol module_fqn;          // FX meta["custom"]["module_fqn"]; empty when absent
+  OptionalInt64 ac_graph_id;  // 8 bytes each: INT64_MIN is reserved for "absent"
+  OptionalInt64 seq_nr;
   CompactString stack_trace;  // empty when absent
   // Every other meta key as a canonical compact JSON object (sorted keys), or empty. "custom"
   // appears here without its "module_fqn" key, which lives in module_fqn above.

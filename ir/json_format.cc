@@ -1663,7 +1663,9 @@ class JsonReader : public TreeBuilder {
       FastSax::Number num;
       switch (key) {
         case 0:
-          if (!s.numberToken(num) || num.type != JView::Type::Int) return false;
+          if (!s.numberToken(num) || num.type != JView::Type::Int ||
+              num.i == OptionalInt64::kReserved)
+            return false;  // the tree path says why
           m.ac_graph_id = num.i;
           return true;
         case 1: {  // {"module_fqn": "..."} alone; anything more is extra meta
@@ -1694,7 +1696,9 @@ class JsonReader : public TreeBuilder {
           m.recompute = static_cast<Recompute>(num.i);
           return true;
         case 4:
-          if (!s.numberToken(num) || num.type != JView::Type::Int) return false;
+          if (!s.numberToken(num) || num.type != JView::Type::Int ||
+              num.i == OptionalInt64::kReserved)
+            return false;
           m.seq_nr = num.i;
           return true;
         case 5:
@@ -1940,6 +1944,15 @@ class JsonReader : public TreeBuilder {
     if (j.type() == JView::Type::Unsigned)
       fail("integer " + scalarText(j) + " is out of the int64 range");
     return j.integer();
+  }
+
+  // An integer for an OptionalInt64 field, which cannot hold INT64_MIN.
+  int64_t optionalInteger(JView j, std::string_view what) {
+    const int64_t i = integer(j, what);
+    if (i == OptionalInt64::kReserved)
+      fail(std::string(what) + " " + std::to_string(i) +
+           " is out of range (INT64_MIN is reserved)");
+    return i;
   }
 
   // Read into a DimsScratch and interned, so a shape or stride is read without a heap allocation.
@@ -2353,9 +2366,9 @@ class JsonReader : public TreeBuilder {
           fail("recompute must be 0..3 (CheckpointPolicy), got " + std::to_string(r));
         m.recompute = static_cast<Recompute>(r);
       } else if (key == "ac_graph_id") {
-        m.ac_graph_id = integer(v, "the ac_graph_id");
+        m.ac_graph_id = optionalInteger(v, "the ac_graph_id");
       } else if (key == "seq_nr") {
-        m.seq_nr = integer(v, "the seq_nr");
+        m.seq_nr = optionalInteger(v, "the seq_nr");
       } else if (key == "stack_trace") {
         m.stack_trace = str(v, "the stack trace");
       } else if (key == "custom" && v.isObject() && v.find("module_fqn")) {

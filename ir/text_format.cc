@@ -668,6 +668,16 @@ class Parser {
     return v;
   }
 
+  // An integer for an OptionalInt64 field (`what`), which cannot hold INT64_MIN.
+  int64_t optionalInteger(std::string_view what) {
+    const char* start = p_;
+    const int64_t v = integer();
+    if (v == OptionalInt64::kReserved)
+      failAt(start, std::string(what) + " " + std::to_string(v) +
+                        " is out of range (INT64_MIN is reserved)");
+    return v;
+  }
+
   // Ints, floats, inf/-inf/nan. A float has '.' or an exponent, so 2 and 2.0 stay distinct.
   Arg number() {
     const char* start = p_;
@@ -1214,10 +1224,10 @@ class Parser {
           break;
         }
         case 2:
-          m.ac_graph_id = integer();
+          m.ac_graph_id = optionalInteger("ac_graph_id");
           break;
         case 3:
-          m.seq_nr = integer();
+          m.seq_nr = optionalInteger("seq_nr");
           break;
         case 4:
           m.module_fqn = symbols_.intern(string(scratch));

@@ -84,8 +84,10 @@ struct ValueMeta {
   Kind kind = Kind::Absent;
   TensorMeta tensor;             // kind == Tensor
   BoxedVector<ValueMeta> items;  // kind == List
-  int64_t i = 0;                 // kind == Int or Bool
-  double f = 0;                  // kind == Float
+  union {                        // one of the two, by kind (8 bytes a node instead of 16)
+    int64_t i = 0;               // kind == Int or Bool
+    double f;                    // kind == Float
+  };
 
   static ValueMeta ofTensor(TensorMeta t) {
     ValueMeta v;
@@ -105,7 +107,11 @@ struct ValueMeta {
   // The first TensorMeta::sizeProblem() of a tensor in this value ("item 1: ..." inside lists),
   // or "".
   std::string sizeProblem() const;
-  friend bool operator==(const ValueMeta&, const ValueMeta&) = default;
+  // Fields by kind; a float compares as a double (NaN != NaN, 0.0 == -0.0).
+  friend bool operator==(const ValueMeta& a, const ValueMeta& b) {
+    return a.kind == b.kind && a.tensor == b.tensor && a.items == b.items &&
+           (a.kind == Kind::Float ? a.f == b.f : a.i == b.i);
+  }
 };
 
 }  // namespace jfx

@@ -922,7 +922,7 @@ class GraphBuilder {
         case MetaKey::SeqNr: {
           if (!PyLong_Check(v) || PyBool_Check(v)) continue;  // the Writer drops it
           std::optional<int64_t> i = int64(v);
-          if (!i) return false;
+          if (!i || *i == jfx::OptionalInt64::kReserved) return false;
           (kind == MetaKey::SeqNr ? m.seq_nr : m.ac_graph_id) = *i;
           continue;
         }

@@ -48,6 +48,16 @@ TEST_CASE("attributes: typed map", "[attributes]") {
   CHECK(m.erase(attr::bucket()));
   CHECK_FALSE(m.erase(attr::bucket()));
   CHECK(m.size() == 2);
+  {  // Emptied by erases, a map equals one never set (and erasing from it finds nothing).
+    AttrMap e = m;
+    CHECK(e.erase(attr::fsdpBucket()));
+    CHECK(e.erase(attr::autogradBackward()));
+    CHECK(e.empty());
+    CHECK(e == AttrMap());
+    CHECK(e.entries().empty());
+    CHECK_FALSE(e.erase(attr::fsdpBucket()));
+    CHECK_FALSE(AttrMap().erase(attr::bucket()));
+  }
 
   std::string json;
   m.entries()[1].second.appendJson(json);

@@ -36,8 +36,10 @@ ValueMeta tensor(ScalarType dt, std::vector<int64_t> shape, const char* device =
 ValueMeta scalar(ValueMeta::Kind kind, int64_t i, double f = 0) {
   ValueMeta v;
   v.kind = kind;
-  v.i = i;
-  v.f = f;
+  if (kind == ValueMeta::Kind::Float)
+    v.f = f;  // i and f share their bytes
+  else
+    v.i = i;
   return v;
 }
 
