@@ -75,7 +75,7 @@ TEST_CASE("a tensor meta of any rank is copied without a heap allocation", "[dim
                               contiguous({1, 2, 1, 2, 1, 2, 1, 2, 1, 2, 1, 2})}) {
     INFO("rank " << t.shape.size());
     const ValueMeta val = ValueMeta::ofTensor(t);
-    CHECK(allocationsOf([&] { TensorMeta copy = t; }) == 0);
+    CHECK(allocationsOf([&] { [[maybe_unused]] TensorMeta copy = t; }) == 0);
     CHECK(allocationsOf([&] { ValueMeta copy = val; }) == 0);
     // A list seen before is found in the table, not stored again.
     CHECK(allocationsOf([&] { (void)TensorMeta::contiguousStride(t.shape); }) == 0);
