@@ -3,7 +3,7 @@
 //
 // Why: every node holds a shape and a stride, and the nodes of a layer repeat a handful of them.
 // Held inline (absl::InlinedVector<int64_t, 5>) the two took 96 of a node's 384 bytes; interned
-// they take 16, and copying, comparing and hashing a tensor meta stop looking at its dimensions
+// they take 16, and copying and comparing a tensor meta stop looking at its dimensions
 // (two Dims are equal exactly when their pointers are). MLIR uniques its types in the context for
 // the same reasons; this project has no context object, so the table is process-wide.
 //
