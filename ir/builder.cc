@@ -15,7 +15,7 @@ std::string shapeText(std::span<const int64_t> shape) {
 }
 
 [[noreturn]] void fail(std::string_view op, const Node* x, const std::string& why) {
-  throw JfxError(SourceLocation::atNode(x ? x->name() : ""),
+  throw JfxError(SourceLocation::atNode(x ? std::string(x->name()) : ""),
                  "internal error: building " + std::string(op) + ": " + why);
 }
 

@@ -50,6 +50,7 @@
 #include "ir/arg.h"
 #include "ir/attributes.h"
 #include "ir/compact_string.h"
+#include "ir/name_arena.h"
 #include "ir/name_index.h"
 #include "ir/op_info.h"
 #include "ir/optional_int.h"
@@ -112,14 +113,19 @@ struct Use {
   friend bool operator==(const Use&, const Use&) = default;
 };
 
-// Operand slot `index` of `user` (Note [Use lists]). Only the Graph writes slots.
+// An operand slot of `user` (Note [Use lists]). Only the Graph writes slots. 40 bytes: a slot's
+// operand number is its place in its user's slot array, so it is computed, not stored (at 10^6
+// nodes, 8 bytes a slot are 15 MB).
 struct Operand {
   Node* value = nullptr;  // the producer
   Node* user = nullptr;
   Node** ref = nullptr;  // the node reference inside the Arg that holds it, in user's args/kwargs
   Operand* prev_use = nullptr;  // neighbours in value's use list
   Operand* next_use = nullptr;
-  uint32_t index = 0;
+  // Operand number within user->inputs(); kNotASlot for a slot outside user's slot array (only a
+  // corrupted use list has one: the verifier says so).
+  uint32_t index() const;
+  static constexpr uint32_t kNotASlot = UINT32_MAX;
 };
 
 // A node's operands as Node*, by value: a view over its slot array. Random access, O(1) size.
@@ -181,7 +187,7 @@ class UseRange {
     using pointer = void;
     iterator() = default;
     explicit iterator(const Operand* p) : p_(p) {}
-    Use operator*() const { return Use{p_->user, p_->index}; }
+    Use operator*() const { return Use{p_->user, p_->index()}; }
     iterator& operator++() { return p_ = p_->next_use, *this; }
     iterator operator++(int) {
       iterator old = *this;
@@ -198,7 +204,7 @@ class UseRange {
   iterator end() const { return iterator(nullptr); }
   size_t size() const { return n_; }
   bool empty() const { return n_ == 0; }
-  Use front() const { return Use{head_->user, head_->index}; }
+  Use front() const { return Use{head_->user, head_->index()}; }
 
  private:
   const Operand* head_;
@@ -218,7 +224,7 @@ class Node {
   uint32_t id() const { return id_; }
   OpKind op() const { return op_; }
   Symbol target() const { return target_; }
-  const std::string& name() const { return name_; }
+  std::string_view name() const { return NameArena::view(name_); }  // Note [Name arena]
   const OpInfo& info() const { return *info_; }
   Graph* graph() const { return graph_; }
 
@@ -286,6 +292,7 @@ class Node {
 
  private:
   friend class Graph;
+  friend struct Operand;
   friend struct UseListSurgery;  // tests that corrupt use lists on purpose (verifier tests)
   // Note [Walk prefetch]. A walk over the node list is a chain of dependent loads, one node at a
   // time: about 130 ns a node on the 2-core machine once the graph is larger than the cache, even
@@ -323,13 +330,21 @@ class Node {
   uint32_t num_uses_ = 0;
   Operand* use_head_ = nullptr;
   Operand* use_tail_ = nullptr;
-  std::string name_;
+  const char* name_ = nullptr;  // in graph_'s NameArena
   std::vector<Arg> args_;
   BoxedVector<std::pair<Symbol, Arg>> kwargs_;  // most nodes have none
   ValueMeta val_;
   NodeMeta meta_;
   CompactString input_fqn_;
 };
+
+inline uint32_t Operand::index() const {
+  // As integers: a slot outside the array is no pointer arithmetic's business.
+  const uintptr_t d =
+      (reinterpret_cast<uintptr_t>(this) - reinterpret_cast<uintptr_t>(user->ops_)) /
+      sizeof(Operand);
+  return d < user->ops_cap_ ? static_cast<uint32_t>(d) : kNotASlot;
+}
 
 struct ProcessGroupInfo {
   std::string name;  // the group_name string the collectives carry, e.g. "0"
@@ -485,17 +500,19 @@ class Graph {
   // of this graph (throws naming n otherwise, before anything changes).
   void collectRefs(Node* n);
   // Gives n one slot per reference in slot_refs_ and appends each to its producer's use list.
-  void buildSlots(Node* n);
+  void buildSlots(Node* n, bool record_uses = true);
   void dropUses(Node* n);
   Operand* allocSlots(uint32_t count);
   static void appendUse(Node* producer, Operand* s);
-  static void unlinkUse(Operand* s);
+  static void unlinkUse(Operand* s, bool keep_links = false);
   // appendUse / unlinkUse / setting a slot's reference, recorded for undo while recording.
   void addUse(Node* producer, Operand* s);
   void removeUse(Operand* s);
   void setRef(Operand& s, Node* value);
-  // erase's last step: out of the name index, dead, args and kwargs dropped (kept for undo).
-  void bury(Node* n);
+  // erase's two steps (Note [Undo of an erase]): n's operands out of their use lists, then n
+  // unlinked, out of the name index, dead, its args and kwargs dropped (kept for undo).
+  void detachUses(Node* n);
+  void retire(Node* n);
   struct UndoLog;
   void undoOne(UndoLog& log);
   void touch(Node* n) {
@@ -520,6 +537,7 @@ class Graph {
   size_t slot_left_ = 0;
   std::vector<Node**> slot_refs_;  // scratch for collectRefs
   NameIndex<Node> by_name_;
+  NameArena names_;  // the nodes' names (Note [Name arena])
   // Looked up by string_view: naming a node whose name is taken builds no key string.
   struct SuffixHash {
     using is_transparent = void;

@@ -991,23 +991,24 @@ class JsonWriter {
  private:
   // extra_json is canonical when a reader made it; a pass may have built it by hand, so it is
   // parsed and re-canonicalized rather than spliced.
-  JView parseExtra(std::string_view text, const std::string& node) {
+  JView parseExtra(std::string_view text, std::string_view node) {
     static const std::string kNoFile;
     try {
       extra_.parse(text, kNoFile);
     } catch (const JfxError& e) {
-      throw JfxError(SourceLocation::atNode(node), "extra meta is not valid JSON: " + e.message());
+      throw JfxError(SourceLocation::atNode(std::string(node)),
+                     "extra meta is not valid JSON: " + e.message());
     }
     if (!extra_.root().isObject())
-      throw JfxError(SourceLocation::atNode(node), "extra meta is not a JSON object");
+      throw JfxError(SourceLocation::atNode(std::string(node)), "extra meta is not a JSON object");
     return extra_.root();
   }
 
-  void canonical(JView v, const std::string& node) {
+  void canonical(JView v, std::string_view node) {
     try {
       appendCanonical(out_, v);
     } catch (const JfxError& e) {
-      throw JfxError(SourceLocation::atNode(node), "extra meta: " + e.message());
+      throw JfxError(SourceLocation::atNode(std::string(node)), "extra meta: " + e.message());
     }
   }
 
@@ -1230,7 +1231,7 @@ class JsonWriter {
     if (custom && custom.isObject()) {
       std::vector<JView> members;
       if (auto dup = sortMembers(custom, members))
-        throw JfxError(SourceLocation::atNode(n.name()),
+        throw JfxError(SourceLocation::atNode(std::string(n.name())),
                        "extra meta: duplicate key '" + std::string(*dup) + "' in custom");
       for (JView c : members) {
         if (c.key() == "module_fqn") continue;
@@ -1259,7 +1260,7 @@ class JsonWriter {
     if (!extra_json.empty()) {
       JView extra = parseExtra(extra_json, n.name());
       if (auto dup = sortMembers(extra, members_))
-        throw JfxError(SourceLocation::atNode(n.name()),
+        throw JfxError(SourceLocation::atNode(std::string(n.name())),
                        "extra meta: duplicate key '" + std::string(*dup) + "'");
       custom = extra.find("custom");
       // Both sequences are sorted: merge them. An extra key that shadows a typed one (only a

@@ -20,7 +20,7 @@ std::string VerifyIssue::str() const {
 namespace {
 
 std::string quoted(const Node* n) {
-  return "'" + n->name() + "'";
+  return "'" + std::string(n->name()) + "'";
 }
 
 std::string shapeStr(std::span<const int64_t> shape) {
@@ -130,7 +130,8 @@ class Verifier {
 
   void add(const Node* n, std::string rule, std::string message) {
     if (full()) return;
-    issues_.push_back({n ? n->name() : std::string(), std::move(rule), std::move(message)});
+    issues_.push_back(
+        {n ? std::string(n->name()) : std::string(), std::move(rule), std::move(message)});
   }
 
   // The list links and positions everything else relies on (isBefore). A broken list stops the
@@ -185,6 +186,10 @@ class Verifier {
         add(n, "use-list", "use list names a deleted or foreign user");
         continue;
       }
+      if (u.index == Operand::kNotASlot) {
+        add(n, "use-list", "use list names a slot outside " + quoted(user) + "'s operands");
+        continue;
+      }
       if (u.index >= user->inputs().size() || user->inputs()[u.index] != n) {
         add(n, "use-list",
             "use list says " + quoted(user) + " reads it as operand " + std::to_string(u.index) +
@@ -212,7 +217,7 @@ class Verifier {
       if (in == nullptr || in->graph() != &g_ || in->isDead()) continue;  // reported above
       const Operand& s = n->operandSlot(k);
       const bool listed =
-          s.user == n && s.index == k &&
+          s.user == n &&
           (s.prev_use ? s.prev_use->next_use == &s && s.prev_use->value == in
                       : in->isFirstUse(&s)) &&
           (s.next_use ? s.next_use->prev_use == &s && s.next_use->value == in : in->isLastUse(&s));
@@ -294,6 +299,10 @@ class Verifier {
         const Node* user = u.user;
         if (user == nullptr || user->graph() != &g_ || user->isDead()) {
           add(n, "use-list", "use list names a deleted or foreign user");
+          continue;
+        }
+        if (u.index == Operand::kNotASlot) {
+          add(n, "use-list", "use list names a slot outside " + quoted(user) + "'s operands");
           continue;
         }
         if (u.index >= user->inputs().size() || user->inputs()[u.index] != n) {

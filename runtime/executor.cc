@@ -77,7 +77,8 @@ struct DynamicArg {
 };
 
 [[noreturn]] void failAt(const Node& n, const std::string& message) {
-  throw JfxError(SourceLocation::atNode(n.name()), std::string(n.target().str()) + ": " + message);
+  throw JfxError(SourceLocation::atNode(std::string(n.name())),
+                 std::string(n.target().str()) + ": " + message);
 }
 
 // Why a constant does not fit a schema type; thrown inside conversion, rewrapped with the node.
@@ -425,9 +426,9 @@ std::string deviceKernelProblem(const Graph& g, c10::DeviceType device) {
   std::string ops;
   for (std::string_view t : targets)
     ops += (ops.empty() ? "" : ", ") + std::string(t);
-  std::string message = "node '" + first->name() + "': " + std::to_string(count) + " node" +
-                        (count == 1 ? "" : "s") + " call ops with no " + device_name + " kernel (" +
-                        ops + "): the graph cannot run on " + device_name + ".";
+  std::string message = "node '" + std::string(first->name()) + "': " + std::to_string(count) +
+                        " node" + (count == 1 ? "" : "s") + " call ops with no " + device_name +
+                        " kernel (" + ops + "): the graph cannot run on " + device_name + ".";
   if (ops.find("_for_cpu") != std::string::npos)
     message +=
         " Tracing on CPU records CPU-only ops; trace the model on the device it will run "
@@ -463,7 +464,7 @@ struct Executor::Planner {
   uint32_t slotOf(const Node& user, const Node* producer) const {
     auto it = slot_of.find(producer);
     if (it == slot_of.end())
-      failAt(user, "reads '" + producer->name() + "', which is not defined before it");
+      failAt(user, "reads '" + std::string(producer->name()) + "', which is not defined before it");
     return it->second;
   }
   uint32_t newSlot(const Node* n) {
@@ -545,7 +546,7 @@ void Executor::Planner::addConstant(const Node& n) {
     for (Use u : n.uses())
       if (u.user->target().str().starts_with("higher_order."))
         failAt(n, "get_attr '" + std::string(n.target().str()) + "' is a subgraph of " +
-                      std::string(u.user->target().str()) + " '" + u.user->name() +
+                      std::string(u.user->target().str()) + " '" + std::string(u.user->name()) +
                       "': higher-order ops cannot run in the C++ executor (run the graph in "
                       "PyTorch: jointfx.import_graph rebuilds its subgraphs)");
     failAt(n, "get_attr '" + std::string(n.target().str()) +

@@ -199,7 +199,7 @@ BlockAnalysis analyzeBlocks(const Graph& g, const PhaseInfo& phases) {
             f = std::string(u->meta().module_fqn.str());
             break;
           }
-      fqns.push_back(f.empty() ? n->name() : f);
+      fqns.push_back(f.empty() ? std::string(n->name()) : f);
       continue;
     }
     if (n->op() != OpKind::CallFunction) continue;

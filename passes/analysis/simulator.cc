@@ -210,13 +210,14 @@ std::string chromeTrace(const SimResult& r) {
          {"tid", s},
          {"args", {{"name", s == 0 ? std::string("compute") : "pg " + r.streams[s].name}}}});
   for (const SimEvent& e : r.events) {
-    json ev = {{"name", e.stall ? "wait " + e.node->name() : e.node->name()},
-               {"ph", "X"},
-               {"pid", 0},
-               {"tid", e.stream},
-               {"ts", e.start * 1e6},
-               {"dur", e.duration * 1e6},
-               {"args", {{"target", std::string(e.node->target().str())}}}};
+    json ev = {
+        {"name", e.stall ? "wait " + std::string(e.node->name()) : std::string(e.node->name())},
+        {"ph", "X"},
+        {"pid", 0},
+        {"tid", e.stream},
+        {"ts", e.start * 1e6},
+        {"dur", e.duration * 1e6},
+        {"args", {{"target", std::string(e.node->target().str())}}}};
     if (e.stall) ev["cat"] = "exposed";
     events.push_back(std::move(ev));
   }

@@ -245,7 +245,7 @@ std::optional<Candidate> Bucketer::candidate(Node* n) {
               role == CollectiveRole::FsdpGradAllReduce;
   if (opts_.fsdp_only && !fsdp) return std::nullopt;
   if (n->uses().size() != 1 || !n->uses().front().user->isWait()) return std::nullopt;
-  if (excluded_.count(n->name())) {
+  if (!excluded_.empty() && excluded_.count(std::string(n->name()))) {
     ctx_.stat("unbucketed.memory");
     return std::nullopt;
   }
@@ -272,7 +272,7 @@ std::optional<Candidate> Bucketer::candidate(Node* n) {
           glooRingChunkElems(tin.numel(), dtypeItemSize(tin.dtype), gsize) != tout.numel()) {
         ctx_.stat("unbucketed.rs-order");
         ctx_.remark(
-            "bucket: reduce-scatter '" + n->name() + "' stays unbucketed: " +
+            "bucket: reduce-scatter '" + std::string(n->name()) + "' stays unbucketed: " +
             std::to_string(tout.numel()) + " elements per rank is not a gloo ring chunk (" +
             std::to_string(glooRingChunkElems(tin.numel(), dtypeItemSize(tin.dtype), gsize)) +
             "), so no bucket keeps its summation order");
@@ -383,10 +383,10 @@ void Bucketer::unpack(Node* packed, int64_t dim, const std::vector<int64_t>& siz
     NodeMeta meta = m.wait->meta();
     meta.phase = phase;
     OpBuilder& b = at(anchor, meta);
-    Node* piece = b.getitem(split, static_cast<int64_t>(i), m.wait->name() + "_piece");
+    Node* piece = b.getitem(split, static_cast<int64_t>(i), std::string(m.wait->name()) + "_piece");
     const Dims& shape = m.coll->val().tensor.shape;
-    Node* out = copy ? b.reshape(piece, shape, m.wait->name() + "_out")
-                     : b.view(piece, shape, m.wait->name() + "_out");
+    Node* out = copy ? b.reshape(piece, shape, std::string(m.wait->name()) + "_out")
+                     : b.view(piece, shape, std::string(m.wait->name()) + "_out");
     done(m, out);
   }
 }
@@ -503,8 +503,8 @@ bool Bucketer::run() {
         reject = blocks_seen.count({k, c->block}) ? "interleaved" : nullptr;
       if (reject) {
         ctx_.stat(std::string("split.") + reject);
-        ctx_.remark("bucket: " + std::string(collectiveKindName(keys_[k].kind)) + " '" + n->name() +
-                    "' starts a new bucket (" + reject + ")");
+        ctx_.remark("bucket: " + std::string(collectiveKindName(keys_[k].kind)) + " '" +
+                    std::string(n->name()) + "' starts a new bucket (" + reject + ")");
       }
       if (reject || b->block != c->block) close(k);
     }
@@ -546,7 +546,7 @@ void Bucketer::finalize(Bucket& b) {
   ctx_.stat("members." + kind, static_cast<int64_t>(b.members.size()));
   std::vector<std::string> names;
   for (const Member& m : b.members)
-    names.push_back(m.coll->name());
+    names.push_back(std::string(m.coll->name()));
   bucket_members_.push_back(std::move(names));
   if (sideOf(key.kind) == Side::Gather)
     finalizeGather(b, key);
@@ -585,8 +585,8 @@ void Bucketer::finalizeGather(Bucket& b, const KeyTuple& key) {
     meta.phase = key.phase;
     // view when the shard is contiguous (a free alias); reshape copies otherwise.
     OpBuilder& bl = at(first, meta);
-    flats.push_back(t.isContiguous() ? bl.view(in, {-1}, in->name() + "_flat")
-                                     : bl.reshape(in, {-1}, in->name() + "_flat"));
+    flats.push_back(t.isContiguous() ? bl.view(in, {-1}, std::string(in->name()) + "_flat")
+                                     : bl.reshape(in, {-1}, std::string(in->name()) + "_flat"));
     sizes.push_back(t.numel());
   }
   Node* cat = at(first, shared).cat(flats, 0, "ag_bucket_cat");
@@ -638,8 +638,8 @@ void Bucketer::finalizeData(Bucket& b, const KeyTuple& key) {
     int64_t cols = rs ? t.numel() / G : t.numel();
     std::vector<int64_t> view_arg = rs ? std::vector<int64_t>{G, -1} : std::vector<int64_t>{-1};
     OpBuilder& bl = at(last, meta);
-    parts.push_back(t.isContiguous() ? bl.view(in, view_arg, in->name() + "_rows")
-                                     : bl.reshape(in, view_arg, in->name() + "_rows"));
+    parts.push_back(t.isContiguous() ? bl.view(in, view_arg, std::string(in->name()) + "_rows")
+                                     : bl.reshape(in, view_arg, std::string(in->name()) + "_rows"));
     sizes.push_back(cols);
     total += cols;
   }
@@ -1101,7 +1101,7 @@ std::unique_ptr<Graph> boundedCopy(const Graph& g, const BucketOptions& opts, in
   }
   // Every candidate out: the graph stays as it is.
   g.forEach([&](const Node* n) {
-    if (n->isCollective()) excluded.insert(n->name());
+    if (n->isCollective()) excluded.insert(std::string(n->name()));
   });
   return nullptr;
 }

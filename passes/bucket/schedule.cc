@@ -254,7 +254,7 @@ bool Scheduler::prefetch(const std::vector<Unit>& seq) {
     }
     if (limited) {
       ctx_.stat("prefetch-lowered");
-      ctx_.remark("schedule: prefetch of '" + coll->name() + "' lowered from " +
+      ctx_.remark("schedule: prefetch of '" + std::string(coll->name()) + "' lowered from " +
                   std::to_string(opts_.prefetch) + " to " +
                   std::to_string(std::max<int64_t>(k, 0)) + " (memory-limit " +
                   formatBytes(limit_) + ")");
@@ -298,8 +298,8 @@ bool Scheduler::deferWaits(const std::vector<Unit>& seq) {
     size_t lo = idx_[wait->id()], hi = stepAt(at);
     if (!fits(lo, hi, delta)) {
       ctx_.stat("defer-skipped-memory");
-      ctx_.remark("schedule: wait of '" + seq[i].coll->name() + "' not deferred (memory-limit " +
-                  formatBytes(limit_) + ")");
+      ctx_.remark("schedule: wait of '" + std::string(seq[i].coll->name()) +
+                  "' not deferred (memory-limit " + formatBytes(limit_) + ")");
       continue;
     }
     g_.placeBefore(movers, at);

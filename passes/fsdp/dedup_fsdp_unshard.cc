@@ -121,9 +121,9 @@ bool DedupFsdpUnshardPass::run(Graph& g, PassContext& ctx) {
       }
       if (!sameGather(keep, dup)) {
         ctx.stat("mismatched");
-        ctx.remark("dedup-fsdp-unshard: '" + dup.all_gather->name() + "' gathers '" +
-                   keep.param->name() + "' differently from '" + keep.all_gather->name() +
-                   "'; left alone");
+        ctx.remark("dedup-fsdp-unshard: '" + std::string(dup.all_gather->name()) + "' gathers '" +
+                   std::string(keep.param->name()) + "' differently from '" +
+                   std::string(keep.all_gather->name()) + "'; left alone");
         continue;
       }
       for (Node* n : dup.post)

@@ -137,21 +137,21 @@ bool RematPass::run(Graph& g, PassContext& ctx) {
     for (Node* p : b->inputs()) {
       if (!recomputable[p->id()]) continue;
       postOrder(p, recomputable, needed, [&](Node* x) {
-        const std::string what =
-            "cannot recompute '" + x->name() + "' (" + std::string(x->target().str()) + "): ";
-        const std::string fix = " (needed by backward node '" + b->name() +
+        const std::string what = "cannot recompute '" + std::string(x->name()) + "' (" +
+                                 std::string(x->target().str()) + "): ";
+        const std::string fix = " (needed by backward node '" + std::string(b->name()) +
                                 "'); tag it MUST_SAVE or drop its recompute tag";
         // In-place random ops (bernoulli_ in a traced dropout) included: the op-info table
         // marks every Tag.nondeterministic_seeded overload.
         if (x->isRandom())
-          throw JfxError(SourceLocation::atNode(x->name()),
+          throw JfxError(SourceLocation::atNode(std::string(x->name())),
                          what +
                              "it draws random numbers, so a backward copy would differ from the "
                              "forward value" +
                              fix);
         // Only in-place ops on a random draw get here (the others stay saved, above).
         if (!mutatedOperands(*x).empty())
-          throw JfxError(SourceLocation::atNode(x->name()),
+          throw JfxError(SourceLocation::atNode(std::string(x->name())),
                          what +
                              "it writes its argument in place, so a backward copy would write "
                              "it a second time" +
@@ -171,7 +171,7 @@ bool RematPass::run(Graph& g, PassContext& ctx) {
       Node* p = b->input(k);
       if (p->id() >= n_ids || !recomputable[p->id()]) continue;
       postOrder(p, recomputable, cloned, [&](Node* x) {
-        Node* c = g.cloneBefore(x, b, remap, x->name() + "_recomputed");
+        Node* c = g.cloneBefore(x, b, remap, std::string(x->name()) + "_recomputed");
         c->meta().phase = Phase::Backward;
         clone_of[x->id()] = c;
         originals.push_back(x);

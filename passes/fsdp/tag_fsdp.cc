@@ -26,7 +26,7 @@ std::string chainFqn(const FsdpUnshardChain& c) {
   if (!c.param->inputFqn().empty()) return std::string(c.param->inputFqn());
   if (!c.all_gather->meta().module_fqn.empty())
     return std::string(c.all_gather->meta().module_fqn.str());
-  return c.param->name();
+  return std::string(c.param->name());
 }
 
 std::string topLevelModule(const std::string& fqn) {

@@ -363,7 +363,7 @@ std::vector<std::string> nonMovedOrder(const Graph& g) {
     OpCategory c = n->info().category;
     bool chain = n->isCollective() || n->isWait() || c == OpCategory::View ||
                  c == OpCategory::Copy || c == OpCategory::Getitem || c == OpCategory::Index;
-    if (!chain) out.push_back(n->name());
+    if (!chain) out.push_back(std::string(n->name()));
   }
   return out;
 }
@@ -371,7 +371,8 @@ std::vector<std::string> nonMovedOrder(const Graph& g) {
 std::map<std::string, std::vector<std::string>> perGroupOrder(const Graph& g) {
   std::map<std::string, std::vector<std::string>> out;
   for (Node* n = g.first(); n; n = n->next())
-    if (n->isCollective()) out[std::string(collectiveGroupName(*n))].push_back(n->name());
+    if (n->isCollective())
+      out[std::string(collectiveGroupName(*n))].push_back(std::string(n->name()));
   return out;
 }
 
@@ -517,7 +518,7 @@ TEST_CASE("bucket: under a memory bound, input nodes keep their ids whichever ro
       std::vector<std::string> names;
       std::vector<uint32_t> origins;
       for (uint32_t id = 0; id < g->maxId(); ++id) {
-        names.push_back(g->nodeById(id)->isDead() ? "" : g->nodeById(id)->name());
+        names.push_back(g->nodeById(id)->isDead() ? "" : std::string(g->nodeById(id)->name()));
         origins.push_back(g->nodeById(id)->origin());
       }
       PipelineResult r = runPipeline(*g, resolvePipeline("bucket{memory-limit=input}"), opts);

@@ -234,7 +234,7 @@ TEST_CASE("buffers: the default pipeline keeps every buffer read on its side of 
     BufferMutations m = analyzeBufferMutations(g);
     std::vector<std::string> seq;
     g.forEach([&](const Node* n) {
-      if (m.writesBuffer(n) || m.readsWrittenBuffer(n)) seq.push_back(n->name());
+      if (m.writesBuffer(n) || m.readsWrittenBuffer(n)) seq.push_back(std::string(n->name()));
     });
     return seq;
   };

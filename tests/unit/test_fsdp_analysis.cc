@@ -19,7 +19,7 @@ Node* at(const Graph& g, const char* name) {
 std::vector<std::string> names(const std::vector<Node*>& v) {
   std::vector<std::string> out;
   for (const Node* n : v)
-    out.push_back(n->name());
+    out.push_back(std::string(n->name()));
   return out;
 }
 

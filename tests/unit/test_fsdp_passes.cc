@@ -58,7 +58,7 @@ bool runDedup(Graph& g, Statistics* stats = nullptr) {
 std::vector<std::string> tagged(const Graph& g, Recompute r) {
   std::vector<std::string> out;
   g.forEach([&](const Node* n) {
-    if (n->meta().recompute == r) out.push_back(n->name());
+    if (n->meta().recompute == r) out.push_back(std::string(n->name()));
   });
   return out;
 }

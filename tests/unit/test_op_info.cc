@@ -267,7 +267,8 @@ TEST_CASE("dce: keeps every op that writes an argument, on traced graphs", "[op_
     auto g = traced(file);
     std::set<std::string> writers;
     for (Node* n = g->first(); n; n = n->next())
-      if (n->op() == OpKind::CallFunction && n->info().mutates) writers.insert(n->name());
+      if (n->op() == OpKind::CallFunction && n->info().mutates)
+        writers.insert(std::string(n->name()));
     REQUIRE(!writers.empty());
     Dce dce;
     PassOptions options("dce", {});

@@ -181,8 +181,8 @@ TEST_CASE("verifier: arity against the op-info table", "[verifier]") {
   Node* unknown = f.g.createCall("mylib.custom.default", {}, {}, f.out, "custom");
   auto issues = verifyGraph(f.g);
   INFO(dump(issues));
-  CHECK(has(issues, bad->name(), "arity", "takes 2 positional arguments, got 1"));
-  CHECK(!has(issues, unknown->name(), "arity"));  // unknown ops have no arity bounds
+  CHECK(has(issues, std::string(bad->name()), "arity", "takes 2 positional arguments, got 1"));
+  CHECK(!has(issues, std::string(unknown->name()), "arity"));  // unknown ops have no arity bounds
 }
 
 TEST_CASE("verifier: collective-wait-pairing", "[verifier]") {
@@ -233,8 +233,8 @@ TEST_CASE("verifier: coalesced collectives pair through getitems", "[verifier]")
     g.erase(w1);
     auto issues = verifyGraph(g);
     INFO(dump(issues));
-    CHECK(has(issues, g1->name(), "collective-wait-pairing", "without a wait"));
-    CHECK(has(issues, g1->name(), "collective-wait-pairing", "has no wait"));
+    CHECK(has(issues, std::string(g1->name()), "collective-wait-pairing", "without a wait"));
+    CHECK(has(issues, std::string(g1->name()), "collective-wait-pairing", "has no wait"));
   }
   SECTION("a wait straight on the coalesced result") {
     g.createCall(kWait, {N(ag)}, {}, g.outputNode(), "direct");
@@ -245,7 +245,7 @@ TEST_CASE("verifier: coalesced collectives pair through getitems", "[verifier]")
   SECTION("element shapes") {
     ag->val() = ValueMeta::ofList({tensor({4, 4}), tensor({5})});
     auto issues = verifyGraph(g);
-    CHECK(has(issues, ag->name(), "collective-shape", "(element 1)"));
+    CHECK(has(issues, std::string(ag->name()), "collective-shape", "(element 1)"));
   }
 }
 

@@ -104,7 +104,7 @@ void fsdpSection(const Graph& g, const PhaseInfo& phases, const FsdpAnalysis& fs
     ++per_param[{c.param->id(), bwd}];
     std::vector<std::string> saves;
     for (const Node* s : c.save_points)
-      saves.push_back(s->name());
+      saves.push_back(std::string(s->name()));
     chains.push_back({{"param", c.param->name()},
                       {"fqn", c.param->inputFqn()},
                       {"all_gather", c.all_gather->name()},
@@ -122,7 +122,7 @@ void fsdpSection(const Graph& g, const PhaseInfo& phases, const FsdpAnalysis& fs
     hsdp += gc.all_reduce != nullptr;
   std::vector<std::string> others;
   for (const Node* n : fsdp.other_collectives)
-    others.push_back(n->name());
+    others.push_back(std::string(n->name()));
   j["fsdp"] = {{"unshard_chains", {{"forward", fwd_chains}, {"backward", bwd_chains}}},
                {"all_gathers_by_phase", gathers},
                {"params_gathered_more_than_once_per_phase", twice},

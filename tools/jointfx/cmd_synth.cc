@@ -128,7 +128,7 @@ void addSynthCommand(CLI::App& app, int& exit_code) {
       // error here, not a file.
       for (const Node* n = g->first(); n; n = n->next())
         if (std::string p = n->val().sizeProblem(); !p.empty()) {
-          printError("synth", "node '" + n->name() + "': " + p +
+          printError("synth", "node '" + std::string(n->name()) + "': " + p +
                                   " (the configuration is too large: lower --batch, --seq, "
                                   "--vocab or --dim)");
           return;
