@@ -9,24 +9,30 @@ namespace jfx {
 namespace {
 
 using Storage = StorageLife;  // the table is handed out as MemoryProfile::storages
-static_assert(sizeof(Storage) == 32);
-
-// Storage ids of each node's outputs, flattened: elems[begin[id] .. begin[id] + count[id]).
-struct StorageMap {
-  std::vector<Storage> storages;
-  std::vector<uint32_t> begin, count;
-  std::vector<int32_t> elems;  // storage index, or -1 for a non-tensor element
-
-  int32_t first(const Node* n) const { return count[n->id()] ? elems[begin[n->id()]] : -1; }
-  int32_t element(const Node* n, int64_t i) const {
-    if (i < 0 || i >= static_cast<int64_t>(count[n->id()])) return -1;
-    return elems[begin[n->id()] + static_cast<size_t>(i)];
-  }
-};
+static_assert(sizeof(Storage) == 24);
 
 bool isMultiOutput(const Node* n) {
   return n->val().kind == ValueMeta::Kind::List;
 }
+
+// How many outputs a node has: a tuple's elements, or one.
+uint32_t outputCount(const Node* n) {
+  return isMultiOutput(n) ? static_cast<uint32_t>(n->val().items.size()) : 1;
+}
+
+// Storage ids of each walked node's outputs, flattened: elems[begin[id] .. + outputCount(n)).
+// The count is read from the node, not kept: a second table by id was 5.8 MB at 10^6 nodes.
+struct StorageMap {
+  std::vector<Storage> storages;
+  std::vector<uint32_t> begin;
+  std::vector<int32_t> elems;  // storage index, or -1 for a non-tensor element
+
+  int32_t first(const Node* n) const { return outputCount(n) ? elems[begin[n->id()]] : -1; }
+  int32_t element(const Node* n, int64_t i) const {
+    if (i < 0 || i >= static_cast<int64_t>(outputCount(n))) return -1;
+    return elems[begin[n->id()] + static_cast<size_t>(i)];
+  }
+};
 
 bool aliasesInput0(const Node* n) {
   AliasKind a = n->info().alias;
@@ -40,7 +46,6 @@ MemoryProfile analyzeMemory(const Graph& g, const PhaseInfo& phases, const Memor
   const size_t n_ids = g.maxId();
   StorageMap m;
   m.begin.assign(n_ids, 0);
-  m.count.assign(n_ids, 0);
   // About one storage and one element per node: no regrowth (a copy of everything so far) on
   // large graphs.
   m.storages.reserve(g.size());
@@ -48,13 +53,15 @@ MemoryProfile analyzeMemory(const Graph& g, const PhaseInfo& phases, const Memor
   auto fresh = [&](const Node* n, int32_t element, const ValueMeta& v, size_t t, bool input) {
     if (v.kind != ValueMeta::Kind::Tensor && v.kind != ValueMeta::Kind::List) return int32_t{-1};
     const auto step = static_cast<uint32_t>(t);
-    m.storages.push_back({n, v.bytes(), step, step, element, input, input});
+    const int64_t bytes = v.bytes();
+    if (input) prof.input_bytes = saturatingAdd(prof.input_bytes, bytes);
+    m.storages.push_back({n->id(), element, step, input ? Storage::kPinned : step, bytes});
     return static_cast<int32_t>(m.storages.size() - 1);
   };
   // A getitem reading a multi-output node reads only its element, whose storage it names
   // itself, so it does not extend the other elements.
   auto extend = [&](const Node* p, size_t t) {
-    for (uint32_t i = 0; i < m.count[p->id()]; ++i)
+    for (uint32_t i = 0, k = outputCount(p); i < k; ++i)
       if (int32_t s = m.elems[m.begin[p->id()] + i]; s >= 0)
         m.storages[s].last_use = std::max(m.storages[s].last_use, static_cast<uint32_t>(t));
   };
@@ -62,21 +69,21 @@ MemoryProfile analyzeMemory(const Graph& g, const PhaseInfo& phases, const Memor
   // 1. One walk of the program (each node's memory is read once: at 10^6 nodes a walk that
   // comes back to a node costs a cache miss per node): which storage each output names, and
   // the last use of each storage its inputs name (they come earlier, so theirs are known). The
-  // curve gets its nodes here and its bytes in step 2.
+  // curve gets its bytes in step 2.
   std::vector<Phase> phase_at;  // phase of each step, so step 2 reads no node
+  std::vector<uint32_t> id_at;  // node id of each step, for the peaks step 2 finds
   phase_at.reserve(g.size());
-  prof.curve.reserve(g.size());
+  id_at.reserve(g.size());
   size_t step = 0;
   for (const Node* n = g.first(); n; n = n->next(), ++step) {
-    prof.curve.push_back({n, 0});
+    id_at.push_back(n->id());
     phase_at.push_back(phases.of(n));
     const ValueMeta& v = n->val();
-    const size_t k = isMultiOutput(n) ? v.items.size() : 1;
+    const uint32_t k = outputCount(n);
     m.begin[n->id()] = static_cast<uint32_t>(m.elems.size());
-    m.count[n->id()] = static_cast<uint32_t>(k);
     const bool is_input = n->op() == OpKind::Placeholder || n->op() == OpKind::GetAttr;
     const Node* in0 = n->input(0);
-    for (size_t i = 0; i < k; ++i) {
+    for (uint32_t i = 0; i < k; ++i) {
       const ValueMeta& ev = isMultiOutput(n) ? v.items[i] : v;
       int32_t s = -1;
       if (n->op() == OpKind::Output) {
@@ -101,8 +108,9 @@ MemoryProfile analyzeMemory(const Graph& g, const PhaseInfo& phases, const Memor
     const bool getitem = n->info().category == OpCategory::Getitem;
     for (const Node* p : n->inputs()) {
       if (n->op() == OpKind::Output) {
-        for (uint32_t i = 0; i < m.count[p->id()]; ++i)
-          if (int32_t s = m.elems[m.begin[p->id()] + i]; s >= 0) m.storages[s].pinned = true;
+        for (uint32_t i = 0, k = outputCount(p); i < k; ++i)
+          if (int32_t s = m.elems[m.begin[p->id()] + i]; s >= 0)
+            m.storages[s].last_use = Storage::kPinned;
         continue;
       }
       if (getitem && isMultiOutput(p)) continue;
@@ -116,12 +124,12 @@ MemoryProfile analyzeMemory(const Graph& g, const PhaseInfo& phases, const Memor
 
   // 2. Play the schedule. Storages are born in index order; frees are bucketed by step (a linked
   // list per step).
-  const size_t n_steps = prof.curve.size();
+  const size_t n_steps = id_at.size();
+  prof.curve.assign(n_steps, 0);
   std::vector<int32_t> die_head(n_steps, -1), die_next(m.storages.size(), -1);
   for (size_t s = m.storages.size(); s-- > 0;) {
     const Storage& st = m.storages[s];
-    if (st.input) prof.input_bytes = saturatingAdd(prof.input_bytes, st.bytes);
-    if (st.pinned) continue;
+    if (st.pinned()) continue;
     die_next[s] = die_head[st.last_use];
     die_head[st.last_use] = static_cast<int32_t>(s);
   }
@@ -133,15 +141,14 @@ MemoryProfile analyzeMemory(const Graph& g, const PhaseInfo& phases, const Memor
     for (; next_born < m.storages.size() && m.storages[next_born].born == t; ++next_born)
       wide_live += m.storages[next_born].bytes;
     const int64_t live = clampToInt64(wide_live);
-    MemoryProfile::Point& point = prof.curve[t];
-    point.live_bytes = live;
+    prof.curve[t] = live;
     if (live > prof.peak_bytes || !prof.peak_node) {
       prof.peak_bytes = live;
-      prof.peak_node = point.node;
+      prof.peak_node = g.nodeById(id_at[t]);
       peak_step = t;
     }
     PhasePeak& pp = prof.phase_peaks[static_cast<size_t>(phase_at[t])];
-    if (!pp.node || live > pp.bytes) pp = {live, point.node};
+    if (!pp.node || live > pp.bytes) pp = {live, g.nodeById(id_at[t])};
     for (int32_t s = die_head[t]; s >= 0; s = die_next[s])
       wide_live -= m.storages[s].bytes;
   }
@@ -150,7 +157,7 @@ MemoryProfile analyzeMemory(const Graph& g, const PhaseInfo& phases, const Memor
   std::vector<int32_t> at_peak;
   for (size_t s = 0; s < m.storages.size(); ++s) {
     const Storage& st = m.storages[s];
-    if (st.born <= peak_step && (st.pinned || st.last_use >= peak_step))
+    if (st.born <= peak_step && (st.pinned() || st.last_use >= peak_step))
       at_peak.push_back(static_cast<int32_t>(s));
   }
   auto larger = [&](int32_t a, int32_t b) {
@@ -164,7 +171,9 @@ MemoryProfile analyzeMemory(const Graph& g, const PhaseInfo& phases, const Memor
                     at_peak.end(), larger);
   for (size_t i = 0; i < k; ++i) {
     const Storage& st = m.storages[at_peak[i]];
-    prof.largest_at_peak.push_back({st.owner, st.element, st.bytes, st.input});
+    const Node* owner = g.nodeById(st.owner);
+    const bool input = owner->op() == OpKind::Placeholder || owner->op() == OpKind::GetAttr;
+    prof.largest_at_peak.push_back({owner, st.element, st.bytes, input});
   }
   // The table itself, not a copy: a second table, made at bucket's bound check while the graph is
   // at its largest, cost 18 MB of peak RSS at 10^6 nodes.
@@ -214,10 +223,8 @@ std::string AnalysisTraits<MemoryProfile>::fingerprint(const MemoryProfile& m) {
     num(t.bytes, ',');
   }
   s += ';';
-  for (const MemoryProfile::Point& p : m.curve) {
-    id(p.node, ':');
-    num(p.live_bytes, ',');
-  }
+  for (const int64_t live : m.curve)
+    num(live, ',');
   return s;
 }
 

@@ -140,10 +140,11 @@ SimResult simulate(const Graph& g, const CostModel& cost, const SimOptions& opts
     r.peak_memory_bytes = mem.peak_bytes;
     if (opts.record_trace) {
       int64_t last = -1;
-      for (const auto& p : mem.curve) {
-        if (p.live_bytes == last) continue;
-        last = p.live_bytes;
-        r.memory_track.emplace_back(start_of[p.node->id()], p.live_bytes);
+      size_t step = 0;
+      for (const Node* n = g.first(); n && step < mem.curve.size(); n = n->next(), ++step) {
+        if (mem.curve[step] == last) continue;
+        last = mem.curve[step];
+        r.memory_track.emplace_back(start_of[n->id()], last);
       }
     }
   }

@@ -30,52 +30,62 @@ namespace {
 constexpr size_t kMaxChain = 1024;
 
 // Range add / range max over the steps of the original order, for the memory limit. Each node's
-// max is the max of its children plus its own pending add, so no push-down is needed.
+// max is the max of its children plus its own pending add, so no push-down is needed. The tree
+// over [lo, hi) at k has its left child at k + 1 and its right child after the left's whole
+// subtree, at k + 2 * (mid - lo): 2n - 1 nodes, where heap order (children at 2k, 2k + 1) needs
+// up to 4n. At 10^6 nodes the heap-ordered tree was 80 MB, the largest table of the pipeline.
 class MaxTree {
  public:
-  explicit MaxTree(const std::vector<int64_t>& base) : n_(std::max<size_t>(1, base.size())) {
-    mx_.assign(4 * n_, 0);
-    add_.assign(4 * n_, 0);
-    build(1, 0, n_, base);
+  // `base(i)`: the value at step i, for i < n.
+  template <class Base>
+  MaxTree(size_t n, const Base& base) : n_(std::max<size_t>(1, n)) {
+    t_.assign(2 * n_ - 1, Cell{});
+    build(0, 0, n_, n, base);
   }
   void add(size_t l, size_t r, int64_t v) {
-    if (l < r) add(1, 0, n_, l, r, v);
+    if (l < r) add(0, 0, n_, l, r, v);
   }
-  int64_t max(size_t l, size_t r) const { return l < r ? max(1, 0, n_, l, r) : INT64_MIN; }
-  int64_t max() const { return mx_[1]; }
+  int64_t max(size_t l, size_t r) const { return l < r ? max(0, 0, n_, l, r) : INT64_MIN; }
+  int64_t max() const { return t_[0].mx; }
 
  private:
-  void build(size_t k, size_t lo, size_t hi, const std::vector<int64_t>& base) {
+  struct Cell {
+    int64_t mx = 0;
+    int64_t add = 0;
+  };
+  static size_t right(size_t k, size_t lo, size_t mid) { return k + 2 * (mid - lo); }
+  template <class Base>
+  void build(size_t k, size_t lo, size_t hi, size_t n, const Base& base) {
     if (hi - lo == 1) {
-      mx_[k] = lo < base.size() ? base[lo] : 0;
+      t_[k].mx = lo < n ? base(lo) : 0;
       return;
     }
     size_t mid = (lo + hi) / 2;
-    build(2 * k, lo, mid, base);
-    build(2 * k + 1, mid, hi, base);
-    mx_[k] = std::max(mx_[2 * k], mx_[2 * k + 1]);
+    build(k + 1, lo, mid, n, base);
+    build(right(k, lo, mid), mid, hi, n, base);
+    t_[k].mx = std::max(t_[k + 1].mx, t_[right(k, lo, mid)].mx);
   }
   void add(size_t k, size_t lo, size_t hi, size_t l, size_t r, int64_t v) {
     if (r <= lo || hi <= l) return;
     if (l <= lo && hi <= r) {
-      mx_[k] += v;
-      add_[k] += v;
+      t_[k].mx += v;
+      t_[k].add += v;
       return;
     }
     size_t mid = (lo + hi) / 2;
-    add(2 * k, lo, mid, l, r, v);
-    add(2 * k + 1, mid, hi, l, r, v);
-    mx_[k] = std::max(mx_[2 * k], mx_[2 * k + 1]) + add_[k];
+    add(k + 1, lo, mid, l, r, v);
+    add(right(k, lo, mid), mid, hi, l, r, v);
+    t_[k].mx = std::max(t_[k + 1].mx, t_[right(k, lo, mid)].mx) + t_[k].add;
   }
   int64_t max(size_t k, size_t lo, size_t hi, size_t l, size_t r) const {
     if (r <= lo || hi <= l) return INT64_MIN;
-    if (l <= lo && hi <= r) return mx_[k];
+    if (l <= lo && hi <= r) return t_[k].mx;
     size_t mid = (lo + hi) / 2;
-    int64_t m = std::max(max(2 * k, lo, mid, l, r), max(2 * k + 1, mid, hi, l, r));
-    return m == INT64_MIN ? m : m + add_[k];
+    int64_t m = std::max(max(k + 1, lo, mid, l, r), max(right(k, lo, mid), mid, hi, l, r));
+    return m == INT64_MIN ? m : m + t_[k].add;
   }
   size_t n_;
-  std::vector<int64_t> mx_, add_;
+  std::vector<Cell> t_;
 };
 
 // Parameter preparation that may run earlier than written: casts, views, flattens, the bucket's
@@ -155,6 +165,10 @@ class Scheduler {
       x = x->next();
     return x ? idx_[x->id()] : idx_.size();
   }
+  Node* previousInGroup(const Node* coll) const {
+    const uint32_t p = prev_same_group_[coll->id()];
+    return p ? g_.nodeById(p - 1) : nullptr;
+  }
   bool fits(size_t lo, size_t hi, int64_t delta) const {
     if (!tree_ || delta <= 0 || lo >= hi) return true;
     // Also rejects any growth of a region that is over the limit already (the input's own peak).
@@ -181,10 +195,12 @@ class Scheduler {
   std::optional<WrittenStorage> own_written_;
   const WrittenStorage& written_;      // values written in place: their readers stay where they are
   const MemoryProfile* input_memory_;  // the caller's, or nullptr: the context's
-  std::vector<size_t> idx_;            // original step by node id
-  std::vector<uint8_t> moved_;         // by node id
+  // By node id, 4 bytes each (steps and ids fit 32 bits): at 10^6 nodes, tables of 8 bytes an id
+  // were 23 MB while the pass holds its input's memory profile and its tree.
+  std::vector<uint32_t> idx_;  // original step
+  std::vector<uint8_t> moved_;
   std::vector<Node*> moved_list_;
-  std::vector<Node*> prev_same_group_;  // by node id: the previous collective of its group
+  std::vector<uint32_t> prev_same_group_;  // the previous collective of its group: id + 1, or 0
   std::optional<MaxTree> tree_;
   int64_t limit_ = 0;  // bytes, when tree_ is set
 };
@@ -225,7 +241,7 @@ bool Scheduler::prefetch(const std::vector<Unit>& seq) {
       size_t anchor = j >= static_cast<size_t>(k) ? j - static_cast<size_t>(k) : 0;
       Node* at = seq[anchor].wait;
       // Stay behind the previous collective of the same group (one NCCL stream, fixed order).
-      if (Node* prev = prev_same_group_[coll->id()]; prev && !prev->isBefore(at)) at = prev->next();
+      if (Node* prev = previousInGroup(coll); prev && !prev->isBefore(at)) at = prev->next();
       if (!at->isBefore(coll)) break;  // already issued at least this early
       std::vector<Node*> chain = launchChain(coll, at);
       // Chain nodes already sitting at the insertion point stay; the rest move up before `at`.
@@ -314,22 +330,23 @@ bool Scheduler::deferWaits(const std::vector<Unit>& seq) {
 }
 
 bool Scheduler::run() {
-  const std::vector<Node*> order = g_.nodes();
+  // Walks of the list, not a vector of it: one was 10 MB at 10^6 nodes, held through the pass.
   idx_.assign(g_.maxId(), 0);
   moved_.assign(g_.maxId(), 0);
-  prev_same_group_.assign(g_.maxId(), nullptr);
-  for (size_t i = 0; i < order.size(); ++i)
-    idx_[order[i]->id()] = i;
+  prev_same_group_.assign(g_.maxId(), 0);
+  size_t steps = 0;
+  for (const Node* n = g_.first(); n; n = n->next())
+    idx_[n->id()] = static_cast<uint32_t>(steps++);
 
   // Units: FSDP all-gathers per (group, side), FSDP gradient collectives per (kind, group).
   std::map<std::pair<std::string, bool>, std::vector<Unit>> gathers;
   std::map<std::pair<int, std::string>, std::vector<Unit>> reductions;
   std::map<std::string, Node*> last_of_group;
-  for (Node* n : order) {
+  for (Node* n = g_.first(); n; n = n->next()) {
     if (!n->isCollective()) continue;
     std::string group(collectiveGroupName(*n));
     Node*& last = last_of_group[group];
-    prev_same_group_[n->id()] = last;
+    prev_same_group_[n->id()] = last ? last->id() + 1 : 0;
     last = n;
     if (n->uses().size() != 1 || !n->uses().front().user->isWait()) continue;
     // A collective over a buffer the graph writes in place (a synced running statistic) stays
@@ -365,10 +382,9 @@ bool Scheduler::run() {
         input_memory_ ? *input_memory_ : ctx_.analyses.get<MemoryProfile>(g_);
     // The default: never above the input's own estimated peak.
     limit_ = opts_.memory_limit < 0 ? prof.peak_bytes : opts_.memory_limit;
-    std::vector<int64_t> base(order.size(), 0);
-    for (size_t i = 0; i < prof.curve.size() && i < base.size(); ++i)
-      base[i] = prof.curve[i].live_bytes;
-    tree_.emplace(base);
+    // Straight from the curve: a copy of it beside the tree cost 10 MB more at 10^6 nodes.
+    const size_t known = std::min(prof.curve.size(), steps);
+    tree_.emplace(steps, [&](size_t i) { return i < known ? prof.curve[i] : int64_t{0}; });
     ctx_.stat("memory-peak-before", prof.peak_bytes);
     ctx_.stat("memory-limit", limit_);
     if (prof.peak_bytes > limit_)

@@ -14,10 +14,7 @@ using namespace jfx::testing;
 namespace {
 
 std::vector<int64_t> curveOf(const MemoryProfile& p) {
-  std::vector<int64_t> out;
-  for (const auto& pt : p.curve)
-    out.push_back(pt.live_bytes);
-  return out;
+  return p.curve;
 }
 
 MemoryProfile profile(const Graph& g) {

@@ -214,12 +214,12 @@ void memorySection(const PhaseInfo& phases, const MemoryProfile& mem, nlohmann::
   }
 }
 
-std::string memoryCsv(const PhaseInfo& phases, const MemoryProfile& mem) {
+std::string memoryCsv(const Graph& g, const PhaseInfo& phases, const MemoryProfile& mem) {
   std::ostringstream os;
   os << "step,node,phase,live_bytes\n";
-  for (size_t i = 0; i < mem.curve.size(); ++i)
-    os << i << "," << mem.curve[i].node->name() << "," << phaseOf(phases, mem.curve[i].node) << ","
-       << mem.curve[i].live_bytes << "\n";
+  size_t i = 0;
+  for (const Node* n = g.first(); n && i < mem.curve.size(); n = n->next(), ++i)
+    os << i << "," << n->name() << "," << phaseOf(phases, n) << "," << mem.curve[i] << "\n";
   return os.str();
 }
 
@@ -277,7 +277,7 @@ int runAnalyze(const AnalyzeArgs& args) {
 
   if (!args.memory_csv.empty()) {
     try {
-      writeFileAtomic(args.memory_csv, memoryCsv(phases, mem));
+      writeFileAtomic(args.memory_csv, memoryCsv(*g, phases, mem));
     } catch (const std::exception& e) {
       printError("analyze", args.memory_csv + ": error: " + e.what());
       return kInputError;

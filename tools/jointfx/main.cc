@@ -2,11 +2,23 @@
 #include <exception>
 #include <iostream>
 
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
+
 #include "ir/io.h"
 #include "tools/jointfx/cli_range.h"
 #include "tools/jointfx/commands.h"
 
 int main(int argc, char** argv) {
+#if defined(__GLIBC__)
+  // Tables of 4 MiB and more (per-id side tables, analysis results) are mapped on their own and
+  // unmapped when freed. glibc's default threshold starts at 128 KiB but rises to the size of
+  // each mapped block freed, up to 32 MiB, after which such tables come from the heap and, once
+  // freed, stay resident between the nodes allocated around them: at 10^6 nodes the graph left
+  // by bucket held 142 MB of free heap, 90 MB more resident memory than with a fixed threshold.
+  mallopt(M_MMAP_THRESHOLD, 4 << 20);
+#endif
   using namespace jfx::cli;
   CLI::App app{"jointfx: compiler passes over PyTorch joint forward+backward FSDP graphs"};
   app.set_version_flag("--version", "jointfx 0.1 (graph format 1)");
