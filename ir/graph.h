@@ -311,7 +311,7 @@ class Node {
   }
 
   // What a walk over the node list reads (links, position, kind, op facts) comes first, within
-  // 64 bytes, and the operand and use links next: a node is 264 bytes, so fields spread
+  // 64 bytes, and the operand and use links next: a node is 240 bytes, so fields spread
   // over it cost a cache miss each per node on graphs that do not fit the cache.
   Node* prev_ = nullptr;
   Node* next_ = nullptr;
