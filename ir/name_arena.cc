@@ -4,33 +4,36 @@
 
 namespace jfx {
 
+namespace {
+
+// Writes `s` at `at` as the arena stores it (length, characters, NUL); returns its characters.
+const char* store(char* at, std::string_view s) {
+  const auto n = static_cast<uint32_t>(s.size());
+  std::memcpy(at, &n, sizeof n);
+  std::memcpy(at + sizeof n, s.data(), s.size());
+  at[sizeof n + s.size()] = '\0';
+  return at + sizeof n;
+}
+
+}  // namespace
+
 const char* NameArena::add(std::string_view s) {
   if (s.size() > UINT32_MAX - sizeof(uint32_t) - 1)
     throw std::length_error("a node name longer than 4 GiB");
-  const auto n = static_cast<uint32_t>(s.size());
-  const size_t need = sizeof n + s.size() + 1;
+  const size_t need = sizeof(uint32_t) + s.size() + 1;
   if (need > left_) {
     // A name larger than a quarter chunk gets a chunk of its own, so the current one is not
-    // abandoned half empty.
+    // abandoned half empty; next_ and left_ stay on the chunk in use.
     const size_t size = need > kChunk / 4 ? need : kChunk;
     chunks_.push_back(std::shared_ptr<char[]>(new char[size]));
-    char* c = chunks_.back().get();
-    if (size != kChunk) {  // next_ and left_ stay on the chunk in use
-      std::memcpy(c, &n, sizeof n);
-      std::memcpy(c + sizeof n, s.data(), s.size());
-      c[sizeof n + s.size()] = '\0';
-      return c + sizeof n;
-    }
-    next_ = c;
+    if (size != kChunk) return store(chunks_.back().get(), s);
+    next_ = chunks_.back().get();
     left_ = size;
   }
-  char* p = next_;
-  std::memcpy(p, &n, sizeof n);
-  std::memcpy(p + sizeof n, s.data(), s.size());
-  p[sizeof n + s.size()] = '\0';
+  const char* out = store(next_, s);
   next_ += need;
   left_ -= need;
-  return p + sizeof n;
+  return out;
 }
 
 }  // namespace jfx
