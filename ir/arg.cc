@@ -90,6 +90,10 @@ Arg Arg::ofOpaque(std::string_view type, std::string_view repr) {
   return a;
 }
 Arg Arg::ofInts(const std::vector<int64_t>& v) {
+  return ofInts(std::span<const int64_t>(v));
+}
+
+Arg Arg::ofInts(std::span<const int64_t> v) {
   std::vector<Arg> items;
   items.reserve(v.size());
   for (int64_t i : v)

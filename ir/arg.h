@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -54,6 +55,7 @@ class Arg {
   static Arg ofTuple(std::vector<Arg> items);
   static Arg ofOpaque(std::string_view type, std::string_view repr);
   static Arg ofInts(const std::vector<int64_t>& v);  // a list of ints
+  static Arg ofInts(std::span<const int64_t> v);     // the same, from a Dims or a span
 
   Kind kind() const { return kind_; }
   bool isNone() const { return kind_ == Kind::None; }

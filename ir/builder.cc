@@ -60,30 +60,30 @@ Node* OpBuilder::viewLike(Symbol target, Node* x, Dims shape, std::string_view n
   const std::string_view op = target.str();
   const TensorMeta& t = tensorOf(x, op);
   // Resolve -1 from the element count.
-  std::vector<int64_t> out = shape;
   int64_t known = 1;
   int inferred = -1;
-  for (size_t i = 0; i < out.size(); ++i) {
-    if (out[i] == -1) {
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (shape[i] == -1) {
       if (inferred >= 0) fail(op, x, "two -1 in " + shapeText(shape));
       inferred = static_cast<int>(i);
     } else {
-      known = saturatingMul(known, out[i]);
+      known = saturatingMul(known, shape[i]);
     }
   }
   const int64_t numel = t.numel();
+  Dims out = shape;  // interned: a copy is a pointer
   if (inferred >= 0) {
     if (known == 0 || numel % known != 0)
       fail(
           op, x,
           "cannot infer -1 in " + shapeText(shape) + " for " + std::to_string(numel) + " elements");
-    out[static_cast<size_t>(inferred)] = numel / known;
+    out = shape.with(static_cast<size_t>(inferred), numel / known);
   } else if (known != numel) {
     fail(op, x,
          shapeText(shape) + " does not hold the " + std::to_string(numel) + " elements of " +
              shapeText(t.shape));
   }
-  return make(target, {Arg::ofNode(x), Arg::ofInts(std::move(shape))},
+  return make(target, {Arg::ofNode(x), Arg::ofInts(std::span<const int64_t>(shape))},
               ValueMeta::ofTensor(contiguousLike(t, std::move(out))), name);
 }
 

@@ -1060,6 +1060,16 @@ void Graph::rename(Node* n, std::string_view name) {
 std::vector<const Node*> Graph::takeTouched() {
   std::vector<const Node*> live;
   live.reserve(touched_.size());
+  // Sorting k nodes by position costs about k log k scattered reads; walking the list costs N
+  // reads in order. bucket touches half the graph at 10^6 nodes, where the walk is ~10x faster.
+  if (touched_.size() * 8 >= live_) {
+    for (const Node* n = head_; n; n = n->next_)
+      if (n->id_ < touched_mark_.size() && touched_mark_[n->id_]) live.push_back(n);
+    for (uint32_t id : touched_)
+      touched_mark_[id] = false;
+    touched_.clear();
+    return live;
+  }
   for (uint32_t id : touched_) {
     touched_mark_[id] = false;
     // An id past the store's end belonged to a node that a rollback removed.

@@ -41,6 +41,171 @@ void appendUnsigned(std::string& out, uint64_t v) {
   out.append(buf, static_cast<size_t>(r.ptr - buf));
 }
 
+// The std::string writers (ir/json_format.h), beside this file's JsonOut ones.
+using ::jfx::appendFloat;
+using ::jfx::appendHex;
+using ::jfx::appendJsonString;
+
+// The graph writer's output: a byte buffer whose appends are inline. std::string's appends are
+// calls (push_back, append, and a strlen for a C string), which were about a third of writing a
+// graph: a node is some forty small pieces.
+class JsonOut {
+ public:
+  explicit JsonOut(size_t capacity) { grow(capacity); }
+  JsonOut(const JsonOut&) = delete;
+  JsonOut& operator=(const JsonOut&) = delete;
+
+  JsonOut& operator+=(char c) {
+    if (p_ == cap_) grow(1);
+    *p_++ = c;
+    return *this;
+  }
+  JsonOut& operator+=(std::string_view s) {
+    char* d = grab(s.size());
+    std::memcpy(d, s.data(), s.size());
+    p_ = d + s.size();
+    return *this;
+  }
+  // A literal's length is known here: no strlen.
+  template <size_t N>
+  JsonOut& operator+=(const char (&s)[N]) {
+    return *this += std::string_view(s, N - 1);
+  }
+  // Room for `n` more bytes, written from the returned pointer; commit() sets the new end.
+  char* grab(size_t n) {
+    if (static_cast<size_t>(cap_ - p_) < n) grow(n);
+    return p_;
+  }
+  void commit(char* end) { p_ = end; }
+
+  size_t size() const { return static_cast<size_t>(p_ - buf_.get()); }
+  std::string_view view() const { return {buf_.get(), size()}; }
+  void clear() { p_ = buf_.get(); }
+
+ private:
+  void grow(size_t n) {
+    const size_t used = size(), old = static_cast<size_t>(cap_ - buf_.get());
+    const size_t cap = std::max(old * 2, used + n);
+    std::unique_ptr<char[]> next(new char[cap]);  // uninitialized: every byte is written first
+    if (used) std::memcpy(next.get(), buf_.get(), used);
+    buf_ = std::move(next);
+    p_ = buf_.get() + used;
+    cap_ = buf_.get() + cap;
+  }
+
+  std::unique_ptr<char[]> buf_;
+  char* p_ = nullptr;
+  char* cap_ = nullptr;
+};
+
+void appendInt(JsonOut& out, int64_t v) {
+  char* d = out.grab(20);
+  out.commit(std::to_chars(d, d + 20, v).ptr);
+}
+
+// As appendJsonString(std::string&, ...), into room for the worst case (every byte \u00XX).
+// Whether eight bytes hold a quote, a backslash or a control byte (bytes of 0x80 and above are
+// written as they are).
+bool needsEscape(uint64_t w) {
+  constexpr uint64_t kOnes = 0x0101010101010101ull, kHigh = 0x8080808080808080ull;
+  const uint64_t quote = w ^ (kOnes * '"'), backslash = w ^ (kOnes * '\\');
+  const uint64_t control = (w - kOnes * 0x20) & ~w;
+  return (((quote - kOnes) & ~quote) | ((backslash - kOnes) & ~backslash) | control) & kHigh;
+}
+
+void appendJsonString(JsonOut& out, std::string_view s) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  const char* p = s.data();
+  const char* end = s.data() + s.size();
+  char* d = out.grab(s.size() * 6 + 2);
+  *d++ = '"';
+  // Names, targets and FQNs need no escape: checked a word at a time (the last word overlapping
+  // the one before it, or padded with spaces when the string is shorter), then copied at once.
+  {
+    bool clean = true;
+    const char* q = p;
+    for (; end - q >= 8; q += 8) {
+      uint64_t w;
+      std::memcpy(&w, q, 8);
+      clean = clean && !needsEscape(w);
+    }
+    if (q != end) {
+      uint64_t w = 0x2020202020202020ull;
+      if (s.size() >= 8)
+        std::memcpy(&w, end - 8, 8);
+      else
+        std::memcpy(&w, q, static_cast<size_t>(end - q));
+      clean = clean && !needsEscape(w);
+    }
+    if (clean) {
+      std::memcpy(d, p, s.size());
+      d += s.size();
+      *d++ = '"';
+      out.commit(d);
+      return;
+    }
+  }
+  while (p != end) {
+    if (end - p >= 8) {
+      uint64_t w;
+      std::memcpy(&w, p, 8);
+      if (!needsEscape(w)) {
+        std::memcpy(d, p, 8);
+        d += 8;
+        p += 8;
+        continue;
+      }
+    }
+    const auto c = static_cast<unsigned char>(*p++);
+    if (c >= 0x20 && c != '"' && c != '\\') {
+      *d++ = static_cast<char>(c);
+      continue;
+    }
+    *d++ = '\\';
+    switch (c) {
+      case '"':
+      case '\\':
+        *d++ = static_cast<char>(c);
+        break;
+      case '\b':
+        *d++ = 'b';
+        break;
+      case '\f':
+        *d++ = 'f';
+        break;
+      case '\n':
+        *d++ = 'n';
+        break;
+      case '\r':
+        *d++ = 'r';
+        break;
+      case '\t':
+        *d++ = 't';
+        break;
+      default:
+        *d++ = 'u';
+        *d++ = '0';
+        *d++ = '0';
+        *d++ = kHex[c >> 4];
+        *d++ = kHex[c & 15];
+    }
+  }
+  *d++ = '"';
+  out.commit(d);
+}
+
+// The rare pieces (floats, constants' bytes) go through the std::string writers.
+void appendFloat(JsonOut& out, double v) {
+  std::string s;
+  appendFloat(s, v);
+  out += s;
+}
+void appendHex(JsonOut& out, std::string_view bytes) {
+  std::string s;
+  appendHex(s, bytes);
+  out += s;
+}
+
 // ------------------------------------------------------------------------------- JSON tree
 
 // A JSON value tree in one flat, pre-order array, built from nlohmann's SAX events. Its arrays
@@ -184,7 +349,8 @@ std::optional<std::string_view> sortMembers(JView obj, std::vector<JView>& out) 
 }
 
 // Canonical compact JSON: sorted keys, floats as appendFloat, strings as appendJsonString.
-void appendCanonical(std::string& out, JView v) {
+template <class Out>
+void appendCanonical(Out& out, JView v) {
   switch (v.type()) {
     case JView::Type::Null:
       out += "null";
@@ -475,6 +641,16 @@ class FastSax {
   bool eat(char c) {
     skipSpace();
     if (p_ == end_ || *p_ != c) return false;
+    ++p_;
+    return true;
+  }
+  // The next byte (after white space), consumed; 0 at the end (and nothing consumed).
+  char take() {
+    skipSpace();
+    return p_ == end_ ? '\0' : *p_++;
+  }
+  // Consumes the byte peek() just returned (not 0). Returns true.
+  bool advance() {
     ++p_;
     return true;
   }
@@ -863,10 +1039,10 @@ bool isTypedMetaKey(std::string_view k) {
 
 class JsonWriter {
  public:
-  explicit JsonWriter(std::string& out) : out_(out) {}
+  explicit JsonWriter(JsonOut& out) : out_(out) {}
   // With `flush`, called between nodes and constants once out holds kSinkChunkBytes or more: it
   // takes what out holds so far (and empties it).
-  JsonWriter(std::string& out, std::function<void()> flush) : out_(out), flush_(std::move(flush)) {}
+  JsonWriter(JsonOut& out, std::function<void()> flush) : out_(out), flush_(std::move(flush)) {}
 
   void graph(const Graph& g) {
     out_ += "{\n\"format\":";
@@ -1281,7 +1457,7 @@ class JsonWriter {
     out_ += '}';
   }
 
-  std::string& out_;
+  JsonOut& out_;
   std::function<void()> flush_;
   std::vector<const std::pair<Symbol, Arg>*> sorted_kwargs_;
   TreeBuilder extra_;           // reused for every node's extra meta
@@ -1393,12 +1569,11 @@ class JsonReader : public TreeBuilder {
   template <class F>
   static bool directObject(FastSax& s, F&& f) {
     if (!s.eat('{')) return false;
-    if (s.peek() == '}') return s.eat('}');
+    if (s.peek() == '}') return s.advance();
     for (;;) {
       std::string_view key;
       if (!s.stringToken(key) || !s.eat(':') || !f(key)) return false;
-      const char c = s.peek();
-      if (!s.eat(c)) return false;
+      const char c = s.take();
       if (c == '}') return true;
       if (c != ',') return false;
     }
@@ -1410,7 +1585,7 @@ class JsonReader : public TreeBuilder {
   static bool directMembers(FastSax& s, const std::array<std::string_view, N>& keys, unsigned& seen,
                             F&& f) {
     if (!s.eat('{')) return false;
-    if (s.peek() == '}') return s.eat('}');
+    if (s.peek() == '}') return s.advance();
     for (;;) {
       const auto next = static_cast<size_t>(std::bit_width(seen));
       int i = -1;
@@ -1423,8 +1598,7 @@ class JsonReader : public TreeBuilder {
         i = directKey(key, keys, seen);
       }
       if (!s.eat(':') || !f(i)) return false;
-      const char c = s.peek();
-      if (!s.eat(c)) return false;
+      const char c = s.take();
       if (c == '}') return true;
       if (c != ',') return false;
     }
@@ -1433,11 +1607,10 @@ class JsonReader : public TreeBuilder {
   template <class F>
   static bool directArray(FastSax& s, F&& f) {
     if (!s.eat('[')) return false;
-    if (s.peek() == ']') return s.eat(']');
+    if (s.peek() == ']') return s.advance();
     for (;;) {
       if (!f()) return false;
-      const char c = s.peek();
-      if (!s.eat(c)) return false;
+      const char c = s.take();
       if (c == ']') return true;
       if (c != ',') return false;
     }
@@ -2851,26 +3024,24 @@ std::unique_ptr<Graph> readJsonGraphWithNlohmann(std::string_view text,
 }
 
 std::string writeJsonGraph(const Graph& g) {
-  std::string out;
-  out.reserve(256 + g.size() * 256);
+  JsonOut out(256 + g.size() * 256);
   JsonWriter(out).graph(g);
-  return out;
+  return std::string(out.view());
 }
 
 void writeJsonGraph(const Graph& g, const ChunkSink& sink) {
-  std::string out;
-  out.reserve(kSinkChunkBytes + kSinkChunkBytes / 4);
+  JsonOut out(kSinkChunkBytes + kSinkChunkBytes / 4);
   JsonWriter(out, [&] {
-    sink(out);
+    sink(out.view());
     out.clear();
   }).graph(g);
-  if (!out.empty()) sink(out);
+  if (out.size()) sink(out.view());
 }
 
 std::string writeJsonNode(const Node& n) {
-  std::string out;
+  JsonOut out(1024);
   JsonWriter(out).nodeOnly(n);
-  return out;
+  return std::string(out.view());
 }
 
 }  // namespace jfx

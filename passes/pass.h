@@ -97,7 +97,8 @@ class PassOptions {
 };
 
 // Named counters, kept sorted so printing is deterministic.
-using Statistics = std::map<std::string, int64_t>;
+// Transparent: a pass counts with a literal name without building a string each time.
+using Statistics = std::map<std::string, int64_t, std::less<>>;
 
 struct PassContext {
   Statistics stats;             // this pass's counters
@@ -116,7 +117,11 @@ struct PassContext {
   }
   void preserveAll() { preserved.preserveAll(); }
 
-  void stat(const std::string& name, int64_t delta = 1) { stats[name] += delta; }
+  void stat(std::string_view name, int64_t delta = 1) {
+    auto it = stats.find(name);
+    if (it == stats.end()) it = stats.emplace(std::string(name), 0).first;
+    it->second += delta;
+  }
   void remark(const std::string& text) {
     if (log) *log << text << "\n";
   }

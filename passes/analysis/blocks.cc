@@ -19,8 +19,9 @@ struct IndexAt {
   int64_t value;
 };
 
-std::vector<IndexAt> indicesOf(std::string_view fqn) {
-  std::vector<IndexAt> out;
+// Calls f(IndexAt) for each, left to right (no list: this runs several times per parameter).
+template <class F>
+void forEachIndex(std::string_view fqn, F&& f) {
   size_t start = 0;
   while (start < fqn.size()) {
     size_t end = fqn.find('.', start);
@@ -33,19 +34,17 @@ std::vector<IndexAt> indicesOf(std::string_view fqn) {
       int64_t v = 0;
       for (char c : part)
         v = v * 10 + (c - '0');
-      out.push_back({start - 1, end, v});
+      f(IndexAt{start - 1, end, v});
     }
     start = end + 1;
   }
-  return out;
 }
 
 // Candidate containers: prefixes followed by at least two distinct integers.
 std::set<std::string> candidateContainers(const std::vector<std::string>& fqns) {
   std::map<std::string, std::set<int64_t>> ints;
   for (const std::string& f : fqns)
-    for (const IndexAt& ix : indicesOf(f))
-      ints[f.substr(0, ix.prefix_len)].insert(ix.value);
+    forEachIndex(f, [&](const IndexAt& ix) { ints[f.substr(0, ix.prefix_len)].insert(ix.value); });
   std::set<std::string> out;
   for (auto& [prefix, values] : ints)
     if (values.size() >= 2) out.insert(prefix);
@@ -61,11 +60,11 @@ std::set<std::string> heterogeneousContainers(const std::vector<std::string>& fq
                                               const std::set<std::string>& candidates) {
   std::map<std::string, std::map<int64_t, std::set<std::string>>> suffixes;
   for (const std::string& f : fqns)
-    for (const IndexAt& ix : indicesOf(f)) {
+    forEachIndex(f, [&](const IndexAt& ix) {
       std::string prefix = f.substr(0, ix.prefix_len);
-      if (!candidates.count(prefix)) continue;
+      if (!candidates.count(prefix)) return;
       suffixes[prefix][ix.value].insert(ix.end < f.size() ? f.substr(ix.end + 1) : "");
-    }
+    });
   std::set<std::string> out;
   for (const auto& [prefix, entries] : suffixes) {
     bool repeated = false;
@@ -92,15 +91,15 @@ std::pair<std::string, std::string> chooseBlock(
     const std::set<std::string>& heterogeneous,
     const std::function<bool(const std::string&)>& parallel) {
   std::pair<std::string, std::string> inner_any, inner_rep, inner_seq;  // (container, block)
-  for (const IndexAt& ix : indicesOf(fqn)) {
+  forEachIndex(fqn, [&](const IndexAt& ix) {
     std::string prefix(fqn.substr(0, ix.prefix_len));
-    if (!candidates.count(prefix)) continue;
+    if (!candidates.count(prefix)) return;
     std::pair<std::string, std::string> c{prefix, std::string(fqn.substr(0, ix.end))};
     inner_any = c;
-    if (heterogeneous.count(prefix)) continue;
+    if (heterogeneous.count(prefix)) return;
     inner_rep = c;
     if (!parallel || !parallel(prefix)) inner_seq = c;
-  }
+  });
   if (!inner_seq.first.empty()) return inner_seq;
   return inner_rep.first.empty() ? inner_any : inner_rep;
 }
@@ -126,10 +125,11 @@ BlockNaming nameBlocks(const std::vector<std::string>& fqns,
 
 std::string blockNameOf(std::string_view fqn, const std::vector<std::string>& containers) {
   std::string best;
-  for (const IndexAt& ix : indicesOf(fqn))
-    if (std::binary_search(containers.begin(), containers.end(),
-                           std::string(fqn.substr(0, ix.prefix_len))))
+  forEachIndex(fqn, [&](const IndexAt& ix) {
+    if (std::binary_search(containers.begin(), containers.end(), fqn.substr(0, ix.prefix_len),
+                           std::less<>()))
       best = std::string(fqn.substr(0, ix.end));
+  });
   return best;
 }
 
@@ -244,16 +244,16 @@ BlockAnalysis analyzeBlocks(const Graph& g, const PhaseInfo& phases) {
     };
     std::map<std::string, std::map<int64_t, Cand>> by_container;
     for (size_t k = 0; k < params.size(); ++k)
-      for (const IndexAt& ix : indicesOf(fqns[k])) {
+      forEachIndex(fqns[k], [&](const IndexAt& ix) {
         std::string prefix = fqns[k].substr(0, ix.prefix_len);
-        if (!candidates.count(prefix)) continue;
+        if (!candidates.count(prefix)) return;
         Cand& c = by_container[prefix][ix.value];
         c.params.push_back(k);
         if (first_fwd[k] < c.first) {
           c.first = first_fwd[k];
           c.node = first_fwd_node[k];
         }
-      }
+      });
     std::vector<uint8_t> in_prev(params.size(), 0);
     std::vector<uint32_t> seen(n_ids, 0);
     uint32_t stamp = 0;
@@ -315,7 +315,7 @@ BlockAnalysis analyzeBlocks(const Graph& g, const PhaseInfo& phases) {
       b.name = name;
       size_t dot = name.rfind('.');
       b.container = name.substr(0, dot);
-      b.index = indicesOf(name).back().value;
+      forEachIndex(name, [&](const IndexAt& ix) { b.index = ix.value; });  // the last
       a.blocks.push_back(std::move(b));
     }
     Block& b = a.blocks[it->second];

@@ -181,7 +181,9 @@ FsdpAnalysis analyzeFsdp(const Graph& g, const PhaseInfo& phases) {
     return result;
   };
 
-  std::vector<Node*> collectives;  // program order
+  std::vector<Node*> collectives;        // program order
+  std::vector<Node*> work, chain_nodes;  // per chain, reused
+  std::vector<uint8_t> below_local;
   for (Node* n = g.first(); n; n = n->next()) {
     if (n->op() == OpKind::Placeholder) {
       root[n->id()] = n;
@@ -214,11 +216,12 @@ FsdpAnalysis analyzeFsdp(const Graph& g, const PhaseInfo& phases) {
       // The wait's view/copy descendants on the same side of the loss. A concat joins the chain
       // once all its operands are in it (split -> getitems -> cat), so it is re-checked from
       // each operand; cats are small, so this stays linear in practice.
-      std::vector<Node*> work{wait};
+      work.assign(1, wait);
       while (!work.empty()) {
         Node* cur = work.back();
         work.pop_back();
-        for (Node* u : cur->users()) {
+        for (const Use& use : cur->uses()) {  // a user twice is checked twice: harmless
+          Node* u = use.user;
           if (a.chain_of_[u->id()] >= 0 || !isPure(u) || !sameSide(phases, u, wait)) continue;
           bool joins = false;
           OpCategory cat = u->info().category;
@@ -238,13 +241,14 @@ FsdpAnalysis analyzeFsdp(const Graph& g, const PhaseInfo& phases) {
       sortByPosition(c.post);
       // Save points: non-view chain nodes with no non-view chain node below them. `below[id]`
       // says whether a non-view chain node is at or below a node; filled in reverse order.
-      std::vector<Node*> chain_nodes{wait};
+      chain_nodes.assign(1, wait);
       chain_nodes.insert(chain_nodes.end(), c.post.begin(), c.post.end());
-      std::vector<uint8_t> below_local(chain_nodes.size(), 0);
+      below_local.assign(chain_nodes.size(), 0);
       for (size_t k = chain_nodes.size(); k-- > 0;) {
         Node* cn = chain_nodes[k];
         bool any_below = false;
-        for (Node* u : cn->users()) {
+        for (const Use& use : cn->uses()) {
+          Node* u = use.user;
           if (a.chain_of_[u->id()] != idx) continue;
           auto it = std::lower_bound(chain_nodes.begin(), chain_nodes.end(), u,
                                      [](const Node* x, const Node* y) { return x->isBefore(y); });

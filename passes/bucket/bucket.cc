@@ -699,8 +699,9 @@ void Bucketer::finalizeData(Bucket& b, const KeyTuple& key) {
           while (!work.empty()) {
             Node* x = work.back();
             work.pop_back();
-            for (Node* u : x->users())
-              if (u->isBefore(last) && std::find(movers.begin(), movers.end(), u) == movers.end()) {
+            for (const Use& use : x->uses())
+              if (Node* u = use.user;
+                  u->isBefore(last) && std::find(movers.begin(), movers.end(), u) == movers.end()) {
                 movers.push_back(u);
                 work.push_back(u);
               }

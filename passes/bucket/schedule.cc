@@ -293,7 +293,8 @@ bool Scheduler::deferWaits(const std::vector<Unit>& seq) {
     while (!work.empty()) {
       Node* x = work.back();
       work.pop_back();
-      for (Node* u : x->users()) {
+      for (const Use& use : x->uses()) {
+        Node* u = use.user;
         if (!u->isBefore(at) || std::find(movers.begin(), movers.end(), u) != movers.end())
           continue;
         if (isMovableDown(u) && !written_.touches(u)) {

@@ -30,10 +30,11 @@ bool isRecomputeTag(Recompute r) {
 
 // Visits the recomputable closure of `start` in post order (producers before users), each node
 // at most once overall thanks to `done`. Iterative: SAC regions can make chains thousands deep.
+// `stack` is scratch, reused from call to call (one call per backward operand).
 template <typename Visit>
 void postOrder(Node* start, const std::vector<uint8_t>& recomputable, std::vector<uint8_t>& done,
-               Visit&& visit) {
-  std::vector<std::pair<Node*, bool>> stack{{start, false}};
+               std::vector<std::pair<Node*, bool>>& stack, Visit&& visit) {
+  stack.assign(1, {start, false});
   while (!stack.empty()) {
     auto [n, expanded] = stack.back();
     if (done[n->id()]) {
@@ -133,29 +134,26 @@ bool RematPass::run(Graph& g, PassContext& ctx) {
 
   // Dry run: find everything to clone and reject random ops before touching the graph.
   std::vector<uint8_t> needed(n_ids, 0);
+  std::vector<std::pair<Node*, bool>> stack;
   for (Node* b : backward) {
     for (Node* p : b->inputs()) {
       if (!recomputable[p->id()]) continue;
-      postOrder(p, recomputable, needed, [&](Node* x) {
-        const std::string what = "cannot recompute '" + std::string(x->name()) + "' (" +
-                                 std::string(x->target().str()) + "): ";
-        const std::string fix = " (needed by backward node '" + std::string(b->name()) +
-                                "'); tag it MUST_SAVE or drop its recompute tag";
+      postOrder(p, recomputable, needed, stack, [&](Node* x) {
+        auto refuse = [&](std::string_view why) {
+          throw JfxError(SourceLocation::atNode(std::string(x->name())),
+                         "cannot recompute '" + std::string(x->name()) + "' (" +
+                             std::string(x->target().str()) + "): " + std::string(why) +
+                             " (needed by backward node '" + std::string(b->name()) +
+                             "'); tag it MUST_SAVE or drop its recompute tag");
+        };
         // In-place random ops (bernoulli_ in a traced dropout) included: the op-info table
         // marks every Tag.nondeterministic_seeded overload.
         if (x->isRandom())
-          throw JfxError(SourceLocation::atNode(std::string(x->name())),
-                         what +
-                             "it draws random numbers, so a backward copy would differ from the "
-                             "forward value" +
-                             fix);
+          refuse("it draws random numbers, so a backward copy would differ from the forward value");
         // Only in-place ops on a random draw get here (the others stay saved, above).
         if (!mutatedOperands(*x).empty())
-          throw JfxError(SourceLocation::atNode(std::string(x->name())),
-                         what +
-                             "it writes its argument in place, so a backward copy would write "
-                             "it a second time" +
-                             fix);
+          refuse(
+              "it writes its argument in place, so a backward copy would write it a second time");
       });
     }
   }
@@ -163,6 +161,7 @@ bool RematPass::run(Graph& g, PassContext& ctx) {
   std::vector<Node*> clone_of(n_ids, nullptr);
   std::vector<uint8_t> cloned(n_ids, 0);
   std::vector<Node*> originals;
+  std::string clone_name;
   auto remap = [&](Node* ref) -> Node* {
     return ref->id() < n_ids ? clone_of[ref->id()] : nullptr;
   };
@@ -170,8 +169,10 @@ bool RematPass::run(Graph& g, PassContext& ctx) {
     for (uint32_t k = 0; k < b->inputs().size(); ++k) {
       Node* p = b->input(k);
       if (p->id() >= n_ids || !recomputable[p->id()]) continue;
-      postOrder(p, recomputable, cloned, [&](Node* x) {
-        Node* c = g.cloneBefore(x, b, remap, std::string(x->name()) + "_recomputed");
+      postOrder(p, recomputable, cloned, stack, [&](Node* x) {
+        clone_name.assign(x->name());
+        clone_name += "_recomputed";
+        Node* c = g.cloneBefore(x, b, remap, clone_name);
         c->meta().phase = Phase::Backward;
         clone_of[x->id()] = c;
         originals.push_back(x);

@@ -259,6 +259,11 @@ TEST_CASE("json: appendJsonString escapes like json.dumps(ensure_ascii=False)", 
     }
     return out + "\"";
   };
+  // The graph writer has its own copy (into its buffer, a whole clean string at once): strings
+  // of every length from 0 to 31, clean or with the byte at each place, the overlapping last
+  // word included.
+  Graph g;
+  Node* x = g.create(OpKind::Placeholder, Symbol::intern("x"), {}, {}, "x");
   for (const std::string& special :
        {std::string("\""), std::string("\\"), std::string("\n"), std::string("\t"),
         std::string("\x01"), std::string(1, '\0'), std::string("\x1f"), std::string("\x7f"),
@@ -270,6 +275,16 @@ TEST_CASE("json: appendJsonString escapes like json.dumps(ensure_ascii=False)", 
       INFO(at);
       CHECK(out == naive(in));
     }
+    for (size_t len = 0; len < 32; ++len)
+      for (size_t at = 0; at <= len; ++at) {
+        std::string in(len, 'c');
+        if (at < len) in.replace(at, 1, special);
+        Node* n =
+            g.createCall("aten.foo.default", {Arg::ofNode(x), Arg::ofStr(Symbol::intern(in))});
+        const std::string json = writeJsonNode(*n);
+        INFO(len << " " << at);
+        CHECK(json.find("\"args\":[{\"node\":\"x\"}," + naive(in) + "]") != std::string::npos);
+      }
   }
 }
 
