@@ -145,7 +145,10 @@ struct FileText {
   }
 };
 
-void readGraphFile(const std::string& path, FileText& out) {
+// `end_at_nul`: the text ends just past its first NUL byte, as readInputFile's does. The JSON
+// reader needs no scan for it (a NUL byte stops its fast tokenizer, and the fallback ends the
+// text there itself): at 10^6 nodes the scan read 307 MB for nothing.
+void readGraphFile(const std::string& path, FileText& out, bool end_at_nul) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) ioError(path, "cannot open the graph", errno);
   struct stat st;
@@ -166,9 +169,8 @@ void readGraphFile(const std::string& path, FileText& out) {
   out.map = p;
   out.map_len = static_cast<size_t>(st.st_size);
   size_t n = out.map_len;
-  // As readInputFile: a text ends just past its first NUL byte.
   const char* bytes = static_cast<const char*>(p);
-  if (const void* nul = std::memchr(bytes, '\0', n))
+  if (const void* nul = end_at_nul ? std::memchr(bytes, '\0', n) : nullptr)
     n = static_cast<size_t>(static_cast<const char*>(nul) - bytes) + 1;
   out.text = std::string_view(bytes, n);
 }
@@ -189,7 +191,7 @@ std::unique_ptr<Graph> loadGraph(const std::string& path) {
     throw JfxError(loc, "unknown graph format: expected a .json or .jfx file name");
   }
   FileText data;
-  readGraphFile(path, data);
+  readGraphFile(path, data, /*end_at_nul=*/*format != GraphFormat::Json);
   return *format == GraphFormat::Json ? readJsonGraph(data.text, path)
                                       : parseTextGraph(data.text, path);
 }

@@ -2986,7 +2986,11 @@ std::unique_ptr<Graph> readJsonGraph(std::string_view text, const std::string& f
     return JsonReader(text, filename, Tokenizer::Fast).read();
   } catch (const ReadAgainWithNlohmann&) {
     // The fast tokenizer gave up part way (most likely on an error): nlohmann reads it all again
-    // and reports what is wrong exactly as it always has.
+    // and reports what is wrong exactly as it always has. A text ends just past its first NUL
+    // byte (readInputFile's rule; a mapped file is handed over whole, and the fast tokenizer
+    // always stops at a NUL byte).
+    if (const size_t nul = text.find('\0'); nul != std::string_view::npos)
+      text = text.substr(0, nul + 1);
     return JsonReader(text, filename, Tokenizer::Nlohmann).read();
   }
 }
