@@ -7,6 +7,8 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <stdexcept>
+#include <string>
 
 namespace jfx {
 namespace {
@@ -121,9 +123,18 @@ size_t Dims::internedCount() {
 }
 
 Dims Dims::with(size_t i, int64_t value) const {
-  std::vector<int64_t> v = *this;
-  v.at(i) = value;
-  return Dims(v);
+  if (i >= size()) throw std::out_of_range("Dims::with: index " + std::to_string(i));
+  // Shapes are short: edited on the stack, so a shape already interned costs no allocation.
+  int64_t small[8];
+  std::vector<int64_t> big;
+  int64_t* v = small;
+  if (size() > std::size(small)) {
+    big.resize(size());
+    v = big.data();
+  }
+  std::copy(begin(), end(), v);
+  v[i] = value;
+  return Dims(std::span<const int64_t>(v, size()));
 }
 
 bool operator==(Dims a, std::span<const int64_t> b) {

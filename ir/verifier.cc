@@ -126,6 +126,7 @@ class Verifier {
  private:
   bool full() const { return issues_.size() >= opts_.max_issues; }
   std::vector<std::pair<uint32_t, uint32_t>> seen_uses_;  // checkUsesOf's scratch
+  std::vector<const Node*> waits_;                        // checkCollective's scratch
   std::vector<const Node*> outputs_;                      // output nodes, in list order
 
   void add(const Node* n, std::string rule, std::string message) {
@@ -385,8 +386,9 @@ class Verifier {
   void checkCollective(const Node* c) {
     const OpInfo& info = c->info();
     // ---- pairing
+    std::vector<const Node*>& waits = waits_;  // reused: no allocation a collective
     if (!info.coalesced) {
-      std::vector<const Node*> waits;
+      waits.clear();
       for (const Use& u : c->uses()) {
         if (u.user->isWait())
           waits.push_back(u.user);
@@ -405,7 +407,7 @@ class Verifier {
           continue;
         }
         any = true;
-        std::vector<const Node*> waits;
+        waits.clear();
         for (const Use& gu : gi->uses()) {
           if (gu.user->isWait())
             waits.push_back(gu.user);
@@ -494,13 +496,16 @@ class Verifier {
           "input dtype " + std::string(dtypeName(in.dtype)) + " but output dtype " +
               std::string(dtypeName(out.dtype)) + which);
     }
-    std::string shapes = "input " + shapeStr(in.shape) + ", output " + shapeStr(out.shape) + which;
+    // Built only for a report: this runs for every collective of every verification.
+    auto shapes = [&] {
+      return "input " + shapeStr(in.shape) + ", output " + shapeStr(out.shape) + which;
+    };
     switch (kind) {
       case CollectiveKind::AllGather:
       case CollectiveKind::ReduceScatter: {
         if (in.shape.empty() || out.shape.empty() || group_size <= 0) return;
         if (in.shape.size() != out.shape.size()) {
-          add(c, "collective-shape", "rank differs: " + shapes);
+          add(c, "collective-shape", "rank differs: " + shapes());
           return;
         }
         bool gather = kind == CollectiveKind::AllGather;
@@ -511,19 +516,19 @@ class Verifier {
           add(c, "collective-shape",
               std::string(gather ? "all-gather output dim 0 must be input dim 0"
                                  : "reduce-scatter input dim 0 must be output dim 0") +
-                  " x group_size " + std::to_string(group_size) + ": " + shapes);
+                  " x group_size " + std::to_string(group_size) + ": " + shapes());
           return;
         }
         for (size_t d = 1; d < in.shape.size(); ++d)
           if (in.shape[d] != out.shape[d]) {
-            add(c, "collective-shape", "dim " + std::to_string(d) + " differs: " + shapes);
+            add(c, "collective-shape", "dim " + std::to_string(d) + " differs: " + shapes());
             return;
           }
         return;
       }
       case CollectiveKind::AllReduce:
       case CollectiveKind::Broadcast:
-        if (in.shape != out.shape) add(c, "collective-shape", "shape changes: " + shapes);
+        if (in.shape != out.shape) add(c, "collective-shape", "shape changes: " + shapes());
         return;
       case CollectiveKind::AllToAll:
       case CollectiveKind::None:

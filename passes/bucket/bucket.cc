@@ -209,6 +209,13 @@ class Bucketer {
               const std::function<void(const Member&, Node*)>& done);
   // Moves every staged node before its anchor; consecutive nodes with one anchor keep their order.
   void flush();
+  // `base` + `suffix` in a buffer the next call reuses (a new node's name, copied by the graph):
+  // a std::string per member node was a heap block each, names being longer than 15 bytes.
+  std::string_view named(std::string_view base, std::string_view suffix) {
+    name_buf_.assign(base);
+    name_buf_ += suffix;
+    return name_buf_;
+  }
   // Points the uses of a member's wait at its replacement (O(1) per use, the output node's
   // included).
   void replaceMember(Node* wait, Node* replacement);
@@ -235,6 +242,7 @@ class Bucketer {
   std::vector<int32_t> param_ordinal_;           // by node id: placeholder ordinal, or -1
   std::vector<int32_t> grad_chain_;              // RS node id -> grads index
   std::vector<std::pair<Node*, Node*>> staged_;  // (node, place before it)
+  std::string name_buf_;                         // named()'s
 };
 
 std::optional<Candidate> Bucketer::candidate(Node* n) {
@@ -386,10 +394,10 @@ void Bucketer::unpack(Node* packed, int64_t dim, const std::vector<int64_t>& siz
     NodeMeta meta = m.wait->meta();
     meta.phase = phase;
     OpBuilder& b = at(anchor, meta);
-    Node* piece = b.getitem(split, static_cast<int64_t>(i), std::string(m.wait->name()) + "_piece");
+    Node* piece = b.getitem(split, static_cast<int64_t>(i), named(m.wait->name(), "_piece"));
     const Dims& shape = m.coll->val().tensor.shape;
-    Node* out = copy ? b.reshape(piece, shape, std::string(m.wait->name()) + "_out")
-                     : b.view(piece, shape, std::string(m.wait->name()) + "_out");
+    Node* out = copy ? b.reshape(piece, shape, named(m.wait->name(), "_out"))
+                     : b.view(piece, shape, named(m.wait->name(), "_out"));
     done(m, out);
   }
 }
@@ -593,8 +601,8 @@ void Bucketer::finalizeGather(Bucket& b, const KeyTuple& key) {
     meta.phase = key.phase;
     // view when the shard is contiguous (a free alias); reshape copies otherwise.
     OpBuilder& bl = at(first, meta);
-    flats.push_back(t.isContiguous() ? bl.view(in, {-1}, std::string(in->name()) + "_flat")
-                                     : bl.reshape(in, {-1}, std::string(in->name()) + "_flat"));
+    flats.push_back(t.isContiguous() ? bl.view(in, {-1}, named(in->name(), "_flat"))
+                                     : bl.reshape(in, {-1}, named(in->name(), "_flat")));
     sizes.push_back(t.numel());
   }
   Node* cat = at(first, shared).cat(flats, 0, "ag_bucket_cat");
@@ -646,8 +654,8 @@ void Bucketer::finalizeData(Bucket& b, const KeyTuple& key) {
     int64_t cols = rs ? t.numel() / G : t.numel();
     std::vector<int64_t> view_arg = rs ? std::vector<int64_t>{G, -1} : std::vector<int64_t>{-1};
     OpBuilder& bl = at(last, meta);
-    parts.push_back(t.isContiguous() ? bl.view(in, view_arg, std::string(in->name()) + "_rows")
-                                     : bl.reshape(in, view_arg, std::string(in->name()) + "_rows"));
+    parts.push_back(t.isContiguous() ? bl.view(in, view_arg, named(in->name(), "_rows"))
+                                     : bl.reshape(in, view_arg, named(in->name(), "_rows")));
     sizes.push_back(cols);
     total += cols;
   }
