@@ -12,9 +12,11 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "ir/graph.h"
+#include "passes/analysis_manager.h"
 
 namespace jfx {
 
@@ -27,10 +29,20 @@ class WrittenStorage {
   bool any() const { return any_; }
 
  private:
+  friend struct AnalysisTraits<WrittenStorage>;
   uint32_t rootOf(const Node* n) const;
   std::vector<uint32_t> root_;    // by node id: id of the node that made its storage
   std::vector<uint8_t> written_;  // by root id
   bool any_ = false;
+};
+
+// Cached along the pipeline (dedup-fsdp-unshard, bucket and schedule read it; split-comm-groups
+// keeps it, as it renames groups only).
+template <>
+struct AnalysisTraits<WrittenStorage> {
+  static constexpr std::string_view name = "written";
+  static WrittenStorage compute(const Graph& g, AnalysisManager&) { return WrittenStorage(g); }
+  static std::string fingerprint(const WrittenStorage& w);
 };
 
 }  // namespace jfx

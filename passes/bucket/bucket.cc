@@ -159,8 +159,7 @@ class Bucketer {
         ctx_(ctx),
         phases_(shared ? shared->phases : ctx.analyses.get<PhaseInfo>(g)),
         fsdp_(shared ? shared->fsdp : ctx.analyses.get<FsdpAnalysis>(g)),
-        own_written_(shared ? std::nullopt : std::optional<WrittenStorage>(std::in_place, g)),
-        written_(shared ? shared->written : *own_written_),
+        written_(shared ? shared->written : ctx.analyses.get<WrittenStorage>(g)),
         blocks_(blocks                                     ? blocks
                 : opts.plan == BucketOptions::Plan::Blocks ? &ctx.analyses.get<BlockAnalysis>(g)
                                                            : nullptr) {
@@ -232,7 +231,6 @@ class Bucketer {
   // Of the graph before this pass edits it (cached along the pipeline, or shared by the caller).
   const PhaseInfo& phases_;
   const FsdpAnalysis& fsdp_;
-  std::optional<WrittenStorage> own_written_;
   const WrittenStorage& written_;  // values written in place: their readers stay where they are
   const BlockAnalysis* blocks_;    // plan=blocks only (or when the caller gave it)
   std::vector<uint32_t> pos_;      // program index by node id, at scan time (4 bytes an id)

@@ -151,8 +151,7 @@ class Scheduler {
         ctx_(ctx),
         phases_(in.phases ? *in.phases : ctx.analyses.get<PhaseInfo>(g)),
         fsdp_(in.fsdp ? *in.fsdp : ctx.analyses.get<FsdpAnalysis>(g)),
-        own_written_(in.written ? std::nullopt : std::optional<WrittenStorage>(std::in_place, g)),
-        written_(in.written ? *in.written : *own_written_),
+        written_(in.written ? *in.written : ctx.analyses.get<WrittenStorage>(g)),
         input_memory_(in.memory) {}
   bool run();
   // Every node run() moved, in the order they were first moved.
@@ -192,7 +191,6 @@ class Scheduler {
   // Of the graph before this pass edits it (cached along the pipeline, or the caller's).
   const PhaseInfo& phases_;
   const FsdpAnalysis& fsdp_;
-  std::optional<WrittenStorage> own_written_;
   const WrittenStorage& written_;      // values written in place: their readers stay where they are
   const MemoryProfile* input_memory_;  // the caller's, or nullptr: the context's
   // By node id, 4 bytes each (steps and ids fit 32 bits): at 10^6 nodes, tables of 8 bytes an id
@@ -562,11 +560,10 @@ bool scheduleCollectives(Graph& g, const ScheduleOptions& opts, PassContext& ctx
   // the limit wins; ties to the smaller K. The limit check is the memory analysis of the
   // scheduled order: the same estimate the caller would measure on the output (when the input
   // already exceeds the limit, the input's peak).
-  const WrittenStorage written(g);
   ScheduleInputs in;
   in.phases = &ctx.analyses.get<PhaseInfo>(g);
   in.fsdp = &ctx.analyses.get<FsdpAnalysis>(g);
-  in.written = &written;
+  in.written = &ctx.analyses.get<WrittenStorage>(g);
   in.memory = &ctx.analyses.get<MemoryProfile>(g);
   const int64_t peak_before = in.memory->peak_bytes;
   const int64_t limit = opts.memory_limit == 0  ? 0

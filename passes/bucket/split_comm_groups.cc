@@ -10,6 +10,7 @@
 #include "passes/analysis/blocks.h"
 #include "passes/analysis/fsdp.h"
 #include "passes/analysis/memory.h"
+#include "passes/analysis/mutation.h"
 #include "passes/analysis/phase.h"
 
 namespace jfx {
@@ -128,6 +129,7 @@ bool SplitCommGroupsPass::run(Graph& g, PassContext& ctx) {
   ctx.preserve<PhaseInfo>();
   ctx.preserve<BlockAnalysis>();
   ctx.preserve<MemoryProfile>();
+  ctx.preserve<WrittenStorage>();
   return changed;
 }
 

@@ -90,7 +90,7 @@ bool DedupFsdpUnshardPass::run(Graph& g, PassContext& ctx) {
   const FsdpAnalysis& fsdp = ctx.analyses.get<FsdpAnalysis>(g);
   // A gathered value some op writes in place is that reader's own copy: sharing it would let the
   // write reach the other chain's readers.
-  const WrittenStorage written(g);
+  const WrittenStorage& written = ctx.analyses.get<WrittenStorage>(g);
 
   // Group chains by (parameter position, side); within a group, the earliest wait first.
   std::vector<const FsdpUnshardChain*> order;

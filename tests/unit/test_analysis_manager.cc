@@ -8,6 +8,7 @@
 #include "passes/analysis/blocks.h"
 #include "passes/analysis/fsdp.h"
 #include "passes/analysis/memory.h"
+#include "passes/analysis/mutation.h"
 #include "passes/analysis/phase.h"
 #include "passes/pass_manager.h"
 #include "tests/unit/test_util.h"
@@ -154,6 +155,46 @@ TEST_CASE("analysis manager: the pass manager hands the cache along and invalida
                ""};
   runPasses(*k, passes, o);
   CHECK(computed_in_second == 1);
+}
+
+TEST_CASE("analysis manager: the in-place write analysis is shared by dedup, bucket and schedule",
+          "[analysis-manager]") {
+  // dedup changes nothing here, so bucket reads dedup's result; bucket changes the graph, so
+  // schedule computes it again.
+  auto g = traced("fsdp_w2");
+  std::ostringstream sink;
+  PipelineResult r =
+      runPipeline(*g, resolvePipeline("dedup-fsdp-unshard,bucket,schedule"), quiet(sink));
+  REQUIRE_FALSE(r.passes[0].changed);
+  REQUIRE(r.passes[1].changed);
+  CHECK(r.analyses.at("written").computed == 2);
+  CHECK(r.analyses.at("written").reused == 1);
+
+  // split-comm-groups keeps it: with --verify-full the pass manager recomputes it on the output
+  // and compares (the "look" pass puts it in the cache first).
+  auto h = traced("fsdp_w2");
+  std::vector<ConfiguredPass> passes = buildPipeline(resolvePipeline("bucket"));
+  passes.push_back({std::make_unique<LambdaPass>("look",
+                                                 [](Graph& graph, PassContext& ctx) {
+                                                   ctx.analyses.get<WrittenStorage>(graph);
+                                                   return false;
+                                                 }),
+                    ""});
+  for (auto& p : buildPipeline(resolvePipeline("split-comm-groups")))
+    passes.push_back(std::move(p));
+  passes.push_back({std::make_unique<LambdaPass>("look-again",
+                                                 [](Graph& graph, PassContext& ctx) {
+                                                   ctx.analyses.get<WrittenStorage>(graph);
+                                                   return false;
+                                                 }),
+                    ""});
+  PassManagerOptions o = quiet(sink);
+  o.verify_full_each = true;
+  PipelineResult split = runPasses(*h, passes, o);  // throws if the promise is broken
+  REQUIRE(split.passes[2].changed);
+  // bucket's input, and look's on bucket's output, which look-again reads after the split.
+  CHECK(split.analyses.at("written").computed == 2);
+  CHECK(split.analyses.at("written").reused == 1);
 }
 
 TEST_CASE("analysis manager: --verify-full catches a broken preservation promise",
