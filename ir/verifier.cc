@@ -89,9 +89,9 @@ class Verifier {
 
   // The rules that read the header: the process groups themselves, every collective's group
   // name and size against them, and the output list against the output node.
-  std::vector<VerifyIssue> runHeader() {
+  std::vector<VerifyIssue> runHeader(bool collectives) {
     checkProcessGroups();
-    for (const Node* n = g_.first(); n && !full(); n = n->next())
+    for (const Node* n = collectives ? g_.first() : nullptr; n && !full(); n = n->next())
       if (n->isCollective()) checkCollective(n);
     checkOutputInfo();
     return std::move(issues_);
@@ -786,9 +786,9 @@ std::vector<VerifyIssue> verifyNodes(const Graph& g, const std::vector<const Nod
   return Verifier(g, opts).runNodes(nodes);
 }
 
-std::vector<VerifyIssue> verifyHeader(const Graph& g, const VerifyOptions& opts) {
+std::vector<VerifyIssue> verifyHeader(const Graph& g, const VerifyOptions& opts, bool collectives) {
   if (opts.max_issues == 0) return {};
-  return Verifier(g, opts).runHeader();
+  return Verifier(g, opts).runHeader(collectives);
 }
 
 }  // namespace jfx

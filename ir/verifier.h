@@ -53,7 +53,10 @@ std::vector<VerifyIssue> verifyNodes(const Graph& g, const std::vector<const Nod
 // The rules that read the graph's header, for a pass that edited it (the node check above cannot
 // see an edit there break a node nobody touched): process-group, unknown-group and group-size on
 // every collective, collective-wait-pairing and collective-shape with them, and output-info.
-// O(N) in a walk of the node list, but only collectives are checked.
-std::vector<VerifyIssue> verifyHeader(const Graph& g, const VerifyOptions& opts = {});
+// O(N) in a walk of the node list, but only collectives are checked. Without `collectives`, the
+// header's own rules only: for a pass that kept every process group as it was (added groups, as
+// split-comm-groups does), whose collectives that it did not touch still name the same groups.
+std::vector<VerifyIssue> verifyHeader(const Graph& g, const VerifyOptions& opts = {},
+                                      bool collectives = true);
 
 }  // namespace jfx

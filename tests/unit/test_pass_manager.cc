@@ -264,6 +264,31 @@ TEST_CASE("pass manager: a pass that edits the header gets the header's rules ch
   CHECK(msg.find("[output-info]") != std::string::npos);
   // A pass that leaves the header alone still gets only the node check: this graph is fine.
   CHECK(run([](Graph&) {}) == "<no error>");
+
+  // With a header: resizing a group breaks the untouched all-gather; adding a group (as
+  // split-comm-groups does) leaves every collective's group as it was, so only the header's own
+  // rules run (a second group of the same name is one of them).
+  auto with_header = [&](std::function<void(Graph&)> edit) {
+    std::unique_ptr<Graph> g = graph();
+    g->processGroups().push_back({"0", 2, {0, 1}});
+    std::vector<ConfiguredPass> v = one("header-editor", [edit](Graph& g, PassContext&) {
+      edit(g);
+      return true;
+    });
+    PassManagerOptions opts;
+    std::ostringstream out;
+    opts.out = &out;
+    return errorOf([&] { runPasses(*g, v, opts); });
+  };
+  CHECK(with_header([](Graph&) {}) == "<no error>");
+  msg = with_header([](Graph& g) { g.processGroups()[0].size = 4; });
+  CHECK(msg.find("verification failed after pass 'header-editor' (#1)") != std::string::npos);
+  CHECK(msg.find("node 'ag': [group-size]") != std::string::npos);
+  CHECK(with_header([](Graph& g) {
+          g.processGroups().push_back({"0_rs", 2, {0, 1}});
+        }) == "<no error>");
+  msg = with_header([](Graph& g) { g.processGroups().push_back({"0", 2, {0, 1}}); });
+  CHECK(msg.find("[process-group]") != std::string::npos);
 }
 
 TEST_CASE("pass manager: the default pipeline gives the same graph with either verification",
