@@ -113,14 +113,17 @@ bool needsEscape(uint64_t w) {
   return (((quote - kOnes) & ~quote) | ((backslash - kOnes) & ~backslash) | control) & kHigh;
 }
 
-void appendJsonString(JsonOut& out, std::string_view s) {
+// `s` as a JSON string (json.dumps(ensure_ascii=False) escapes: quote, backslash, \b \f \n \r \t,
+// other control bytes as \u00XX; bytes of 0x80 and above as they are) at `d`, which has room for
+// the worst case, 6 * s.size() + 2 bytes. Returns the end. Names, targets and FQNs need no escape:
+// checked a word at a time (the last word overlapping the one before it, or padded with spaces
+// when the string is shorter), then copied at once.
+// Inlined into its two callers: as a call it cost the writer 8M more instructions on the 70b shape.
+[[gnu::always_inline]] inline char* writeJsonString(char* d, std::string_view s) {
   static constexpr char kHex[] = "0123456789abcdef";
   const char* p = s.data();
   const char* end = s.data() + s.size();
-  char* d = out.grab(s.size() * 6 + 2);
   *d++ = '"';
-  // Names, targets and FQNs need no escape: checked a word at a time (the last word overlapping
-  // the one before it, or padded with spaces when the string is shorter), then copied at once.
   {
     bool clean = true;
     const char* q = p;
@@ -138,11 +141,10 @@ void appendJsonString(JsonOut& out, std::string_view s) {
       clean = clean && !needsEscape(w);
     }
     if (clean) {
-      std::memcpy(d, p, s.size());
+      if (!s.empty()) std::memcpy(d, p, s.size());
       d += s.size();
       *d++ = '"';
-      out.commit(d);
-      return;
+      return d;
     }
   }
   while (p != end) {
@@ -191,7 +193,11 @@ void appendJsonString(JsonOut& out, std::string_view s) {
     }
   }
   *d++ = '"';
-  out.commit(d);
+  return d;
+}
+
+void appendJsonString(JsonOut& out, std::string_view s) {
+  out.commit(writeJsonString(out.grab(s.size() * 6 + 2), s));
 }
 
 // The rare pieces (floats, constants' bytes) go through the std::string writers.
@@ -2800,57 +2806,12 @@ void appendUtf8(std::string& out, uint32_t cp) {
 }
 
 void appendJsonString(std::string& out, std::string_view s) {
-  static constexpr char kHex[] = "0123456789abcdef";
-  out += '"';
-  const char* run = s.data();
-  const char* end = s.data() + s.size();
-  const char* p = s.data();
-  // Eight bytes at a time past text that needs no escape (as FastSax::string scans; bytes of
-  // 0x80 and above are written as they are).
-  constexpr uint64_t kOnes = 0x0101010101010101ull, kHigh = 0x8080808080808080ull;
-  while (end - p >= 8) {
-    uint64_t w;
-    std::memcpy(&w, p, 8);
-    const uint64_t quote = w ^ (kOnes * '"'), backslash = w ^ (kOnes * '\\');
-    const uint64_t control = (w - kOnes * 0x20) & ~w;
-    if ((((quote - kOnes) & ~quote) | ((backslash - kOnes) & ~backslash) | control) & kHigh) break;
-    p += 8;
-  }
-  for (; p != end; ++p) {
-    unsigned char c = static_cast<unsigned char>(*p);
-    if (c >= 0x20 && c != '"' && c != '\\') continue;
-    out.append(run, static_cast<size_t>(p - run));
-    run = p + 1;
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\b':
-        out += "\\b";
-        break;
-      case '\f':
-        out += "\\f";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      default:
-        out += "\\u00";
-        out += kHex[c >> 4];
-        out += kHex[c & 15];
-    }
-  }
-  out.append(run, static_cast<size_t>(end - run));
-  out += '"';
+  // Room for the worst case, then cut back to what was written (as JsonOut does, but through
+  // resize: std::string has no way to write past its size).
+  const size_t at = out.size();
+  out.resize(at + s.size() * 6 + 2);
+  char* end = writeJsonString(out.data() + at, s);
+  out.resize(static_cast<size_t>(end - out.data()));
 }
 
 void appendFloat(std::string& out, double v) {

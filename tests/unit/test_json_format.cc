@@ -259,9 +259,9 @@ TEST_CASE("json: appendJsonString escapes like json.dumps(ensure_ascii=False)", 
     }
     return out + "\"";
   };
-  // The graph writer has its own copy (into its buffer, a whole clean string at once): strings
-  // of every length from 0 to 31, clean or with the byte at each place, the overlapping last
-  // word included.
+  // Through the graph writer too (into its own buffer; a clean string is copied at once):
+  // strings of every length from 0 to 31, clean or with the byte at each place, the overlapping
+  // last word included.
   Graph g;
   Node* x = g.create(OpKind::Placeholder, Symbol::intern("x"), {}, {}, "x");
   for (const std::string& special :
