@@ -172,22 +172,20 @@ TEST_CASE("analysis manager: the in-place write analysis is shared by dedup, buc
 
   // split-comm-groups keeps it: with --verify-full the pass manager recomputes it on the output
   // and compares (the "look" pass puts it in the cache first).
+  auto look = [](std::string name) {
+    return ConfiguredPass{std::make_unique<LambdaPass>(name,
+                                                       [](Graph& graph, PassContext& ctx) {
+                                                         ctx.analyses.get<WrittenStorage>(graph);
+                                                         return false;
+                                                       }),
+                          ""};
+  };
   auto h = traced("fsdp_w2");
   std::vector<ConfiguredPass> passes = buildPipeline(resolvePipeline("bucket"));
-  passes.push_back({std::make_unique<LambdaPass>("look",
-                                                 [](Graph& graph, PassContext& ctx) {
-                                                   ctx.analyses.get<WrittenStorage>(graph);
-                                                   return false;
-                                                 }),
-                    ""});
+  passes.push_back(look("look"));
   for (auto& p : buildPipeline(resolvePipeline("split-comm-groups")))
     passes.push_back(std::move(p));
-  passes.push_back({std::make_unique<LambdaPass>("look-again",
-                                                 [](Graph& graph, PassContext& ctx) {
-                                                   ctx.analyses.get<WrittenStorage>(graph);
-                                                   return false;
-                                                 }),
-                    ""});
+  passes.push_back(look("look-again"));
   PassManagerOptions o = quiet(sink);
   o.verify_full_each = true;
   PipelineResult split = runPasses(*h, passes, o);  // throws if the promise is broken
