@@ -145,6 +145,22 @@ TEST_CASE("verifier: verifyNodes checks what the change journal recorded", "[ver
       CHECK(!n->isDead());
     CHECK(verifyNodes(f.g, touched).empty());
   }
+  SECTION("node rules report only when no operand rule fired, whichever node comes first") {
+    // An arity problem early in the program (w's cast) and an order problem late (t moved
+    // before the wait it reads): the order issue alone, as with the whole-graph check.
+    f.g.setArgs(f.cast, {N(f.w), Arg::ofInt(1), Arg::ofInt(2), Arg::ofInt(3), Arg::ofInt(4),
+                         Arg::ofInt(5), Arg::ofInt(6)});
+    f.g.moveBefore(f.t, f.wait);
+    const auto touched = f.g.takeTouched();
+    auto issues = verifyNodes(f.g, touched);
+    CHECK(rules(issues) == std::vector<std::string>{"topological-order"});
+    // Order repaired, the same nodes checked: now the arity issue shows.
+    f.g.moveAfter(f.t, f.wait);
+    issues = verifyNodes(f.g, touched);
+    INFO(dump(issues));
+    CHECK(rules(issues) == std::vector<std::string>{"arity"});
+    CHECK(has(issues, std::string(f.cast->name()), "arity"));
+  }
   SECTION("off: nothing is recorded") {
     f.g.trackChanges(false);
     f.g.moveAfter(f.x, f.cast);
