@@ -12,7 +12,8 @@ namespace jfx {
 namespace {
 
 // An index component of a dotted FQN: the prefix before it ("layers") and its value (3), for
-// every component after the first that is all digits.
+// every component that is all digits. A leading one ("1.fc1.weight": a model that is an
+// nn.Sequential of blocks) has the empty prefix, the root module.
 struct IndexAt {
   size_t prefix_len;  // the container is fqn.substr(0, prefix_len)
   size_t end;         // the block name is fqn.substr(0, end)
@@ -30,11 +31,11 @@ void forEachIndex(std::string_view fqn, F&& f) {
     bool digits =
         !part.empty() && part.size() <= 18 &&
         std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; });
-    if (digits && start > 0) {
+    if (digits) {
       int64_t v = 0;
       for (char c : part)
         v = v * 10 + (c - '0');
-      f(IndexAt{start - 1, end, v});
+      f(IndexAt{start > 0 ? start - 1 : 0, end, v});
     }
     start = end + 1;
   }
@@ -90,18 +91,23 @@ std::pair<std::string, std::string> chooseBlock(
     std::string_view fqn, const std::set<std::string>& candidates,
     const std::set<std::string>& heterogeneous,
     const std::function<bool(const std::string&)>& parallel) {
-  std::pair<std::string, std::string> inner_any, inner_rep, inner_seq;  // (container, block)
+  // (container, block); the block is "" when none was found (the container may be "", the root)
+  std::pair<std::string, std::string> inner_any, inner_rep, inner_seq;
   forEachIndex(fqn, [&](const IndexAt& ix) {
     std::string prefix(fqn.substr(0, ix.prefix_len));
     if (!candidates.count(prefix)) return;
+    // The root names blocks only when its entries repeat: an nn.Sequential of different stages
+    // (an embedding, a stack, a head) keeps its parameters outside blocks, as before there was
+    // a root container.
+    if (prefix.empty() && heterogeneous.count(prefix)) return;
     std::pair<std::string, std::string> c{prefix, std::string(fqn.substr(0, ix.end))};
     inner_any = c;
     if (heterogeneous.count(prefix)) return;
     inner_rep = c;
     if (!parallel || !parallel(prefix)) inner_seq = c;
   });
-  if (!inner_seq.first.empty()) return inner_seq;
-  return inner_rep.first.empty() ? inner_any : inner_rep;
+  if (!inner_seq.second.empty()) return inner_seq;
+  return inner_rep.second.empty() ? inner_any : inner_rep;
 }
 
 }  // namespace
@@ -111,12 +117,14 @@ BlockNaming nameBlocks(const std::vector<std::string>& fqns,
   BlockNaming out;
   std::set<std::string> candidates = candidateContainers(fqns);
   std::set<std::string> heterogeneous = heterogeneousContainers(fqns, candidates);
-  out.heterogeneous.assign(heterogeneous.begin(), heterogeneous.end());
+  // A root of different modules is simply no container (no outer one it gave way to).
+  for (const std::string& h : heterogeneous)
+    if (!h.empty()) out.heterogeneous.push_back(h);
   std::set<std::string> used;
   out.block_of.reserve(fqns.size());
   for (const std::string& f : fqns) {
     auto [container, block] = chooseBlock(f, candidates, heterogeneous, parallel);
-    if (!container.empty()) used.insert(container);
+    if (!block.empty()) used.insert(container);
     out.block_of.push_back(block);
   }
   out.containers.assign(used.begin(), used.end());
@@ -144,12 +152,16 @@ int32_t BlockAnalysis::blockOfFqn(std::string_view fqn) const {
   return it == by_name_.end() ? -1 : it->second;
 }
 
+std::string containerLabel(const std::string& container) {
+  return container.empty() ? "the root module" : container;
+}
+
 std::string BlockAnalysis::summary() const {
   std::string s = std::to_string(blocks.size()) + " block" + (blocks.size() == 1 ? "" : "s");
   if (!containers.empty()) {
     s += " in ";
     for (size_t i = 0; i < containers.size(); ++i)
-      s += (i ? ", " : "") + containers[i];
+      s += (i ? ", " : "") + containerLabel(containers[i]);
   }
   if (!blocks.empty()) s += " (" + blocks.front().name + " .. " + blocks.back().name + ")";
   s += ", " + std::to_string(parameters_in_blocks) + " of " + std::to_string(parameters) +
@@ -159,7 +171,8 @@ std::string BlockAnalysis::summary() const {
 
 std::string BlockAnalysis::noBlocksMessage(std::string_view pass) const {
   return std::string(pass) + ": no repeated blocks among " + std::to_string(parameters) +
-         " parameters (no FQN prefix P with P.<int> for two or more integers)";
+         " parameters (no FQN prefix P with P.<int> for two or more integers, and no "
+         "nn.Sequential of repeated modules at the root)";
 }
 
 BlockAnalysis analyzeBlocks(const Graph& g) {
@@ -313,8 +326,8 @@ BlockAnalysis analyzeBlocks(const Graph& g, const PhaseInfo& phases) {
     if (fresh) {
       Block b;
       b.name = name;
-      size_t dot = name.rfind('.');
-      b.container = name.substr(0, dot);
+      const size_t dot = name.rfind('.');
+      b.container = dot == std::string::npos ? std::string() : name.substr(0, dot);
       forEachIndex(name, [&](const IndexAt& ix) { b.index = ix.value; });  // the last
       a.blocks.push_back(std::move(b));
     }

@@ -9,6 +9,9 @@
 //    "stages.0.blocks", "stages");
 //  - a parameter's block is `P.<int>` for the innermost container P on its FQN, so
 //    `stages.0.blocks.3.conv.weight` is in block `stages.0.blocks.3`, not `stages.0`;
+//  - the root module is a container too when FQNs start with two or more integers (a model that
+//    is an nn.Sequential: `1.fc1.weight` is in block `1`) and its entries repeat (below); being
+//    outermost, it names blocks only where no other container does;
 //  - except that a container whose blocks run side by side rather than one after another (the
 //    experts of an MoE layer: each expert reads the layer's input, not the previous expert's
 //    output) gives way to the next container out, when there is one. "One after another" is read
@@ -41,7 +44,7 @@ namespace jfx {
 
 struct Block {
   std::string name;           // "layers.3", "transformer.h.0", "stages.0.blocks.3"
-  std::string container;      // "layers", "transformer.h", "stages.0.blocks"
+  std::string container;      // "layers", "transformer.h", "stages.0.blocks"; "" for the root
   int64_t index = 0;          // the integer after the container
   std::vector<Node*> params;  // placeholder order
   // Program step of the first forward compute node reading the block's parameters (of any
@@ -93,6 +96,9 @@ BlockNaming nameBlocks(const std::vector<std::string>& fqns,
 
 // The block an FQN lies in among `containers` (innermost), "" when none.
 std::string blockNameOf(std::string_view fqn, const std::vector<std::string>& containers);
+
+// A container as messages name it: "the root module" for "".
+std::string containerLabel(const std::string& container);
 
 template <>
 struct AnalysisTraits<BlockAnalysis> {

@@ -1,6 +1,7 @@
 """jointfx.trace on models other than the tiny Llama, and the fixtures made from them.
 
-The fixtures tests/data/traced/{gpt2,encoder,convbn,moe,vit,uneven,uneven_bf16,t5,albert,lstm}_w<N>.json come from
+The fixtures tests/data/traced/{gpt2,encoder,convbn,moe,vit,uneven,uneven_bf16,t5,albert,lstm,
+sequential}_w<N>.json come from
 jointfx.models (scripts/gen_fixtures.py; test_fixtures.py checks the set and that regeneration
 is byte-identical). Here, per fixture: the header and graph meta describe the model the case
 builds; the FSDP structure (an all-gather per parameter use in forward, a reduce-scatter per
@@ -325,6 +326,18 @@ def test_family_specifics(fixture: tuple[Path, dict[str, Any]]) -> None:
         assert layer["meta"]["val"][3] == {"device": "cpu", "dtype": "uint8", "shape": [0],
                                            "stride": [1]}
         assert _analyze(path)["blocks"]["blocks"] == []
+    elif family == "sequential":
+        # The model is an nn.Sequential: FQNs start with the index, and the root module holds
+        # the blocks (input projection, three residual MLPs, head), one per index.
+        assert params[:4] == ["0.weight", "0.bias", "1.norm.weight", "1.norm.bias"]
+        assert params[-2:] == ["4.weight", "4.bias"]
+        assert {"0", "1.fc1", "2.norm", "3.fc2", "4"} <= fqns
+        assert counts["aten.native_layer_norm.default"] == 3
+        blocks = _analyze(path)["blocks"]
+        assert blocks["containers"] == [""]
+        assert [(b["name"], b["container"]) for b in blocks["blocks"]] == [
+            (str(i), "") for i in range(5)]
+        assert blocks["parameters_in_blocks"] == blocks["parameters"] == 22
     elif family.startswith("uneven"):
         assert all(math.ceil(r / 4) for r in (7, 3))
         if family == "uneven_bf16":

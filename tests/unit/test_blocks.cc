@@ -135,11 +135,35 @@ TEST_CASE("blocks: names from FQN sets", "[blocks]") {
     auto top = nameBlocks({"heads.0.w", "heads.1.w"}, [](const std::string&) { return true; });
     CHECK(top.block_of == std::vector<std::string>{"heads.0", "heads.1"});
   }
-  SECTION("one index is not a repetition; a leading index is no container") {
+  SECTION("one index is not a repetition") {
     CHECK(nameBlocks({"layers.0.w", "layers.0.b", "norm.weight"}).containers.empty());
-    CHECK(nameBlocks({"0.weight", "1.weight"}).containers.empty());
+    CHECK(nameBlocks({"0.weight", "0.bias"}).containers.empty());
     CHECK(nameBlocks({"layers.3a.w", "layers.4a.w"}).containers.empty());
     CHECK(nameBlocks({}).containers.empty());
+  }
+  SECTION("a leading index: the root module, when its entries repeat") {
+    // nn.Sequential(Linear, block, block, Linear): every entry is a block.
+    auto seq = nameBlocks({"0.weight", "0.bias", "1.fc1.weight", "1.fc2.weight", "2.fc1.weight",
+                           "2.fc2.weight", "3.weight", "3.bias"});
+    CHECK(seq.containers == std::vector<std::string>{""});
+    CHECK(seq.block_of == std::vector<std::string>{"0", "0", "1", "1", "2", "2", "3", "3"});
+    CHECK(seq.heterogeneous.empty());
+    // An inner container wins; the root takes what no other container names.
+    auto nested = nameBlocks(
+        {"0.layers.0.w", "0.layers.1.w", "0.norm.w", "1.layers.0.w", "1.layers.1.w", "1.norm.w"});
+    CHECK(nested.containers == std::vector<std::string>{"", "0.layers", "1.layers"});
+    CHECK(nested.block_of == std::vector<std::string>{"0.layers.0", "0.layers.1", "0", "1.layers.0",
+                                                      "1.layers.1", "1"});
+    // nn.Sequential(embedding, stack, head): different modules at the root, which names no
+    // block and is not listed as a list of different modules either.
+    auto stages =
+        nameBlocks({"0.weight", "1.layers.0.w", "1.layers.1.w", "1.norm.weight", "2.weight"});
+    CHECK(stages.containers == std::vector<std::string>{"1.layers"});
+    CHECK(stages.block_of == std::vector<std::string>{"", "1.layers.0", "1.layers.1", "", ""});
+    CHECK(stages.heterogeneous.empty());
+    CHECK(blockNameOf("2.fc1", seq.containers) == "2");
+    CHECK(blockNameOf("1.layers.1.attn", stages.containers) == "1.layers.1");
+    CHECK(blockNameOf("0", stages.containers).empty());
   }
   SECTION("module FQNs resolve to their block") {
     std::vector<std::string> c = {"layers", "stages.0.blocks"};
@@ -217,6 +241,9 @@ TEST_CASE("blocks: traced model families", "[blocks]") {
       {"albert_w2", {}},
       // nn.LSTM's layers are a name suffix (rnn.weight_ih_l1), not a module: no block.
       {"lstm_w2", {}},
+      // The model is an nn.Sequential (1.fc1.weight): the root module holds the blocks, the
+      // input projection and the head among them.
+      {"sequential_w2", {"0", "1", "2", "3", "4"}},
   };
   for (const Expect& e : cases) {
     INFO(e.fixture);

@@ -159,13 +159,13 @@ void blocksSection(const BlockAnalysis& blocks, nlohmann::json& j, std::ostream&
   if (!blocks.parallel_containers.empty()) {
     text << "  side by side inside a block (not blocks):";
     for (const std::string& c : blocks.parallel_containers)
-      text << " " << c;
+      text << " " << (c.empty() ? "(root)" : c);
     text << "\n";
   }
   if (!blocks.heterogeneous_containers.empty()) {
     text << "  lists of different modules (not blocks):";
     for (const std::string& c : blocks.heterogeneous_containers)
-      text << " " << c;
+      text << " " << (c.empty() ? "(root)" : c);
     text << "\n";
   }
   for (size_t i = 0; i < blocks.blocks.size(); ++i)

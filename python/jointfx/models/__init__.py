@@ -16,6 +16,7 @@ pass to jointfx.trace; `trace_case` traces one at a world size. scripts/gen_fixt
 | lstm | embedding, 2-layer nn.LSTM with dropout, head (rnn.weight_ih_lN) | aten.mkldnn_rnn_layer and its backward: a workspace output empty in the meta, filled only with grad mode on; no repeated blocks |
 | albert | ALBERT: one layer module (encoder.shared_layer) called 3 times | parameters reused by every depth with no indexed FQNs: 3 gathers and 3 reduce-scatters per parameter |
 | uneven_bf16 | the same, bf16 gathers, fp32 reduction | padding with mixed precision |
+| sequential | an nn.Sequential: Linear, residual MLP blocks, Linear (1.fc1.weight) | FQNs that start with an index: the root module holds the blocks |
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from jointfx.models.encoder import BertForSequenceClassification, EncoderConfig,
 from jointfx.models.gpt2 import GPT2Config, GPT2LMHeadModel, init_gpt2, lm_loss
 from jointfx.models.lstm import LstmConfig, LstmLM, init_lstm
 from jointfx.models.moe import MoEConfig, MoEForCausalLM, init_moe, moe_loss
+from jointfx.models.sequential import SequentialConfig, init_sequential, sequential_model
 from jointfx.models.t5 import T5Config, T5ForConditionalGeneration, init_t5, seq2seq_loss
 from jointfx.models.uneven import UnevenConfig, UnevenMLP, init_uneven
 from jointfx.models.vit import ViT, ViTConfig, init_vit
@@ -215,16 +217,32 @@ def _uneven_case(name: str = "uneven", **trace_kwargs: Any) -> ModelCase:
                      cfg.to_json(), trace_kwargs)
 
 
+def _sequential_case() -> ModelCase:
+    cfg = SequentialConfig()
+    batch = 5
+
+    build = _builder(sequential_model, cfg, init_sequential)
+
+    def make_batch(seed: int) -> Batch:
+        gen = torch.Generator().manual_seed(seed)
+        features = torch.randn(batch, cfg.in_features, generator=gen)
+        labels = torch.randint(0, cfg.num_classes, (batch,), generator=gen)
+        return [features], [labels]
+
+    return ModelCase("sequential", build, make_batch, classification_loss, ("features",),
+                     ("labels",), cfg.to_json())
+
+
 CASES: dict[str, ModelCase] = {c.name: c for c in (
     _gpt2_case(), _encoder_case(), _convbn_case(), _moe_case(), _vit_case(), _uneven_case(),
     _uneven_case("uneven_bf16", param_dtype=torch.bfloat16, reduce_dtype=torch.float32),
-    _t5_case(), _albert_case(), _lstm_case(),
+    _t5_case(), _albert_case(), _lstm_case(), _sequential_case(),
 )}
 
 # (case, world size) pairs written to tests/data/traced/<case>_w<world>.json.
 MODEL_FIXTURES: tuple[tuple[str, int], ...] = (
     ("gpt2", 2), ("encoder", 2), ("convbn", 2), ("moe", 2), ("vit", 2), ("uneven", 4),
-    ("uneven_bf16", 4), ("t5", 2), ("albert", 2), ("lstm", 2),
+    ("uneven_bf16", 4), ("t5", 2), ("albert", 2), ("lstm", 2), ("sequential", 2),
 )
 
 # The seeds of the weights and of the batch a case is traced and checked with.
