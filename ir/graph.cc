@@ -668,6 +668,7 @@ Node* Graph::create(OpKind op, Symbol target, std::vector<Arg> args, Kwargs kwar
   buildSlots(&n, /*record_uses=*/false);
   link(&n, before, /*record=*/false);
   ++live_;
+  if (n.isCollective()) collective_ids_.push_back(n.id_);
   return &n;
 }
 
@@ -703,6 +704,7 @@ std::unique_ptr<Graph> Graph::copy() const {
   c.generation_ = generation_;
   c.revision_ = revision_;
   c.live_ = live_;
+  c.collective_ids_ = collective_ids_;
   // Same ids: node k of the copy is node k here, so every reference maps by id.
   for (const Node& n : nodes_)
     c.nodes_.push_back(n);
@@ -769,6 +771,7 @@ void Graph::takeContents(Graph&& from) {
   std::swap(output_specs_, from.output_specs_);
   std::swap(constants_, from.constants_);
   std::swap(extra_json_, from.extra_json_);
+  std::swap(collective_ids_, from.collective_ids_);
   // The nodes' operand slots live in the arena they came with.
   std::swap(slot_blocks_, from.slot_blocks_);
   std::swap(slot_next_, from.slot_next_);
@@ -785,6 +788,7 @@ void Graph::takeContents(Graph&& from) {
   from.output_specs_.clear();
   from.constants_.clear();
   from.extra_json_.clear();
+  from.collective_ids_.clear();
   from.touched_.clear();
   from.touched_mark_.clear();
   generation_ = revision_ = generation;
@@ -1086,6 +1090,24 @@ std::vector<Node*> Graph::nodes() const {
   std::vector<Node*> out;
   out.reserve(live_);
   for (Node* n = head_; n; n = n->next())
+    out.push_back(n);
+  return out;
+}
+
+std::vector<Node*> Graph::collectives() const {
+  std::vector<std::pair<uint64_t, Node*>> keyed;
+  keyed.reserve(collective_ids_.size());
+  for (uint32_t id : collective_ids_) {
+    if (id >= nodes_.size()) continue;  // a rollback removed it
+    Node& n = nodes_[id];
+    if (!n.dead_ && n.isCollective()) keyed.emplace_back(n.pos_, &n);
+  }
+  std::sort(keyed.begin(), keyed.end());
+  // A reused id can be listed twice: the same node, side by side once sorted.
+  keyed.erase(std::unique(keyed.begin(), keyed.end()), keyed.end());
+  std::vector<Node*> out;
+  out.reserve(keyed.size());
+  for (const auto& [pos, n] : keyed)
     out.push_back(n);
   return out;
 }

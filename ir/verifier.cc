@@ -99,8 +99,11 @@ class Verifier {
   // name and size against them, and the output list against the output node.
   std::vector<VerifyIssue> runHeader(bool collectives) {
     checkProcessGroups();
-    for (const Node* n = collectives ? g_.first() : nullptr; n && !full(); n = n->next())
-      if (n->isCollective()) checkCollective(n);
+    if (collectives)
+      for (const Node* n : g_.collectives()) {
+        if (full()) break;
+        checkCollective(n);
+      }
     checkOutputInfo();
     return std::move(issues_);
   }

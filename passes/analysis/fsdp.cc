@@ -205,12 +205,10 @@ FsdpAnalysis analyzeFsdp(const Graph& g, const PhaseInfo& phases) {
       root_id[p->id()] = r ? r->id() + 1 : 0;
     return r;
   };
-  std::vector<Node*> collectives;        // program order
-  std::vector<Node*> work, chain_nodes;  // per chain, reused
+  const std::vector<Node*> collectives = g.collectives();  // program order
+  std::vector<Node*> work, chain_nodes;                    // per chain, reused
   std::vector<uint8_t> below_local;
-  for (Node* n = g.first(); n; n = n->next()) {
-    if (!n->isCollective()) continue;
-    collectives.push_back(n);
+  for (Node* n : collectives) {
     // Until a chain claims it. An HSDP all-reduce was claimed by its reduce-scatter already.
     if (a.role_[n->id()] == CollectiveRole::None) a.role_[n->id()] = CollectiveRole::Other;
 

@@ -341,8 +341,7 @@ bool Scheduler::run() {
   std::map<std::pair<std::string, bool>, std::vector<Unit>> gathers;
   std::map<std::pair<int, std::string>, std::vector<Unit>> reductions;
   std::map<std::string, Node*> last_of_group;
-  for (Node* n = g_.first(); n; n = n->next()) {
-    if (!n->isCollective()) continue;
+  for (Node* n : g_.collectives()) {
     std::string group(collectiveGroupName(*n));
     Node*& last = last_of_group[group];
     prev_same_group_[n->id()] = last ? last->id() + 1 : 0;

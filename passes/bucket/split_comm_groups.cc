@@ -68,8 +68,7 @@ bool SplitCommGroupsPass::run(Graph& g, PassContext& ctx) {
 
   // Keyed by group name for lookups; new groups are created in header order below.
   std::map<std::string, Use> groups;
-  for (Node* n = g.first(); n; n = n->next()) {
-    if (!n->isCollective()) continue;
+  for (Node* n : g.collectives()) {
     CollectiveRole role = fsdp.roleOf(n);
     CollectiveKind kind = collectiveKind(*n);
     bool bucket = hasFsdpBucketMeta(*n);

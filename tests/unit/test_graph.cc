@@ -152,6 +152,55 @@ TEST_CASE("collectives: kind, group name and group size", "[ir]") {
   CHECK(collectiveGroupSize(*kw, g) == 1);
 }
 
+TEST_CASE("graph: collectives() lists the live collectives in program order", "[ir]") {
+  Graph g;
+  Node* x = placeholder(g, "x");
+  auto gather = [&](const char* name, Node* before = nullptr) {
+    return g.createCall("_c10d_functional.all_gather_into_tensor.default",
+                        {Arg::ofNode(x), Arg::ofInt(2), Arg::ofStr("0")}, {}, before, name);
+  };
+  Node* a = gather("a");
+  Node* neg = g.createCall("aten.neg.default", {Arg::ofNode(x)});
+  Node* b = gather("b");
+  Node* c = gather("c", a);  // created last, placed first
+  auto names = [](const std::vector<Node*>& v) {
+    std::vector<std::string> out;
+    for (const Node* n : v)
+      out.emplace_back(n->name());
+    return out;
+  };
+  CHECK(names(g.collectives()) == std::vector<std::string>{"c", "a", "b"});
+  g.moveAfter(c, b);
+  g.erase(a);
+  CHECK(names(g.collectives()) == std::vector<std::string>{"b", "c"});
+  SECTION(
+      "a rolled-back creation is gone, and its id reused by another collective is listed "
+      "once") {
+    g.beginUndo();
+    gather("d");
+    g.rollback();
+    CHECK(names(g.collectives()) == std::vector<std::string>{"b", "c"});
+    g.createCall("aten.neg.default", {Arg::ofNode(neg)}, {}, nullptr, "not_one");
+    CHECK(names(g.collectives()) == std::vector<std::string>{"b", "c"});
+    g.beginUndo();
+    gather("e");
+    g.rollback();
+    gather("f");
+    CHECK(names(g.collectives()) == std::vector<std::string>{"b", "c", "f"});
+  }
+  SECTION("a copy lists its own nodes; takeContents hands the list over") {
+    std::unique_ptr<Graph> copy = g.copy();
+    const std::vector<Node*> listed = copy->collectives();
+    REQUIRE(listed.size() == 2);
+    CHECK(listed[0]->graph() == copy.get());
+    CHECK(names(listed) == std::vector<std::string>{"b", "c"});
+    Graph other;
+    other.takeContents(std::move(*copy));
+    CHECK(names(other.collectives()) == std::vector<std::string>{"b", "c"});
+    CHECK(copy->collectives().empty());
+  }
+}
+
 TEST_CASE("graph: cloneBefore remaps operands and copies meta", "[ir]") {
   Graph g;
   Node* x = placeholder(g, "x");
