@@ -669,6 +669,7 @@ Node* Graph::create(OpKind op, Symbol target, std::vector<Arg> args, Kwargs kwar
   link(&n, before, /*record=*/false);
   ++live_;
   if (n.isCollective()) collective_ids_.push_back(n.id_);
+  if (op == OpKind::Placeholder) placeholder_ids_.push_back(n.id_);
   return &n;
 }
 
@@ -704,6 +705,7 @@ std::unique_ptr<Graph> Graph::copy() const {
   c.generation_ = generation_;
   c.revision_ = revision_;
   c.live_ = live_;
+  c.placeholder_ids_ = placeholder_ids_;
   c.collective_ids_ = collective_ids_;
   // Same ids: node k of the copy is node k here, so every reference maps by id.
   for (const Node& n : nodes_)
@@ -771,6 +773,7 @@ void Graph::takeContents(Graph&& from) {
   std::swap(output_specs_, from.output_specs_);
   std::swap(constants_, from.constants_);
   std::swap(extra_json_, from.extra_json_);
+  std::swap(placeholder_ids_, from.placeholder_ids_);
   std::swap(collective_ids_, from.collective_ids_);
   // The nodes' operand slots live in the arena they came with.
   std::swap(slot_blocks_, from.slot_blocks_);
@@ -788,6 +791,7 @@ void Graph::takeContents(Graph&& from) {
   from.output_specs_.clear();
   from.constants_.clear();
   from.extra_json_.clear();
+  from.placeholder_ids_.clear();
   from.collective_ids_.clear();
   from.touched_.clear();
   from.touched_mark_.clear();
@@ -1094,13 +1098,14 @@ std::vector<Node*> Graph::nodes() const {
   return out;
 }
 
-std::vector<Node*> Graph::collectives() const {
+std::vector<Node*> Graph::liveInOrder(const std::vector<uint32_t>& ids,
+                                      bool (*is)(const Node&)) const {
   std::vector<std::pair<uint64_t, Node*>> keyed;
-  keyed.reserve(collective_ids_.size());
-  for (uint32_t id : collective_ids_) {
+  keyed.reserve(ids.size());
+  for (uint32_t id : ids) {
     if (id >= nodes_.size()) continue;  // a rollback removed it
     Node& n = nodes_[id];
-    if (!n.dead_ && n.isCollective()) keyed.emplace_back(n.pos_, &n);
+    if (!n.dead_ && is(n)) keyed.emplace_back(n.pos_, &n);
   }
   std::sort(keyed.begin(), keyed.end());
   // A reused id can be listed twice: the same node, side by side once sorted.
@@ -1113,10 +1118,11 @@ std::vector<Node*> Graph::collectives() const {
 }
 
 std::vector<Node*> Graph::placeholders() const {
-  std::vector<Node*> out;
-  for (Node* n = head_; n; n = n->next())
-    if (n->op_ == OpKind::Placeholder) out.push_back(n);
-  return out;
+  return liveInOrder(placeholder_ids_, [](const Node& n) { return n.op_ == OpKind::Placeholder; });
+}
+
+std::vector<Node*> Graph::collectives() const {
+  return liveInOrder(collective_ids_, [](const Node& n) { return n.isCollective(); });
 }
 
 }  // namespace jfx

@@ -479,10 +479,11 @@ class Graph {
   uint32_t maxId() const { return static_cast<uint32_t>(nodes_.size()); }
   // The live nodes in program order (a snapshot: safe to edit the graph while walking it).
   std::vector<Node*> nodes() const;
+  // The live placeholders, and the live collectives, in program order. The graph lists every
+  // node of the two kinds it creates, so each costs O(K log K) for the K such nodes ever made,
+  // where a walk of the list reads every node: a graph's collectives are a tenth of its nodes
+  // or less, its placeholders fewer.
   std::vector<Node*> placeholders() const;
-  // The live collectives in program order. The graph lists every collective it creates, so this
-  // costs O(C log C) for the C collectives ever made, where a walk of the list reads every node:
-  // FSDP's collectives are a tenth of a graph's nodes or less.
   std::vector<Node*> collectives() const;
   std::string uniqueName(std::string_view hint) const;
 
@@ -535,9 +536,11 @@ class Graph {
   std::vector<uint32_t> touched_;  // ids, in first-touch order
   std::vector<bool> touched_mark_;
   mutable StableVector<Node> nodes_;  // indexed by id; nodes never move
-  // Ids of every collective created (collectives() reads them): erased ones stay until the
-  // Graph dies, and an id a rollback freed may be listed again by the node that reuses it.
-  std::vector<uint32_t> collective_ids_;
+  // Ids of every placeholder and every collective created (placeholders() and collectives()
+  // read them): erased ones stay until the Graph dies, and an id a rollback freed may be listed
+  // again by the node that reuses it.
+  std::vector<uint32_t> placeholder_ids_, collective_ids_;
+  std::vector<Node*> liveInOrder(const std::vector<uint32_t>& ids, bool (*is)(const Node&)) const;
   // Operand slot arena: slots are carved from big blocks, freed with the Graph.
   std::vector<std::unique_ptr<Operand[]>> slot_blocks_;
   Operand* slot_next_ = nullptr;

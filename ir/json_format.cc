@@ -1075,8 +1075,7 @@ class JsonWriter {
 
     out_ += ",\n\"inputs\":[";
     first = true;
-    for (Node* n = g.first(); n; n = n->next()) {
-      if (n->op() != OpKind::Placeholder) continue;
+    for (const Node* n : g.placeholders()) {
       out_ += first ? "\n"sv : ",\n"sv;
       first = false;
       out_ += '{';

@@ -152,7 +152,8 @@ TEST_CASE("collectives: kind, group name and group size", "[ir]") {
   CHECK(collectiveGroupSize(*kw, g) == 1);
 }
 
-TEST_CASE("graph: collectives() lists the live collectives in program order", "[ir]") {
+TEST_CASE("graph: placeholders() and collectives() list their live nodes in program order",
+          "[ir]") {
   Graph g;
   Node* x = placeholder(g, "x");
   auto gather = [&](const char* name, Node* before = nullptr) {
@@ -170,6 +171,10 @@ TEST_CASE("graph: collectives() lists the live collectives in program order", "[
     return out;
   };
   CHECK(names(g.collectives()) == std::vector<std::string>{"c", "a", "b"});
+  Node* y = g.create(OpKind::Placeholder, Symbol::intern("y"), {}, {}, "y", x);
+  CHECK(names(g.placeholders()) == std::vector<std::string>{"y", "x"});
+  g.erase(y);
+  CHECK(names(g.placeholders()) == std::vector<std::string>{"x"});
   g.moveAfter(c, b);
   g.erase(a);
   CHECK(names(g.collectives()) == std::vector<std::string>{"b", "c"});
