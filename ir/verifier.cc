@@ -111,8 +111,8 @@ class Verifier {
   std::vector<VerifyIssue> run() {
     // The order matters only for which issues come first when max_issues truncates: structure
     // before semantics, so the root cause of a broken graph is reported first.
-    if (!checkNodeList()) return std::move(issues_);
     if (!opts_.ir_invariants) return runOneWalk();
+    if (!checkNodeList()) return std::move(issues_);
     checkNames();
     checkOperands();
     size_t before = issues_.size();
@@ -136,15 +136,23 @@ class Verifier {
   }
 
  private:
-  // run() without the IR invariants: the operand rules and the node rules in one walk (a
-  // second walk missed the cache once per node at 10^6 nodes). The issues come in run()'s order,
-  // from two lists: the operand rules', then the output and process-group rules', then the
-  // node rules'. Nothing stops between the two there either: only broken use lists do, and
-  // they are checked with the IR invariants.
+  // run() without the IR invariants: the list rules, the operand rules and the node rules in one
+  // walk (each more walk missed the cache once per node at 10^6 nodes). The issues come in
+  // run()'s order, from three lists: the list rules' alone when there is one (a broken list
+  // stops the verifier, and the other rules stop running at the first), else the operand
+  // rules', then the output and process-group rules', then the node rules'. Nothing stops
+  // between the last two: only broken use lists do, and they are checked with the IR invariants.
   std::vector<VerifyIssue> runOneWalk() {
-    std::vector<VerifyIssue> node_rules;
+    std::vector<VerifyIssue> list_rules, node_rules;
     std::vector<const Node*> refs;
-    for (const Node* n = g_.first(); n; n = n->next()) {
+    size_t count = 0;
+    const Node* prev = nullptr;
+    for (const Node* n = g_.first(); n; prev = n, n = n->next()) {
+      std::swap(issues_, list_rules);
+      const bool go_on = checkListNode(n, prev, count);
+      std::swap(issues_, list_rules);
+      if (!go_on) return list_rules;
+      if (!list_rules.empty()) continue;
       checkOperandsOf(n, refs);
       std::swap(issues_, node_rules);
       if (!full()) {
@@ -157,6 +165,10 @@ class Verifier {
       std::swap(issues_, node_rules);
       if (n->op() == OpKind::Placeholder || n->inputKind() != InputKind::None) inputs_.push_back(n);
     }
+    std::swap(issues_, list_rules);
+    checkListEnd(prev, count);
+    std::swap(issues_, list_rules);
+    if (!list_rules.empty()) return list_rules;
     checkOutput();
     checkProcessGroups();
     for (VerifyIssue& issue : node_rules)
@@ -183,24 +195,35 @@ class Verifier {
   bool checkNodeList() {
     size_t count = 0;
     const Node* prev = nullptr;
-    for (const Node* n = g_.first(); n; prev = n, n = n->next()) {
-      if (++count > g_.maxId()) {
-        add(nullptr, "node-list", "the node list is longer than the number of nodes ever made");
-        return false;
-      }
-      if (n->graph() != &g_) add(n, "node-list", "node belongs to another graph");
-      if (n->isDead()) add(n, "node-list", "a deleted node is still linked");
-      if (n->prev() != prev) add(n, "node-list", "prev link does not point at the previous node");
-      if (prev && !prev->isBefore(n))
-        add(n, "node-list", "position is not after the previous node's " + quoted(prev));
-      if (n->op() == OpKind::Output) outputs_.push_back(n);  // for checkOutput: no second walk
+    for (const Node* n = g_.first(); n; prev = n, n = n->next())
+      if (!checkListNode(n, prev, count)) return false;
+    checkListEnd(prev, count);
+    return issues_.empty();
+  }
+
+  // One step of checkNodeList: false when the walk must stop (the list is longer than any the
+  // graph can hold, so it loops).
+  bool checkListNode(const Node* n, const Node* prev, size_t& count) {
+    if (++count > g_.maxId()) {
+      add(nullptr, "node-list", "the node list is longer than the number of nodes ever made");
+      return false;
     }
-    if (prev != g_.last()) add(nullptr, "node-list", "the last node is not the list tail");
+    if (n->graph() != &g_) add(n, "node-list", "node belongs to another graph");
+    if (n->isDead()) add(n, "node-list", "a deleted node is still linked");
+    if (n->prev() != prev) add(n, "node-list", "prev link does not point at the previous node");
+    if (prev && !prev->isBefore(n))
+      add(n, "node-list", "position is not after the previous node's " + quoted(prev));
+    if (n->op() == OpKind::Output) outputs_.push_back(n);  // for checkOutput: no second walk
+    return true;
+  }
+
+  // The end of checkNodeList's walk: `last` the node it ended on, `count` the nodes it saw.
+  void checkListEnd(const Node* last, size_t count) {
+    if (last != g_.last()) add(nullptr, "node-list", "the last node is not the list tail");
     if (count != g_.size())
       add(nullptr, "node-list",
           "list holds " + std::to_string(count) + " nodes, graph counts " +
               std::to_string(g_.size()));
-    return issues_.empty();
   }
 
   // `n` is a live node of this graph, linked both ways to neighbours in position order.

@@ -40,6 +40,10 @@ struct UseListSurgery {
     ++other->num_uses_;
   }
   static void setCount(Node* n, uint32_t count) { n->num_uses_ = count; }
+  // Node-list corruption, for the verifier's list rules.
+  static void setPos(Node* n, uint64_t pos) { n->pos_ = pos; }
+  static void setPrev(Node* n, Node* prev) { n->prev_ = prev; }
+  static void setNext(Node* n, Node* next) { n->next_ = next; }
 };
 
 }  // namespace jfx
@@ -404,5 +408,48 @@ TEST_CASE("use-lists: the verifier catches corrupted use lists", "[use-lists][ve
     Operand twin = *s;
     UseListSurgery::linkInto(y, &twin);
     CHECK(has(edgeIssues(g), "node 'y': [use-list] use list names a slot outside 'b''s operands"));
+  }
+}
+
+TEST_CASE("use-lists: a broken node list is reported alone, and stops the verifier",
+          "[use-lists][verifier]") {
+  // Both ways of checking the whole graph: the one walk (the default) and the separate walks
+  // with the IR invariants.
+  const bool invariants = GENERATE(false, true);
+  INFO("ir_invariants " << invariants);
+  VerifyOptions opts;
+  opts.ir_invariants = invariants;
+  Graph g;
+  Node* x = placeholder(g, "x");
+  Node* a = g.createCall("aten.neg.default", {N(x)}, {}, nullptr, "a");
+  // An arity issue the list issue must hide: mm with one argument.
+  Node* bad = g.createCall("aten.mm.default", {N(a)}, {}, nullptr, "bad");
+  Node* c = g.createCall("aten.neg.default", {N(bad)}, {}, nullptr, "c");
+  g.create(OpKind::Output, Symbol::intern("output"), {Arg::ofList({N(c)})}, {}, "output");
+  REQUIRE(verifyGraph(g, opts).size() == 1);  // the arity issue
+  SECTION("a position out of order, after the arity issue in the list") {
+    UseListSurgery::setPos(c, 0);
+    auto issues = verifyGraph(g, opts);
+    REQUIRE(!issues.empty());
+    for (const VerifyIssue& i : issues)
+      CHECK(i.rule == "node-list");
+    CHECK(issues.front().str() ==
+          "node 'c': [node-list] position is not after the previous node's 'bad'");
+  }
+  SECTION("a wrong prev link") {
+    UseListSurgery::setPrev(c, a);
+    auto issues = verifyGraph(g, opts);
+    REQUIRE(issues.size() == 1);
+    CHECK(issues.front().str() ==
+          "node 'c': [node-list] prev link does not point at the previous node");
+  }
+  SECTION("a loop: the walk stops") {
+    Node* out = g.outputNode();
+    UseListSurgery::setNext(out, x);
+    auto issues = verifyGraph(g, opts);
+    REQUIRE(!issues.empty());
+    CHECK(issues.back().str() ==
+          "[node-list] the node list is longer than the number of nodes ever made");
+    UseListSurgery::setNext(out, nullptr);
   }
 }
