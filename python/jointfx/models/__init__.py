@@ -34,9 +34,9 @@ from jointfx.models.encoder import BertForSequenceClassification, EncoderConfig,
 from jointfx.models.gpt2 import GPT2Config, GPT2LMHeadModel, init_gpt2, lm_loss
 from jointfx.models.lstm import LstmConfig, LstmLM, init_lstm
 from jointfx.models.moe import MoEConfig, MoEForCausalLM, init_moe, moe_loss
-from jointfx.models.sequential import SequentialConfig, init_sequential, sequential_model
+from jointfx.models.sequential import SequentialConfig, sequential_model
 from jointfx.models.t5 import T5Config, T5ForConditionalGeneration, init_t5, seq2seq_loss
-from jointfx.models.uneven import UnevenConfig, UnevenMLP, init_uneven
+from jointfx.models.uneven import UnevenConfig, UnevenMLP, init_mlp
 from jointfx.models.vit import ViT, ViTConfig, init_vit
 
 Batch = tuple[list[torch.Tensor], list[torch.Tensor]]  # (model inputs, loss targets)
@@ -201,36 +201,30 @@ def _lstm_case() -> ModelCase:
                      cfg.to_json())
 
 
-def _uneven_case(name: str = "uneven", **trace_kwargs: Any) -> ModelCase:
-    cfg = UnevenConfig()
-    batch = 5
-
-    build = _builder(UnevenMLP, cfg, init_uneven)
+def _features_batch(batch: int, in_features: int, num_classes: int) -> Callable[[int], Batch]:
+    """seed -> float features [batch, in_features] and class labels below num_classes."""
 
     def make_batch(seed: int) -> Batch:
         gen = torch.Generator().manual_seed(seed)
-        features = torch.randn(batch, cfg.in_features, generator=gen)
-        labels = torch.randint(0, cfg.num_classes, (batch,), generator=gen)
+        features = torch.randn(batch, in_features, generator=gen)
+        labels = torch.randint(0, num_classes, (batch,), generator=gen)
         return [features], [labels]
 
-    return ModelCase(name, build, make_batch, classification_loss, ("features",), ("labels",),
-                     cfg.to_json(), trace_kwargs)
+    return make_batch
+
+
+def _uneven_case(name: str = "uneven", **trace_kwargs: Any) -> ModelCase:
+    cfg = UnevenConfig()
+    return ModelCase(name, _builder(UnevenMLP, cfg, init_mlp),
+                     _features_batch(5, cfg.in_features, cfg.num_classes), classification_loss,
+                     ("features",), ("labels",), cfg.to_json(), trace_kwargs)
 
 
 def _sequential_case() -> ModelCase:
     cfg = SequentialConfig()
-    batch = 5
-
-    build = _builder(sequential_model, cfg, init_sequential)
-
-    def make_batch(seed: int) -> Batch:
-        gen = torch.Generator().manual_seed(seed)
-        features = torch.randn(batch, cfg.in_features, generator=gen)
-        labels = torch.randint(0, cfg.num_classes, (batch,), generator=gen)
-        return [features], [labels]
-
-    return ModelCase("sequential", build, make_batch, classification_loss, ("features",),
-                     ("labels",), cfg.to_json())
+    return ModelCase("sequential", _builder(sequential_model, cfg, init_mlp),
+                     _features_batch(5, cfg.in_features, cfg.num_classes), classification_loss,
+                     ("features",), ("labels",), cfg.to_json())
 
 
 CASES: dict[str, ModelCase] = {c.name: c for c in (

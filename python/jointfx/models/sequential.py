@@ -43,12 +43,3 @@ def sequential_model(cfg: SequentialConfig) -> nn.Sequential:
                          *(ResidualMLP(cfg.hidden) for _ in range(cfg.num_blocks)),
                          nn.Linear(cfg.hidden, cfg.num_classes))
 
-
-def init_sequential(model: nn.Sequential, seed: int = 0) -> None:
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if ".norm." in name:
-                p.fill_(1.0 if name.endswith("weight") else 0.0)
-            else:
-                p.copy_(torch.randn(p.shape, generator=gen) * 0.3)

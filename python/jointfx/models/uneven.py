@@ -52,7 +52,9 @@ class UnevenMLP(nn.Module):
         return self.head(x)
 
 
-def init_uneven(model: UnevenMLP, seed: int = 0) -> None:
+def init_mlp(model: nn.Module, seed: int = 0) -> None:
+    """Seeded weights for the MLP cases (this one and jointfx.models.sequential): LayerNorms at
+    identity, every other parameter N(0, 0.3^2), drawn in parameter order."""
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in model.named_parameters():
