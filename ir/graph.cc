@@ -61,20 +61,6 @@ const OpInfo kGetAttrInfo{"get_attr",
                           -1,
                           -1};
 
-const OpInfo* infoFor(OpKind op, Symbol target) {
-  switch (op) {
-    case OpKind::Placeholder:
-      return &kPlaceholderInfo;
-    case OpKind::Output:
-      return &kOutputInfo;
-    case OpKind::GetAttr:
-      return &kGetAttrInfo;
-    case OpKind::CallFunction:
-      return &opInfo(target);
-  }
-  return &opInfo(target);
-}
-
 // "aten.mm.default" -> "mm"; "operator.getitem" -> "getitem";
 // "_c10d_functional.wait_tensor.default"
 // -> "wait_tensor". FX names nodes the same way.
@@ -104,6 +90,20 @@ std::string nameFromTarget(std::string_view target) {
 constexpr size_t kSlotBlock = 4096;
 
 }  // namespace
+
+const OpInfo* infoFor(OpKind op, Symbol target) {
+  switch (op) {
+    case OpKind::Placeholder:
+      return &kPlaceholderInfo;
+    case OpKind::Output:
+      return &kOutputInfo;
+    case OpKind::GetAttr:
+      return &kGetAttrInfo;
+    case OpKind::CallFunction:
+      return &opInfo(target);
+  }
+  return &opInfo(target);
+}
 
 std::string_view opKindName(OpKind k) {
   switch (k) {
@@ -227,9 +227,11 @@ const Arg* Node::kwarg(std::string_view key) const {
 }
 
 bool Node::isRandom() const {
-  if (op_ != OpKind::CallFunction || !info_->random) return false;
-  if (info_->dropout_p_arg < 0) return true;
-  const size_t i = static_cast<size_t>(info_->dropout_p_arg);
+  if (op_ != OpKind::CallFunction) return false;
+  const OpInfo& info = opInfo(target_);
+  if (!info.random) return false;
+  if (info.dropout_p_arg < 0) return true;
+  const size_t i = static_cast<size_t>(info.dropout_p_arg);
   const Arg* p = i < args_.size() ? &args_[i] : kwarg("dropout_p");
   if (p == nullptr) return false;  // the schema's default, 0
   switch (p->kind()) {
@@ -246,7 +248,7 @@ bool Node::isRandom() const {
 
 bool Node::isPure() const {
   if (op_ != OpKind::CallFunction) return false;
-  const OpInfo& i = *info_;
+  const OpInfo& i = opInfo(target_);
   return i.category != OpCategory::Unknown && !i.side_effect && !i.mutates && !isRandom() &&
          i.alias != AliasKind::InPlace && i.alias != AliasKind::Out;
 }
@@ -649,7 +651,6 @@ Node* Graph::create(OpKind op, Symbol target, std::vector<Arg> args, Kwargs kwar
   n.id_ = static_cast<uint32_t>(nodes_.size() - 1);
   n.op_ = op;
   n.target_ = target;
-  n.info_ = infoFor(op, target);
   n.name_ = names_.add(name.empty() ? std::string_view(nameFromTarget(target.str())) : name);
   n.args_ = std::move(args);
   n.kwargs_ = std::move(kwargs);
@@ -688,8 +689,7 @@ Node* Graph::cloneBefore(const Node* src, Node* before, const std::function<Node
                    name.empty() ? src->name() : name, before);
   n->val_ = src->val_;
   n->meta_ = src->meta_;
-  n->input_kind_ = src->input_kind_;
-  n->input_fqn_ = src->input_fqn_;
+  n->setInputInfo(src->input_kind_, src->inputFqn());  // src may be another graph's
   n->origin_ = src->id_;
   return n;
 }
@@ -707,6 +707,7 @@ std::unique_ptr<Graph> Graph::copy() const {
   c.live_ = live_;
   c.placeholder_ids_ = placeholder_ids_;
   c.collective_ids_ = collective_ids_;
+  c.input_fqns_ = input_fqns_;
   // Same ids: node k of the copy is node k here, so every reference maps by id.
   for (const Node& n : nodes_)
     c.nodes_.push_back(n);
@@ -775,6 +776,7 @@ void Graph::takeContents(Graph&& from) {
   std::swap(extra_json_, from.extra_json_);
   std::swap(placeholder_ids_, from.placeholder_ids_);
   std::swap(collective_ids_, from.collective_ids_);
+  std::swap(input_fqns_, from.input_fqns_);
   // The nodes' operand slots live in the arena they came with.
   std::swap(slot_blocks_, from.slot_blocks_);
   std::swap(slot_next_, from.slot_next_);
@@ -793,6 +795,7 @@ void Graph::takeContents(Graph&& from) {
   from.extra_json_.clear();
   from.placeholder_ids_.clear();
   from.collective_ids_.clear();
+  from.input_fqns_.resize(1);
   from.touched_.clear();
   from.touched_mark_.clear();
   generation_ = revision_ = generation;

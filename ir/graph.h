@@ -107,6 +107,10 @@ struct NodeMeta {
 class Graph;
 class Node;
 
+// The op facts of a node of kind `op` calling `target` (placeholders, outputs and get_attrs have
+// their own rows).
+const OpInfo* infoFor(OpKind op, Symbol target);
+
 struct Use {
   Node* user;
   uint32_t index;  // operand number within user->inputs()
@@ -225,7 +229,8 @@ class Node {
   OpKind op() const { return op_; }
   Symbol target() const { return target_; }
   std::string_view name() const { return NameArena::view(name_); }  // Note [Name arena]
-  const OpInfo& info() const { return *info_; }
+  // Derived from op and target (the op table by symbol id), not stored: 8 bytes a node.
+  const OpInfo& info() const { return *infoFor(op_, target_); }
   Graph* graph() const { return graph_; }
 
   const std::vector<Arg>& args() const { return args_; }
@@ -255,11 +260,8 @@ class Node {
 
   // Placeholders only: what the graph input is (parameter, buffer, user input) and its FQN.
   InputKind inputKind() const { return input_kind_; }
-  std::string_view inputFqn() const { return input_fqn_; }
-  void setInputInfo(InputKind k, std::string_view fqn) {
-    input_kind_ = k;
-    input_fqn_ = fqn;
-  }
+  std::string_view inputFqn() const;
+  void setInputInfo(InputKind k, std::string_view fqn);
 
   // The node this one was copied from (Graph::cloneBefore sets it), or kNoOrigin. Bridges use it
   // to give a new node the source meta of the node it derives from.
@@ -280,8 +282,8 @@ class Node {
   bool isBefore(const Node* other) const { return pos_ < other->pos_; }
   bool isAfter(const Node* other) const { return pos_ > other->pos_; }
 
-  bool isCollective() const { return info_->category == OpCategory::Collective; }
-  bool isWait() const { return info_->category == OpCategory::Wait; }
+  bool isCollective() const { return info().category == OpCategory::Collective; }
+  bool isWait() const { return info().category == OpCategory::Wait; }
   // Draws random numbers: the op is seeded (OpInfo::random) and, for ops seeded only through a
   // dropout_p argument (the attention kernels), that argument is not 0.
   bool isRandom() const;
@@ -310,13 +312,12 @@ class Node {
 #endif
   }
 
-  // What a walk over the node list reads (links, position, kind, op facts) comes first, within
-  // 64 bytes, and the operand and use links next: a node is 240 bytes, so fields spread
+  // What a walk over the node list reads (links, position, kind, target) comes first, within
+  // 64 bytes, and the operand and use links next: a node is 216 bytes, so fields spread
   // over it cost a cache miss each per node on graphs that do not fit the cache.
   Node* prev_ = nullptr;
   Node* next_ = nullptr;
   uint64_t pos_ = 0;
-  const OpInfo* info_ = nullptr;
   uint32_t id_ = 0;
   Symbol target_;
   OpKind op_ = OpKind::CallFunction;
@@ -328,6 +329,9 @@ class Node {
   uint32_t num_ops_ = 0;
   uint32_t ops_cap_ = 0;
   uint32_t num_uses_ = 0;
+  // Placeholders only: the FQN's entry in graph_'s table, 0 for none (a placeholder in 30 nodes
+  // does not carry 8 bytes in every node).
+  uint32_t input_fqn_ = 0;
   Operand* use_head_ = nullptr;
   Operand* use_tail_ = nullptr;
   const char* name_ = nullptr;  // in graph_'s NameArena
@@ -335,7 +339,6 @@ class Node {
   BoxedVector<std::pair<Symbol, Arg>> kwargs_;  // most nodes have none
   ValueMeta val_;
   NodeMeta meta_;
-  CompactString input_fqn_;
 };
 
 inline uint32_t Operand::index() const {
@@ -495,6 +498,7 @@ class Graph {
   }
 
  private:
+  friend class Node;  // reads input_fqns_
   // `record`: add an entry to the undo log while recording (callers that record the step in an
   // entry of their own pass false).
   void link(Node* n, Node* before, bool record = true);
@@ -540,6 +544,9 @@ class Graph {
   // read them): erased ones stay until the Graph dies, and an id a rollback freed may be listed
   // again by the node that reuses it.
   std::vector<uint32_t> placeholder_ids_, collective_ids_;
+  // The placeholders' FQNs (Node::input_fqn_ indexes it; entry 0 is none). An entry is never
+  // rewritten: a copied node shares its source's entry, and setting an FQN appends a new one.
+  std::vector<CompactString> input_fqns_ = std::vector<CompactString>(1);
   std::vector<Node*> liveInOrder(const std::vector<uint32_t>& ids, bool (*is)(const Node&)) const;
   // Operand slot arena: slots are carved from big blocks, freed with the Graph.
   std::vector<std::unique_ptr<Operand[]>> slot_blocks_;
@@ -563,5 +570,19 @@ class Graph {
   std::vector<ConstantInfo> constants_;
   std::string extra_json_;
 };
+
+inline std::string_view Node::inputFqn() const {
+  return input_fqn_ ? graph_->input_fqns_[input_fqn_].view() : std::string_view();
+}
+
+inline void Node::setInputInfo(InputKind k, std::string_view fqn) {
+  input_kind_ = k;
+  if (fqn.empty()) {
+    input_fqn_ = 0;
+    return;
+  }
+  input_fqn_ = static_cast<uint32_t>(graph_->input_fqns_.size());
+  graph_->input_fqns_.emplace_back(fqn);
+}
 
 }  // namespace jfx

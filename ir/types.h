@@ -55,10 +55,11 @@ int64_t dtypeItemSize(ScalarType t);
 bool dtypeIsFloatingPoint(ScalarType t);
 
 struct TensorMeta {
-  ScalarType dtype = ScalarType::Undefined;
-  Symbol device;  // "cpu", "cuda:0"; empty when unknown (beside dtype: no padding between them)
   Dims shape;
   Dims stride;
+  Symbol device;  // "cpu", "cuda:0"; empty when unknown
+  // Last: the 3 bytes of tail padding after it hold ValueMeta's kind.
+  ScalarType dtype = ScalarType::Undefined;
 
   // Element count and size in bytes. Both saturate at INT64_MAX and count a negative dimension
   // as 0, so they are well defined on any meta; readers and the verifier reject the metas where
@@ -81,8 +82,9 @@ struct TensorMeta {
 // scalar (SymInt made concrete), None, or absent (no meta at all).
 struct ValueMeta {
   enum class Kind : uint8_t { Absent, None, Tensor, List, Int, Float, Bool };
+  // kind lives in tensor's tail padding: 40 bytes a node instead of 48.
+  [[no_unique_address]] TensorMeta tensor;  // kind == Tensor
   Kind kind = Kind::Absent;
-  TensorMeta tensor;             // kind == Tensor
   BoxedVector<ValueMeta> items;  // kind == List
   union {                        // one of the two, by kind (8 bytes a node instead of 16)
     int64_t i = 0;               // kind == Int or Bool

@@ -19,7 +19,7 @@ TEST_CASE("OptionalInt64 behaves as std::optional<int64_t> for every value but I
           "[compact-meta]") {
   STATIC_REQUIRE(sizeof(OptionalInt64) == 8);
   STATIC_REQUIRE(sizeof(NodeMeta) <= 48);
-  STATIC_REQUIRE(sizeof(ValueMeta) <= 48);
+  STATIC_REQUIRE(sizeof(ValueMeta) <= 40);
   OptionalInt64 none;
   CHECK_FALSE(none.has_value());
   CHECK_FALSE(static_cast<bool>(none));

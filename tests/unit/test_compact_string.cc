@@ -68,4 +68,27 @@ TEST_CASE("a node's cold fields read back through the graph, and a node copy kee
   CHECK(q->inputFqn() == "layers.0.w");
   CHECK(q->meta() == p->meta());
   CHECK(q->meta().stack_trace.data() != p->meta().stack_trace.data());
+
+  // The FQN lives in a table of the graph: a clone shares the entry, and setting either node's
+  // FQN afterwards leaves the other's as it was.
+  Node* c = g.cloneBefore(
+      p, nullptr, [](Node*) { return nullptr; }, "w_clone");
+  CHECK(c->inputKind() == InputKind::Parameter);
+  CHECK(c->inputFqn() == "layers.0.w");
+  c->setInputInfo(InputKind::Buffer, "bn.running_mean");
+  CHECK(c->inputFqn() == "bn.running_mean");
+  CHECK(p->inputFqn() == "layers.0.w");
+  p->setInputInfo(InputKind::Parameter, "");
+  CHECK(p->inputFqn().empty());
+  CHECK(q->inputFqn() == "layers.0.w");  // the copy has its own table
+  // A clone into another graph reads the FQN from its source's graph.
+  Node* other = copy->cloneBefore(
+      c, nullptr, [](Node*) { return nullptr; }, "from_g");
+  CHECK(other->inputFqn() == "bn.running_mean");
+  // Moving a graph's contents moves its table.
+  Graph moved;
+  moved.takeContents(std::move(*copy));
+  CHECK(moved.findNode("w")->inputFqn() == "layers.0.w");
+  CHECK(moved.findNode("from_g")->inputFqn() == "bn.running_mean");
+  CHECK(copy->findNode("w") == nullptr);
 }
