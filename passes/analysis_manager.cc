@@ -17,11 +17,14 @@ void AnalysisManager::invalidate(const PreservedAnalyses& keep) {
   std::set<std::string_view> dropped;
   for (const auto& [name, entry] : entries_)
     if (!keep.preserves(name)) dropped.insert(name);
-  // Analyses computed from a dropped one go too, transitively; a few analyses, so a fixpoint.
+  // Analyses computed from a dropped one go too, transitively (a few analyses, so a fixpoint),
+  // unless the pass declared them preserved: a result refers to no other result, so one the
+  // pass vouches for holds whatever happened to what it was computed from (remat keeps the
+  // block analysis while the phases of its new nodes need computing).
   for (bool grew = true; grew;) {
     grew = false;
     for (const auto& [name, entry] : entries_) {
-      if (dropped.count(name)) continue;
+      if (dropped.count(name) || keep.preserves(name)) continue;
       for (std::string_view dep : entry.deps)
         if (dropped.count(dep)) {
           dropped.insert(name);

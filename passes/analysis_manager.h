@@ -4,10 +4,11 @@
 // A pass asks `ctx.analyses.get<PhaseInfo>(g)`; the first request computes it, later requests
 // (by this pass or the next ones) get the cached result. When a pass reports a change, the pass
 // manager drops every analysis the pass did not declare preserved (`ctx.preserve<PhaseInfo>()`),
-// and with it every analysis computed from a dropped one; a pass that reports no change keeps
-// them all. Declaring an analysis preserved is a promise that recomputing it on the changed graph
-// would give the same result; `jointfx opt --verify-full` checks every such promise by
-// recomputing (verifyPreserved below).
+// and with it every analysis computed from a dropped one unless that one is declared preserved
+// too (a result refers to no other result: an analysis must copy what it reads from another);
+// a pass that reports no change keeps them all. Declaring an analysis preserved is a promise
+// that recomputing it on the changed graph would give the same result; `jointfx opt
+// --verify-full` checks every such promise by recomputing (verifyPreserved below).
 //
 // A result describes the graph as it was when it was computed, and a reference to it stays valid
 // until the pass manager's next invalidation (or clear()). Asking again after a structural edit
@@ -99,6 +100,7 @@ class AnalysisManager {
     std::vector<std::string_view> deps = std::move(pending_deps_[name]);
     pending_deps_.erase(name);
     store<A>(g, value, std::move(deps));
+    ++counts_[name].computed;
     return *value;
   }
 
@@ -115,6 +117,7 @@ class AnalysisManager {
       entries_.erase(it);
     }
     store<A>(g, std::make_shared<const A>(std::move(value)), std::move(deps));
+    ++counts_[name].provided;
   }
 
   bool isCached(std::string_view name) const { return entries_.count(name) > 0; }
@@ -137,7 +140,8 @@ class AnalysisManager {
   struct Counts {
     int64_t computed = 0;
     int64_t reused = 0;
-    int64_t stale = 0;  // cached, but the graph had changed: computed again
+    int64_t stale = 0;     // cached, but the graph had changed: computed again
+    int64_t provided = 0;  // handed on by a pass that computed it itself (provide)
   };
   const std::map<std::string_view, Counts>& counts() const { return counts_; }
 
@@ -164,7 +168,6 @@ class AnalysisManager {
       AnalysisManager fresh;
       return AnalysisTraits<A>::fingerprint(fresh.get<A>(graph));
     };
-    ++counts_[name].computed;
   }
   [[noreturn]] void throwCycle(std::string_view name) const;
   [[noreturn]] static void throwOtherGraph();

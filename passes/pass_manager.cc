@@ -262,12 +262,13 @@ void printTiming(std::ostream& out, const PipelineResult& r) {
             r.verify_runs - between_full, 0);
   verifyRow("(verify between)", r.verify_between_seconds, between_full, r.verify_node_runs);
   if (r.hash_runs) row("(hash)", r.hash_seconds, r.hash_runs);
-  // Inside the pass rows above: which analyses the passes computed, and reused from the cache.
+  // Inside the pass rows above: which analyses the passes computed, handed on (a pass that
+  // computed one on its own output) and reused from the cache.
   if (!r.analyses.empty()) {
-    out << "analyses computed/reused:";
+    out << "analyses computed/handed on/reused:";
     const char* sep = " ";
     for (const auto& [name, c] : r.analyses) {
-      out << sep << name << " " << c.computed << "/" << c.reused;
+      out << sep << name << " " << c.computed << "/" << c.provided << "/" << c.reused;
       sep = ", ";
     }
     out << "\n";

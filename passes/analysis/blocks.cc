@@ -145,6 +145,14 @@ int32_t BlockAnalysis::blockOf(const Node* param) const {
   return param->id() < of_param_.size() ? of_param_[param->id()] : -1;
 }
 
+std::vector<uint32_t> BlockAnalysis::firstUserIds() const {
+  std::vector<uint32_t> ids;
+  for (const Block& b : blocks)
+    if (b.first_user) ids.push_back(b.first_user->id());
+  std::sort(ids.begin(), ids.end());
+  return ids;
+}
+
 int32_t BlockAnalysis::blockOfFqn(std::string_view fqn) const {
   std::string name = blockNameOf(fqn, containers);
   if (name.empty()) return -1;
@@ -188,23 +196,33 @@ BlockAnalysis analyzeBlocks(const Graph& g, const PhaseInfo& phases) {
   std::vector<uint32_t> pos(n_ids, 0);
   std::vector<Node*> params;
   std::vector<std::string> fqns;
-  // derived[id]: the parameter a node is computed from alone (casts, views, the gather of it),
-  // ignoring input-free factories (padding zeros).
-  std::vector<Node*> derived(n_ids, nullptr);
-  std::vector<int32_t> param_index(n_ids, -1);
-  // First compute node (not derived from one parameter) reading each parameter, forward first.
-  std::vector<size_t> first_fwd, first_any;
-  std::vector<Node*> first_fwd_node;
+  // group[id]: the parameters a node is computed from alone, ignoring input-free factories
+  // (padding zeros), as an index into `groups` (sorted parameter indices), or -1 when it reads an
+  // activation. Parameter k's own group is k: its casts, views and gather. A node reading several
+  // groups and nothing else has their union, up to kMaxParamsPerValue parameters: a bucket's
+  // copy-in (the concatenation of a block's parameters), its gather and the pieces split from it
+  // are the parameters' own values, not compute, so the first compute node reading a block is the
+  // same before and after bucketing.
+  std::vector<int32_t> group(n_ids, -1);
+  std::vector<std::vector<uint32_t>> groups;
+  // Per group: the first compute node reading it, forward first (steps; SIZE_MAX for none).
+  std::vector<size_t> group_fwd, group_any;
+  std::vector<Node*> group_fwd_node, group_any_node;
+  auto newGroup = [&](std::vector<uint32_t> members) {
+    groups.push_back(std::move(members));
+    group_fwd.push_back(SIZE_MAX);
+    group_any.push_back(SIZE_MAX);
+    group_fwd_node.push_back(nullptr);
+    group_any_node.push_back(nullptr);
+    return static_cast<int32_t>(groups.size() - 1);
+  };
+  std::vector<int32_t> read;  // scratch: the groups one node reads
   uint32_t i = 0;
   for (Node* n = g.first(); n; n = n->next(), ++i) {
     pos[n->id()] = i;
     if (n->op() == OpKind::Placeholder && n->inputKind() == InputKind::Parameter) {
-      derived[n->id()] = n;
-      param_index[n->id()] = static_cast<int32_t>(params.size());
+      group[n->id()] = newGroup({static_cast<uint32_t>(params.size())});
       params.push_back(n);
-      first_fwd.push_back(SIZE_MAX);
-      first_any.push_back(SIZE_MAX);
-      first_fwd_node.push_back(nullptr);
       std::string f(n->inputFqn());
       if (f.empty())
         for (Node* u : n->users())
@@ -216,31 +234,59 @@ BlockAnalysis analyzeBlocks(const Graph& g, const PhaseInfo& phases) {
       continue;
     }
     if (n->op() != OpKind::CallFunction) continue;
-    Node* sole = nullptr;
-    bool several = false;
+    read.clear();
+    bool activation = false;
     for (Node* p : n->inputs()) {
-      if (p == sole) continue;
       if (p->op() == OpKind::CallFunction && p->inputs().empty()) continue;  // factory
-      if (sole) several = true;
-      sole = p;
+      const int32_t gp = group[p->id()];
+      if (gp < 0)
+        activation = true;
+      else if (std::find(read.begin(), read.end(), gp) == read.end())
+        read.push_back(gp);
     }
-    if (!several && sole && derived[sole->id()]) {
-      derived[n->id()] = derived[sole->id()];
+    if (!activation && read.size() == 1) {
+      group[n->id()] = read[0];
       continue;
     }
-    bool fwd = false, fwd_known = false;  // the phase is looked up only when a parameter is read
-    for (Node* p : n->inputs()) {
-      Node* q = derived[p->id()];
-      if (!q) continue;
-      if (!fwd_known) fwd = phases.isForwardOrLoss(n), fwd_known = true;
-      size_t k = static_cast<size_t>(param_index[q->id()]);
-      first_any[k] = std::min<size_t>(first_any[k], i);
-      if (fwd && i < first_fwd[k]) {
-        first_fwd[k] = i;
-        first_fwd_node[k] = n;
+    if (!activation && read.size() > 1) {
+      std::vector<uint32_t> members;
+      for (int32_t gp : read)
+        members.insert(members.end(), groups[gp].begin(), groups[gp].end());
+      std::sort(members.begin(), members.end());
+      members.erase(std::unique(members.begin(), members.end()), members.end());
+      if (members.size() <= kMaxParamsPerValue) {
+        group[n->id()] = newGroup(std::move(members));
+        continue;
+      }
+    }
+    if (read.empty()) continue;
+    const bool fwd = phases.isForwardOrLoss(n);
+    for (int32_t gp : read) {
+      if (i < group_any[gp]) {
+        group_any[gp] = i;
+        group_any_node[gp] = n;
+      }
+      if (fwd && i < group_fwd[gp]) {
+        group_fwd[gp] = i;
+        group_fwd_node[gp] = n;
       }
     }
   }
+  // First compute node reading each parameter: the first reading any group it is in.
+  std::vector<size_t> first_fwd(params.size(), SIZE_MAX), first_any(params.size(), SIZE_MAX);
+  std::vector<Node*> first_fwd_node(params.size(), nullptr);
+  std::vector<Node*> first_any_node(params.size(), nullptr);
+  for (size_t gp = 0; gp < groups.size(); ++gp)
+    for (uint32_t k : groups[gp]) {
+      if (group_fwd[gp] < first_fwd[k]) {
+        first_fwd[k] = group_fwd[gp];
+        first_fwd_node[k] = group_fwd_node[gp];
+      }
+      if (group_any[gp] < first_any[k]) {
+        first_any[k] = group_any[gp];
+        first_any_node[k] = group_any_node[gp];
+      }
+    }
   a.parameters = static_cast<int64_t>(params.size());
   a.of_param_.assign(n_ids, -1);
   if (params.empty()) return a;
@@ -295,8 +341,9 @@ BlockAnalysis analyzeBlocks(const Graph& g, const PhaseInfo& phases) {
           for (Node* p : x->inputs()) {
             if (seen[p->id()] == stamp) continue;
             seen[p->id()] = stamp;
-            if (Node* q = derived[p->id()]) {
-              if (in_prev[static_cast<size_t>(param_index[q->id()])]) found = true;
+            if (const int32_t gp = group[p->id()]; gp >= 0) {
+              for (uint32_t k : groups[gp])
+                found = found || in_prev[k];
               continue;
             }
             if (pos[p->id()] < prev.first) continue;
@@ -319,6 +366,7 @@ BlockAnalysis analyzeBlocks(const Graph& g, const PhaseInfo& phases) {
     if (!std::binary_search(a.containers.begin(), a.containers.end(), c))
       a.heterogeneous_containers.push_back(c);
   std::map<std::string, size_t> index_of;  // block name -> position in a.blocks (unsorted)
+  std::vector<size_t> step;                // by position in a.blocks: the first user's step
   for (size_t k = 0; k < params.size(); ++k) {
     const std::string& name = naming.block_of[k];
     if (name.empty()) continue;
@@ -330,16 +378,30 @@ BlockAnalysis analyzeBlocks(const Graph& g, const PhaseInfo& phases) {
       b.container = dot == std::string::npos ? std::string() : name.substr(0, dot);
       forEachIndex(name, [&](const IndexAt& ix) { b.index = ix.value; });  // the last
       a.blocks.push_back(std::move(b));
+      step.push_back(SIZE_MAX);
     }
     Block& b = a.blocks[it->second];
     b.params.push_back(params[k]);
-    b.first_use = std::min(b.first_use, first_fwd[k] != SIZE_MAX ? first_fwd[k] : first_any[k]);
+    const bool fwd = first_fwd[k] != SIZE_MAX;
+    if (const size_t s = fwd ? first_fwd[k] : first_any[k]; s < step[it->second]) {
+      step[it->second] = s;
+      b.first_user = fwd ? first_fwd_node[k] : first_any_node[k];
+    }
     ++a.parameters_in_blocks;
   }
-  std::sort(a.blocks.begin(), a.blocks.end(), [](const Block& x, const Block& y) {
-    return std::tie(x.first_use, x.container, x.index) <
-           std::tie(y.first_use, y.container, y.index);
+  std::vector<size_t> order(a.blocks.size());
+  for (size_t k = 0; k < order.size(); ++k)
+    order[k] = k;
+  std::sort(order.begin(), order.end(), [&](size_t x, size_t y) {
+    const Block& bx = a.blocks[x];
+    const Block& by = a.blocks[y];
+    return std::tie(step[x], bx.container, bx.index) < std::tie(step[y], by.container, by.index);
   });
+  std::vector<Block> sorted;
+  sorted.reserve(order.size());
+  for (size_t k : order)
+    sorted.push_back(std::move(a.blocks[k]));
+  a.blocks = std::move(sorted);
   for (size_t i = 0; i < a.blocks.size(); ++i) {
     a.by_name_[a.blocks[i].name] = static_cast<int32_t>(i);
     for (Node* p : a.blocks[i].params)
@@ -357,7 +419,7 @@ std::string AnalysisTraits<BlockAnalysis>::fingerprint(const BlockAnalysis& a) {
     }
     s += std::to_string(b.index);
     s += '|';
-    s += std::to_string(b.first_use);
+    s += b.first_user ? std::to_string(b.first_user->id()) : std::string("-");
     s += '[';
     for (const Node* p : b.params) {
       s += std::to_string(p->id());

@@ -21,7 +21,9 @@
 //    self-attention, cross-attention, feed-forward): entries repeat when, for some two
 //    consecutive indices, the parameter names below one entry include the other's;
 //  - blocks are ordered by first use in forward (the first compute node reading one of their
-//    parameters; views, casts and collectives on the parameter itself are not compute).
+//    parameters; views, casts and collectives on the parameter itself are not compute, nor is a
+//    node that reads several parameters and no activation, up to 1024 of them: a bucket's
+//    copy-in, its gather and the pieces split from it, so bucketing leaves the answer as it was).
 // Parameters outside every block are listed apart; each pass attaches them by its own documented
 // rule (tag-fsdp: head and tail of the model; bucket: top-level modules and the head group).
 //
@@ -42,14 +44,19 @@
 
 namespace jfx {
 
+// The most parameters a value may be computed from, with no activation, and still count as
+// their value rather than compute reading them (a bucket's copy-in of a block's parameters).
+inline constexpr size_t kMaxParamsPerValue = 1024;
+
 struct Block {
   std::string name;           // "layers.3", "transformer.h.0", "stages.0.blocks.3"
   std::string container;      // "layers", "transformer.h", "stages.0.blocks"; "" for the root
   int64_t index = 0;          // the integer after the container
   std::vector<Node*> params;  // placeholder order
-  // Program step of the first forward compute node reading the block's parameters (of any
-  // node, when none is in forward); SIZE_MAX when nothing reads them.
-  size_t first_use = SIZE_MAX;
+  // The first forward compute node reading the block's parameters (of any node, when none is in
+  // forward); null when nothing reads them. A node, not a step, so that passes which insert
+  // nodes elsewhere (remat's backward re-gathers) leave it as it was.
+  const Node* first_user = nullptr;
 };
 
 class BlockAnalysis {
@@ -66,6 +73,9 @@ class BlockAnalysis {
 
   // Index into `blocks` of a parameter placeholder's block, or -1.
   int32_t blockOf(const Node* param) const;
+  // Ids of the blocks' first users, sorted: a pass that erases one of them cannot keep this
+  // analysis.
+  std::vector<uint32_t> firstUserIds() const;
   // Index into `blocks` of the block a dotted FQN lies in ("layers.3.attention.wq.weight" or the
   // module "layers.3.attention"), or -1.
   int32_t blockOfFqn(std::string_view fqn) const;

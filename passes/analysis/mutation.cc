@@ -14,7 +14,25 @@ void collectNodes(const Arg& a, std::vector<const Node*>& out) {
 
 }  // namespace
 
-WrittenStorage::WrittenStorage(const Graph& g) : root_(g.maxId()), written_(g.maxId(), 0) {
+namespace {
+
+// Whether `n` may write an operand in place: an op the table says writes, or one it does not know.
+bool mayWrite(const Node& n, const OpInfo& info) {
+  return n.op() == OpKind::CallFunction && (info.mutates || info.category == OpCategory::Unknown);
+}
+
+}  // namespace
+
+WrittenStorage::WrittenStorage(const Graph& g) {
+  // Most graphs write nothing in place (functionalized training graphs). A first walk reads only
+  // each node's op: with no writer there is nothing to mark, no storage needs a root, and the
+  // answer is the same for any graph without writers, so passes that make none keep it.
+  const Node* first_writer = nullptr;
+  for (const Node* n = g.first(); n && !first_writer; n = n->next())
+    if (mayWrite(*n, n->info())) first_writer = n;
+  if (!first_writer) return;
+  root_.assign(g.maxId(), 0);
+  written_.assign(g.maxId(), 0);
   // One walk in program order: the roots of a node's operands, which come earlier, are known by
   // the time it is reached, both to give the node its own root and to mark what it writes.
   std::vector<const Node*> targets;
@@ -25,8 +43,7 @@ WrittenStorage::WrittenStorage(const Graph& g) : root_(g.maxId()), written_(g.ma
                              in0->isBefore(n)
                          ? root_[in0->id()]
                          : n->id();
-    if (n->op() != OpKind::CallFunction) continue;
-    if (!info.mutates && info.category != OpCategory::Unknown) continue;
+    if (!mayWrite(*n, info)) continue;
     targets.clear();
     // An unknown op may write anything it is given; so may one the table knows only to write
     // (an out= op writes its kwarg, collected below).
@@ -41,6 +58,10 @@ WrittenStorage::WrittenStorage(const Graph& g) : root_(g.maxId()), written_(g.ma
       written_[rootOf(t)] = 1;
       any_ = true;
     }
+  }
+  if (!any_) {  // writers of nothing: the same answer as no writer
+    root_ = {};
+    written_ = {};
   }
 }
 

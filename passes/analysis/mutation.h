@@ -23,13 +23,18 @@ namespace jfx {
 class WrittenStorage {
  public:
   explicit WrittenStorage(const Graph& g);
+  // The analysis of any graph that writes nothing in place (what any() == false says).
+  static WrittenStorage nothingWritten() { return WrittenStorage(); }
   // Whether `n` reads or produces a value some op writes in place.
   bool touches(const Node* n) const;
-  // Whether the graph writes anything in place at all.
+  // Whether the graph writes anything in place at all. When it does not, the analysis holds for
+  // any graph that makes no op that may write (a known writer or an op the table does not know):
+  // a pass that makes none may declare it preserved.
   bool any() const { return any_; }
 
  private:
   friend struct AnalysisTraits<WrittenStorage>;
+  WrittenStorage() = default;
   uint32_t rootOf(const Node* n) const;
   std::vector<uint32_t> root_;    // by node id: id of the node that made its storage
   std::vector<uint8_t> written_;  // by root id

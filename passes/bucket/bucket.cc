@@ -1123,9 +1123,29 @@ std::unique_ptr<Graph> boundedCopy(const Graph& g, const BucketOptions& opts, in
   return nullptr;
 }
 
+// Whether the block analysis of the input holds for the bucketed output: each bucket lies in one
+// block or outside every block (plan=blocks, one block a bucket) and has at most
+// kMaxParamsPerValue members, so the analysis reads a bucket's copy-in, gather and pieces as its
+// parameters' values (passes/analysis/blocks.h) and finds the same first users.
+bool blocksSurvive(const BucketOptions& opts,
+                   const std::vector<std::vector<std::string>>& bucket_members) {
+  if (opts.plan != BucketOptions::Plan::Blocks || opts.group_blocks > 1) return false;
+  return std::all_of(bucket_members.begin(), bucket_members.end(),
+                     [](const auto& m) { return m.size() <= kMaxParamsPerValue; });
+}
+
 bool bucketFixed(Graph& g, const BucketOptions& opts, PassContext& ctx) {
   std::set<std::string> excluded;
-  if (opts.memory_limit == 0) return Bucketer(g, opts, ctx, excluded).run();
+  // Written storage holds when the input writes nothing: buckets make no writer. Asked before
+  // the rewrite, after which a request would compute it afresh.
+  const bool writes = ctx.analyses.get<WrittenStorage>(g).any();
+  if (opts.memory_limit == 0) {
+    Bucketer b(g, opts, ctx, excluded);
+    const bool changed = b.run();
+    if (blocksSurvive(opts, b.bucketMembers())) ctx.preserve<BlockAnalysis>();
+    if (!writes) ctx.preserve<WrittenStorage>();
+    return changed;
+  }
 
   // Memory bound: while the estimated peak is above the bound, leave out the buckets whose new or
   // moved storages are live at an over-bound step. A few rounds settle it (each drops every
@@ -1159,6 +1179,9 @@ bool bucketFixed(Graph& g, const BucketOptions& opts, PassContext& ctx) {
   } redirect{ctx, ctx.log, ctx.warnings};
   if (ctx.log) ctx.log = &held_log;
   if (ctx.warnings) ctx.warnings = &held_warnings;
+  // The input's block analysis, copied before the rewrite drops the cache: the output's too when
+  // it survives bucketing, and the input's again after a rollback (which restores every node).
+  std::optional<BlockAnalysis> input_blocks;
   {
     bool changed = false;
     std::vector<std::pair<const Node*, size_t>> touched;
@@ -1174,6 +1197,7 @@ bool bucketFixed(Graph& g, const BucketOptions& opts, PassContext& ctx) {
     // they stay out of the pass's peak, which is the pipeline's (23 MB at 10^6 nodes). A
     // rollback gets the block analysis anew.
     if (changed) {
+      if (shared) input_blocks = *shared;
       ctx.analyses.clear();
       shared = nullptr;
     }
@@ -1187,6 +1211,15 @@ bool bucketFixed(Graph& g, const BucketOptions& opts, PassContext& ctx) {
       ctx.analyses.provide<MemoryProfile>(g, std::move(prof), {AnalysisTraits<PhaseInfo>::name});
       ctx.preserve<PhaseInfo>();
       ctx.preserve<MemoryProfile>();
+      if (input_blocks && blocksSurvive(opts, members)) {
+        ctx.analyses.provide<BlockAnalysis>(g, std::move(*input_blocks),
+                                            {AnalysisTraits<PhaseInfo>::name});
+        ctx.preserve<BlockAnalysis>();
+      }
+      if (!writes) {
+        ctx.analyses.provide<WrittenStorage>(g, WrittenStorage::nothingWritten());
+        ctx.preserve<WrittenStorage>();
+      }
       if (redirect.log) *redirect.log << held_log.str();
       if (redirect.warnings) *redirect.warnings << held_warnings.str();
       return changed;
@@ -1198,15 +1231,23 @@ bool bucketFixed(Graph& g, const BucketOptions& opts, PassContext& ctx) {
   g.rollback();
   ctx.stats = stats_before;
   ctx.stat("memory-rounds");
-  // The graph is as before, but its generation moved: the block analysis is computed again.
-  if (opts.plan == BucketOptions::Plan::Blocks) shared = &ctx.analyses.get<BlockAnalysis>(g);
+  // The graph is as before, but its generation moved: the block analysis is the input's.
+  if (opts.plan == BucketOptions::Plan::Blocks) {
+    if (input_blocks)
+      ctx.analyses.provide<BlockAnalysis>(g, std::move(*input_blocks),
+                                          {AnalysisTraits<PhaseInfo>::name});
+    shared = &ctx.analyses.get<BlockAnalysis>(g);
+  }
   int64_t peak = 0;
   boundedCopy(g, opts, bound, excluded, ctx, &peak, shared, nullptr, nullptr, 1);
   if (!excluded.empty())
     ctx.remark("bucket: " + std::to_string(excluded.size()) +
                " collectives left unbucketed to stay within the estimated peak " +
                formatBytes(bound));
-  const bool changed = Bucketer(g, opts, ctx, excluded, shared).run();
+  Bucketer last(g, opts, ctx, excluded, shared);
+  const bool changed = last.run();
+  if (blocksSurvive(opts, last.bucketMembers())) ctx.preserve<BlockAnalysis>();
+  if (!writes) ctx.preserve<WrittenStorage>();
   return warnIfBoundLeftNothing(changed, excluded.size(), bound, ctx);
 }
 

@@ -4,6 +4,7 @@
 #include <functional>
 #include <vector>
 
+#include "passes/analysis/blocks.h"
 #include "passes/analysis/fsdp.h"
 #include "passes/analysis/mutation.h"
 #include "passes/analysis/phase.h"
@@ -91,6 +92,19 @@ bool DedupFsdpUnshardPass::run(Graph& g, PassContext& ctx) {
   // A gathered value some op writes in place is that reader's own copy: sharing it would let the
   // write reach the other chain's readers.
   const WrittenStorage& written = ctx.analyses.get<WrittenStorage>(g);
+  const bool writes = written.any();
+  // The block analysis, if cached, holds after the merges unless one erases a block's first
+  // user: the kept chain is the same parameter's value as the duplicate.
+  const std::vector<uint32_t> first_users =
+      ctx.analyses.isCached(AnalysisTraits<BlockAnalysis>::name)
+          ? ctx.analyses.get<BlockAnalysis>(g).firstUserIds()
+          : std::vector<uint32_t>();
+  bool blocks_hold = ctx.analyses.isCached(AnalysisTraits<BlockAnalysis>::name);
+  auto erase = [&](Node* n) {
+    if (std::binary_search(first_users.begin(), first_users.end(), n->id())) blocks_hold = false;
+    g.erase(n);
+    ctx.stat("nodes-erased");
+  };
 
   // Group chains by (parameter position, side); within a group, the earliest wait first.
   std::vector<const FsdpUnshardChain*> order;
@@ -150,8 +164,7 @@ bool DedupFsdpUnshardPass::run(Graph& g, PassContext& ctx) {
             if (phases.isBackward(ua) != phases.isBackward(ub)) continue;
             if (!sameComputation(ua, ub, [](Node* n) { return n; })) continue;
             g.replaceAllUsesWith(ub, ua);
-            g.erase(ub);
-            ctx.stat("nodes-erased");
+            erase(ub);
             work.push_back(ua);
           }
         }
@@ -162,12 +175,14 @@ bool DedupFsdpUnshardPass::run(Graph& g, PassContext& ctx) {
         dead.push_back(dup.pre[k]);
       for (Node* n : dead) {
         if (n->isDead() || n->hasUses()) continue;
-        g.erase(n);
-        ctx.stat("nodes-erased");
+        erase(n);
       }
     }
     i = j;
   }
+  // Merges make no writer: with nothing written, the written-storage answer holds too.
+  if (blocks_hold) ctx.preserve<BlockAnalysis>();
+  if (!writes) ctx.preserve<WrittenStorage>();
   return changed;
 }
 

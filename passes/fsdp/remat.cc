@@ -8,6 +8,8 @@
 
 #include "ir/error.h"
 #include "ir/mutation.h"
+#include "passes/analysis/blocks.h"
+#include "passes/analysis/mutation.h"
 #include "passes/analysis/phase.h"
 
 namespace jfx {
@@ -80,6 +82,12 @@ std::span<const StatisticDecl> RematPass::statistics() const {
 bool RematPass::run(Graph& g, PassContext& ctx) {
   const PhaseInfo& phases = ctx.analyses.get<PhaseInfo>(g);
   const size_t n_ids = g.maxId();
+  // Cached analyses this pass may keep (read before any edit: afterwards a request recomputes).
+  const BlockAnalysis* blocks = ctx.analyses.isCached(AnalysisTraits<BlockAnalysis>::name)
+                                    ? &ctx.analyses.get<BlockAnalysis>(g)
+                                    : nullptr;
+  const bool writes = !ctx.analyses.isCached(AnalysisTraits<WrittenStorage>::name) ||
+                      ctx.analyses.get<WrittenStorage>(g).any();
 
   // One walk of the program (at 10^6 nodes each walk costs a cache miss per node): tagged
   // forward nodes, where untagged getitems inherit from their producer (program order makes the
@@ -186,11 +194,22 @@ bool RematPass::run(Graph& g, PassContext& ctx) {
   // Erase originals nothing reads any more, users before producers.
   std::sort(originals.begin(), originals.end(),
             [](const Node* a, const Node* b) { return a->isBefore(b); });
+  const std::vector<uint32_t> first_users =
+      blocks ? blocks->firstUserIds() : std::vector<uint32_t>();
+  bool blocks_hold = blocks != nullptr;
   for (size_t i = originals.size(); i-- > 0;) {
     if (originals[i]->hasUses()) continue;
+    if (std::binary_search(first_users.begin(), first_users.end(), originals[i]->id()))
+      blocks_hold = false;
     g.erase(originals[i]);
     ctx.stat("originals-erased");
   }
+  // The block analysis still holds: forward nodes keep their operands, a clone sits in backward
+  // after its original, and an erased original was read by nothing, so no walk of the analysis
+  // reaches it; unless it was a block's first user. Written storage holds when nothing was
+  // written: clones of nodes that write nothing write nothing.
+  if (blocks_hold) ctx.preserve<BlockAnalysis>();
+  if (!writes) ctx.preserve<WrittenStorage>();
   return !originals.empty();
 }
 
