@@ -1069,23 +1069,25 @@ void Graph::rename(Node* n, std::string_view name) {
 }
 
 std::vector<const Node*> Graph::takeTouched() {
-  // Sorted by position with each key read once: a comparator that reads two nodes' positions
-  // misses the cache on both at 10^6 nodes, and so does walking the list once passes have moved
-  // nodes (bucket touches 584K of 1.25M nodes there).
-  std::vector<std::pair<uint64_t, const Node*>> keyed;
-  keyed.reserve(touched_.size());
-  for (uint32_t id : touched_) {
+  // In id order, which is arena order: a check visits the nodes about as they lie in memory, and
+  // no sort reads two nodes' positions per comparison (bucket touches 584K of 1.25M nodes at
+  // 10^6). Many touched ids: one scan of the marks; few: sort the ids.
+  std::vector<const Node*> live;
+  live.reserve(touched_.size());
+  auto take = [&](uint32_t id) {
     touched_mark_[id] = false;
     // An id past the store's end belonged to a node that a rollback removed.
-    if (id < nodes_.size() && !nodes_[id].dead_) keyed.emplace_back(nodes_[id].pos_, &nodes_[id]);
+    if (id < nodes_.size() && !nodes_[id].dead_) live.push_back(&nodes_[id]);
+  };
+  if (touched_.size() * 16 > touched_mark_.size()) {
+    for (uint32_t id = 0; id < touched_mark_.size(); ++id)
+      if (touched_mark_[id]) take(id);
+  } else {
+    std::sort(touched_.begin(), touched_.end());
+    for (uint32_t id : touched_)
+      take(id);
   }
   touched_.clear();
-  std::sort(keyed.begin(), keyed.end(),
-            [](const auto& a, const auto& b) { return a.first < b.first; });
-  std::vector<const Node*> live;
-  live.reserve(keyed.size());
-  for (const auto& [pos, n] : keyed)
-    live.push_back(n);
   return live;
 }
 

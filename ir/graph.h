@@ -455,7 +455,7 @@ class Graph {
     tracking_ = on;
     if (!on) takeTouched();
   }
-  // The live recorded nodes in program order; clears the journal.
+  // The live recorded nodes in id order (arena order); clears the journal.
   std::vector<const Node*> takeTouched();
   // Counts structural edits (whatever the journal would record), journal on or off: a result
   // computed from the graph (passes/analysis_manager.h) is known stale when this has moved.

@@ -127,6 +127,30 @@ TEST_CASE("verifier: verifyNodes checks what the change journal recorded", "[ver
     CHECK(has(issues, "t", "topological-order", "'wait_tensor' is defined after its use"));
     CHECK(issues.size() == verifyGraph(f.g).size());
   }
+  SECTION("the report is the program-order one, whatever order the nodes come in") {
+    // Two order breaks: t moved before the wait it reads, and a new node (the newest id) put
+    // before t that reads mm, which comes later. The journal hands the nodes over in id order;
+    // the report is the same as for the nodes in program order, and for them reversed.
+    f.g.moveBefore(f.t, f.wait);
+    f.g.createCall("aten.neg.default", {N(f.mm)}, {}, f.t, "early_neg");
+    const std::vector<const Node*> touched = f.g.takeTouched();
+    std::vector<const Node*> in_order = touched;
+    std::sort(in_order.begin(), in_order.end(),
+              [](const Node* a, const Node* b) { return a->isBefore(b); });
+    REQUIRE(in_order != touched);  // early_neg is the newest id, before t in the program
+    const std::vector<const Node*> reversed(in_order.rbegin(), in_order.rend());
+    const auto expected = verifyNodes(f.g, in_order);
+    REQUIRE(expected.size() >= 2);
+    for (const auto& nodes : {touched, reversed}) {
+      const auto got = verifyNodes(f.g, nodes);
+      REQUIRE(got.size() == expected.size());
+      for (size_t i = 0; i < got.size(); ++i) {
+        CHECK(got[i].node == expected[i].node);
+        CHECK(got[i].rule == expected[i].rule);
+        CHECK(got[i].message == expected[i].message);
+      }
+    }
+  }
   SECTION("a new wait on a non-collective, and a rewired use") {
     f.g.createCall(kWait, {N(f.x)}, {}, f.out, "bad_wait");
     f.g.replaceInput(f.mm, 1, f.wait);  // legal: mm reads the gathered weight untransposed
