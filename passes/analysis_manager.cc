@@ -53,7 +53,7 @@ std::vector<std::string_view> AnalysisManager::verifyPreserved(const Graph& g) c
   std::vector<std::string_view> broken;
   if (graph_ != &g) return broken;  // nothing cached for this graph
   for (const auto& [name, entry] : entries_)
-    if (entry.fingerprint_cached(entry.value.get()) != entry.fingerprint_fresh(g))
+    if (entry.fingerprint_cached(g, entry.value.get()) != entry.fingerprint_fresh(g))
       broken.push_back(name);
   return broken;
 }

@@ -23,7 +23,8 @@
 // An analysis A is any type with a specialization of AnalysisTraits<A> next to it:
 //   static constexpr std::string_view name = "phases";          // unique, for messages
 //   static A compute(const Graph& g, AnalysisManager& am);      // may get<> other analyses
-//   static std::string fingerprint(const A& a);                  // equal iff the results agree
+//   static std::string fingerprint(const Graph& g, const A& a);  // equal iff the results agree
+//                                                                // about g's live nodes
 #pragma once
 
 #include <algorithm>
@@ -150,7 +151,7 @@ class AnalysisManager {
     std::shared_ptr<const void> value;
     uint64_t generation = 0;             // Graph::generation() it describes
     std::vector<std::string_view> deps;  // analyses its computation asked for
-    std::string (*fingerprint_cached)(const void*) = nullptr;
+    std::string (*fingerprint_cached)(const Graph&, const void*) = nullptr;
     std::string (*fingerprint_fresh)(const Graph&) = nullptr;
   };
 
@@ -161,12 +162,12 @@ class AnalysisManager {
     e.value = std::move(value);
     e.generation = g.generation();
     e.deps = std::move(deps);
-    e.fingerprint_cached = [](const void* p) {
-      return AnalysisTraits<A>::fingerprint(*static_cast<const A*>(p));
+    e.fingerprint_cached = [](const Graph& graph, const void* p) {
+      return AnalysisTraits<A>::fingerprint(graph, *static_cast<const A*>(p));
     };
     e.fingerprint_fresh = [](const Graph& graph) {
       AnalysisManager fresh;
-      return AnalysisTraits<A>::fingerprint(fresh.get<A>(graph));
+      return AnalysisTraits<A>::fingerprint(graph, fresh.get<A>(graph));
     };
   }
   [[noreturn]] void throwCycle(std::string_view name) const;

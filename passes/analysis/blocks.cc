@@ -410,7 +410,7 @@ BlockAnalysis analyzeBlocks(const Graph& g, const PhaseInfo& phases) {
   return a;
 }
 
-std::string AnalysisTraits<BlockAnalysis>::fingerprint(const BlockAnalysis& a) {
+std::string AnalysisTraits<BlockAnalysis>::fingerprint(const Graph&, const BlockAnalysis& a) {
   std::string s;
   for (const Block& b : a.blocks) {
     for (const std::string* part : {&b.name, &b.container}) {

@@ -116,7 +116,7 @@ struct AnalysisTraits<BlockAnalysis> {
   static BlockAnalysis compute(const Graph& g, AnalysisManager& am) {
     return analyzeBlocks(g, am.get<PhaseInfo>(g));
   }
-  static std::string fingerprint(const BlockAnalysis& a);
+  static std::string fingerprint(const Graph& g, const BlockAnalysis& a);
 };
 
 }  // namespace jfx

@@ -375,7 +375,7 @@ void appendId(std::string& s, const Node* n, char sep) {
 }
 }  // namespace
 
-std::string AnalysisTraits<FsdpAnalysis>::fingerprint(const FsdpAnalysis& a) {
+std::string AnalysisTraits<FsdpAnalysis>::fingerprint(const Graph&, const FsdpAnalysis& a) {
   std::string s;
   for (const FsdpUnshardChain& c : a.unshard) {
     s += 'u';

@@ -96,7 +96,7 @@ struct AnalysisTraits<FsdpAnalysis> {
   static FsdpAnalysis compute(const Graph& g, AnalysisManager& am) {
     return analyzeFsdp(g, am.get<PhaseInfo>(g));
   }
-  static std::string fingerprint(const FsdpAnalysis& a);
+  static std::string fingerprint(const Graph& g, const FsdpAnalysis& a);
 };
 
 // True for a collective `bucket` made from FSDP members: it carries the fsdp_bucket attribute

@@ -197,7 +197,7 @@ std::string formatBytes(int64_t bytes) {
   return buf;
 }
 
-std::string AnalysisTraits<MemoryProfile>::fingerprint(const MemoryProfile& m) {
+std::string AnalysisTraits<MemoryProfile>::fingerprint(const Graph&, const MemoryProfile& m) {
   std::string s;
   auto num = [&](int64_t v, char sep) {
     s += std::to_string(v);

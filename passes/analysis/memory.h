@@ -84,7 +84,7 @@ struct AnalysisTraits<MemoryProfile> {
   static MemoryProfile compute(const Graph& g, AnalysisManager& am) {
     return analyzeMemory(g, am.get<PhaseInfo>(g));
   }
-  static std::string fingerprint(const MemoryProfile& m);
+  static std::string fingerprint(const Graph& g, const MemoryProfile& m);
 };
 
 }  // namespace jfx

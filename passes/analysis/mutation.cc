@@ -81,7 +81,7 @@ bool WrittenStorage::touches(const Node* n) const {
   return false;
 }
 
-std::string AnalysisTraits<WrittenStorage>::fingerprint(const WrittenStorage& w) {
+std::string AnalysisTraits<WrittenStorage>::fingerprint(const Graph&, const WrittenStorage& w) {
   std::string s = w.any_ ? "1" : "0";
   for (size_t i = 0; i < w.root_.size(); ++i)
     s += std::to_string(w.root_[i]) + (i < w.written_.size() && w.written_[i] ? "w," : ",");

@@ -47,7 +47,7 @@ template <>
 struct AnalysisTraits<WrittenStorage> {
   static constexpr std::string_view name = "written";
   static WrittenStorage compute(const Graph& g, AnalysisManager&) { return WrittenStorage(g); }
-  static std::string fingerprint(const WrittenStorage& w);
+  static std::string fingerprint(const Graph& g, const WrittenStorage& w);
 };
 
 }  // namespace jfx

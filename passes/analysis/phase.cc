@@ -119,11 +119,14 @@ PhaseInfo computePhases(const Graph& g) {
   return info;
 }
 
-std::string AnalysisTraits<PhaseInfo>::fingerprint(const PhaseInfo& p) {
+// What the analysis answers for the live nodes, in program order: a result handed on by a pass
+// that erased nodes (their stale entries) or made some (answered from their meta) agrees with a
+// fresh one exactly when every question gets the same answer.
+std::string AnalysisTraits<PhaseInfo>::fingerprint(const Graph& g, const PhaseInfo& p) {
   std::string s;
-  s.reserve(p.byId().size() + 16);
-  for (Phase ph : p.byId())
-    s += static_cast<char>('0' + static_cast<int>(ph));
+  s.reserve(g.size() + 16);
+  for (const Node* n = g.first(); n; n = n->next())
+    s += static_cast<char>('0' + static_cast<int>(p.of(n)));
   s += " loss=";
   s += p.lossNode() ? p.lossNode()->name() : std::string("-");
   return s;

@@ -64,7 +64,7 @@ template <>
 struct AnalysisTraits<PhaseInfo> {
   static constexpr std::string_view name = "phases";
   static PhaseInfo compute(const Graph& g, AnalysisManager&) { return computePhases(g); }
-  static std::string fingerprint(const PhaseInfo& p);
+  static std::string fingerprint(const Graph& g, const PhaseInfo& p);
 };
 
 }  // namespace jfx

@@ -208,8 +208,15 @@ bool RematPass::run(Graph& g, PassContext& ctx) {
   // after its original, and an erased original was read by nothing, so no walk of the analysis
   // reaches it; unless it was a block's first user. Written storage holds when nothing was
   // written: clones of nodes that write nothing write nothing.
+  // The phases hold too (test_analysis_manager.cc checks them on every fixture, phases unset):
+  // a clone answers with the Backward its meta says (PhaseInfo::of), and no surviving node
+  // changes phase. Only backward nodes' operands changed, so the loss's ancestors are the same
+  // nodes; a node a clone now reads fed the original, which was forward only by being a loss
+  // ancestor (then so is the node) or by its own meta (then the node already fed backward
+  // through it); and an erased original had no user left to give anything a phase.
   if (blocks_hold) ctx.preserve<BlockAnalysis>();
   if (!writes) ctx.preserve<WrittenStorage>();
+  ctx.preserve<PhaseInfo>();
   return !originals.empty();
 }
 
