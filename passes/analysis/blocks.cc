@@ -83,16 +83,40 @@ std::set<std::string> heterogeneousContainers(const std::vector<std::string>& fq
   return out;
 }
 
+// Candidates whose entries are single layers: every parameter below `P.<i>.` sits directly in it
+// (`mlp.0.weight`, `mlp.2.bias`), so an entry is one Linear, convolution or norm, not a
+// submodule with parts. That is an nn.Sequential inside a block (a transformer's MLP, a
+// norm-activation-convolution stack), whose entries also look alike (weight, bias): inside an
+// outer container it is part of that container's block, not a block of its own.
+std::set<std::string> layerListContainers(const std::vector<std::string>& fqns,
+                                          const std::set<std::string>& candidates) {
+  std::set<std::string> seen, nested;
+  for (const std::string& f : fqns)
+    forEachIndex(f, [&](const IndexAt& ix) {
+      std::string prefix = f.substr(0, ix.prefix_len);
+      if (!candidates.count(prefix)) return;
+      seen.insert(prefix);
+      if (ix.end < f.size() && f.find('.', ix.end + 1) != std::string::npos)
+        nested.insert(std::move(prefix));
+    });
+  std::set<std::string> out;
+  for (const std::string& c : seen)
+    if (!nested.count(c)) out.insert(c);
+  return out;
+}
+
 // The chosen block of one FQN: the innermost candidate that is neither side by side nor
-// heterogeneous; else the innermost repeated one (side by side with nothing around it, or read
-// as side by side after bucketing hid which parameters a compute node reads: a container whose
-// entries repeat still beats a list of different modules); else the innermost candidate.
+// heterogeneous nor a list of single layers inside another such candidate; else the innermost
+// one that is neither side by side nor heterogeneous; else the innermost repeated one (side by
+// side with nothing around it, or read as side by side after bucketing hid which parameters a
+// compute node reads: a container whose entries repeat still beats a list of different
+// modules); else the innermost candidate.
 std::pair<std::string, std::string> chooseBlock(
     std::string_view fqn, const std::set<std::string>& candidates,
-    const std::set<std::string>& heterogeneous,
+    const std::set<std::string>& heterogeneous, const std::set<std::string>& layer_lists,
     const std::function<bool(const std::string&)>& parallel) {
   // (container, block); the block is "" when none was found (the container may be "", the root)
-  std::pair<std::string, std::string> inner_any, inner_rep, inner_seq;
+  std::pair<std::string, std::string> inner_any, inner_rep, inner_seq, inner_module;
   forEachIndex(fqn, [&](const IndexAt& ix) {
     std::string prefix(fqn.substr(0, ix.prefix_len));
     if (!candidates.count(prefix)) return;
@@ -104,8 +128,11 @@ std::pair<std::string, std::string> chooseBlock(
     inner_any = c;
     if (heterogeneous.count(prefix)) return;
     inner_rep = c;
-    if (!parallel || !parallel(prefix)) inner_seq = c;
+    if (parallel && parallel(prefix)) return;
+    inner_seq = c;
+    if (!layer_lists.count(prefix)) inner_module = c;
   });
+  if (!inner_module.second.empty()) return inner_module;
   if (!inner_seq.second.empty()) return inner_seq;
   return inner_rep.second.empty() ? inner_any : inner_rep;
 }
@@ -117,13 +144,14 @@ BlockNaming nameBlocks(const std::vector<std::string>& fqns,
   BlockNaming out;
   std::set<std::string> candidates = candidateContainers(fqns);
   std::set<std::string> heterogeneous = heterogeneousContainers(fqns, candidates);
+  std::set<std::string> layer_lists = layerListContainers(fqns, candidates);
   // A root of different modules is simply no container (no outer one it gave way to).
   for (const std::string& h : heterogeneous)
     if (!h.empty()) out.heterogeneous.push_back(h);
   std::set<std::string> used;
   out.block_of.reserve(fqns.size());
   for (const std::string& f : fqns) {
-    auto [container, block] = chooseBlock(f, candidates, heterogeneous, parallel);
+    auto [container, block] = chooseBlock(f, candidates, heterogeneous, layer_lists, parallel);
     if (!block.empty()) used.insert(container);
     out.block_of.push_back(block);
   }

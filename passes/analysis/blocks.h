@@ -20,6 +20,10 @@
 //  - so does a container whose entries are not repeats of one submodule (T5's block.N.layer.M:
 //    self-attention, cross-attention, feed-forward): entries repeat when, for some two
 //    consecutive indices, the parameter names below one entry include the other's;
+//  - and so does a list of single layers, a container whose every parameter sits directly in an
+//    entry (`P.<int>.weight`: an nn.Sequential of Linear, activation, Linear inside a Mixer or
+//    transformer layer, a GroupNorm-SiLU-Conv stack inside a residual block), when an outer
+//    container would name a block: that layer, not each Linear, is the unit;
 //  - blocks are ordered by first use in forward (the first compute node reading one of their
 //    parameters; views, casts and collectives on the parameter itself are not compute, nor is a
 //    node that reads several parameters and no activation, up to 1024 of them: a bucket's

@@ -121,9 +121,9 @@ TEST_CASE("blocks: names from FQN sets", "[blocks]") {
   }
   SECTION("MoE: experts side by side give way to the layer") {
     std::vector<std::string> f = {
-        "model.layers.0.self_attn.q_proj.weight", "model.layers.0.mlp.experts.0.w1",
-        "model.layers.0.mlp.experts.1.w1", "model.layers.1.mlp.experts.0.w1",
-        "model.layers.1.mlp.experts.1.w1"};
+        "model.layers.0.self_attn.q_proj.weight", "model.layers.0.mlp.experts.0.w1.weight",
+        "model.layers.0.mlp.experts.1.w1.weight", "model.layers.1.mlp.experts.0.w1.weight",
+        "model.layers.1.mlp.experts.1.w1.weight"};
     auto inner = nameBlocks(f);
     CHECK(inner.block_of[1] == "model.layers.0.mlp.experts.0");
     auto moe = nameBlocks(f, [](const std::string& c) { return c.ends_with(".experts"); });
@@ -134,6 +134,36 @@ TEST_CASE("blocks: names from FQN sets", "[blocks]") {
     // With no container around them, side-by-side blocks are still blocks.
     auto top = nameBlocks({"heads.0.w", "heads.1.w"}, [](const std::string&) { return true; });
     CHECK(top.block_of == std::vector<std::string>{"heads.0", "heads.1"});
+  }
+  SECTION("a list of single layers inside a block is part of the block") {
+    // An MLP-Mixer layer: token and channel MLPs are nn.Sequential(Linear, GELU, Linear), whose
+    // entries look alike (weight, bias) and run one after another; the layer is the block.
+    auto mixer = nameBlocks({"stem.weight", "layers.0.norm1.weight", "layers.0.tok.0.weight",
+                             "layers.0.tok.0.bias", "layers.0.tok.2.weight", "layers.1.norm1.weight",
+                             "layers.1.tok.0.weight", "layers.1.tok.2.weight", "head.weight"});
+    CHECK(mixer.containers == std::vector<std::string>{"layers"});
+    CHECK(mixer.block_of == std::vector<std::string>{"", "layers.0", "layers.0", "layers.0",
+                                                     "layers.0", "layers.1", "layers.1",
+                                                     "layers.1", ""});
+    // A norm-activation-convolution stack (GroupNorm and Conv1d: weight and bias each) in each
+    // residual block.
+    auto conv = nameBlocks({"blocks.0.0.weight", "blocks.0.0.bias", "blocks.0.2.weight",
+                            "blocks.0.2.bias", "blocks.1.0.weight", "blocks.1.0.bias",
+                            "blocks.1.2.weight", "blocks.1.2.bias"});
+    CHECK(conv.block_of == std::vector<std::string>{"blocks.0", "blocks.0", "blocks.0", "blocks.0",
+                                                    "blocks.1", "blocks.1", "blocks.1",
+                                                    "blocks.1"});
+    // With no container around it, a list of single layers is the list of blocks (a deep MLP,
+    // an nn.Sequential of Linears at the root).
+    CHECK(nameBlocks({"mlp.layers.0.weight", "mlp.layers.1.weight", "mlp.layers.2.weight"})
+              .block_of == std::vector<std::string>{"mlp.layers.0", "mlp.layers.1", "mlp.layers.2"});
+    CHECK(nameBlocks({"0.weight", "0.bias", "2.weight", "2.bias"}).block_of ==
+          std::vector<std::string>{"0", "0", "2", "2"});
+    // Entries that are modules with parts stay blocks of their own inside an outer container
+    // (stages.N.blocks.M, above).
+    CHECK(nameBlocks({"layers.0.sub.0.fc.weight", "layers.0.sub.1.fc.weight",
+                      "layers.1.sub.0.fc.weight", "layers.1.sub.1.fc.weight"})
+              .block_of[1] == "layers.0.sub.1");
   }
   SECTION("one index is not a repetition") {
     CHECK(nameBlocks({"layers.0.w", "layers.0.b", "norm.weight"}).containers.empty());
@@ -150,7 +180,8 @@ TEST_CASE("blocks: names from FQN sets", "[blocks]") {
     CHECK(seq.heterogeneous.empty());
     // An inner container wins; the root takes what no other container names.
     auto nested = nameBlocks(
-        {"0.layers.0.w", "0.layers.1.w", "0.norm.w", "1.layers.0.w", "1.layers.1.w", "1.norm.w"});
+        {"0.layers.0.fc.w", "0.layers.1.fc.w", "0.norm.w", "1.layers.0.fc.w", "1.layers.1.fc.w",
+         "1.norm.w"});
     CHECK(nested.containers == std::vector<std::string>{"", "0.layers", "1.layers"});
     CHECK(nested.block_of == std::vector<std::string>{"0.layers.0", "0.layers.1", "0", "1.layers.0",
                                                       "1.layers.1", "1"});
@@ -184,10 +215,10 @@ std::string expertsGraph(bool chained) {
   return R"(jointfx.graph 1
 outputs [loss]
 
-%p00 : f32[8, 8] = placeholder {input=parameter, fqn="layers.0.experts.0.w"}
-%p01 : f32[8, 8] = placeholder {input=parameter, fqn="layers.0.experts.1.w"}
-%p10 : f32[8, 8] = placeholder {input=parameter, fqn="layers.1.experts.0.w"}
-%p11 : f32[8, 8] = placeholder {input=parameter, fqn="layers.1.experts.1.w"}
+%p00 : f32[8, 8] = placeholder {input=parameter, fqn="layers.0.experts.0.ffn.w"}
+%p01 : f32[8, 8] = placeholder {input=parameter, fqn="layers.0.experts.1.ffn.w"}
+%p10 : f32[8, 8] = placeholder {input=parameter, fqn="layers.1.experts.0.ffn.w"}
+%p11 : f32[8, 8] = placeholder {input=parameter, fqn="layers.1.experts.1.ffn.w"}
 %x : f32[2, 8] = placeholder {input=user_input}
 %a0 : f32[2, 8] = aten.mm.default(%x, %p00) {phase=forward}
 %b0 : f32[2, 8] = aten.mm.default()" +
