@@ -497,8 +497,15 @@ class _ModuleHooks:
     parameter through such an accessor), so no read ever sees the full, unsharded Parameter.
     """
 
-    def __init__(self, model: nn.Module, unshard: Callable[[str], torch.Tensor]) -> None:
+    def __init__(self, model: nn.Module, unshard: Callable[[str], torch.Tensor],
+                 checkpointed: Sequence[nn.Module] = ()) -> None:
         self._unshard = unshard
+        # A checkpointed module's own parameters are gathered where its forward reads them,
+        # inside the checkpointed region, as SimpleFSDP's parametrization does: gathered by the
+        # pre-hook, they would be an input of the region in forward, but its recompute in
+        # backward reads the parameter again and gathers there, an op the forward never ran
+        # in the region (torch.utils.checkpoint refuses the step).
+        self._read_gathered = {id(m) for m in checkpointed}
         self._saved: list[tuple[nn.Module, str, Any]] = []
         canonical = {id(p): fqn for fqn, p in model.named_parameters()}
         self._owned: dict[nn.Module, list[tuple[str, str]]] = {}
@@ -538,6 +545,8 @@ class _ModuleHooks:
         ctx = fx_traceback.annotate({"module_fqn": fqn}) if fqn else contextlib.nullcontext()
         ctx.__enter__()
         self._saved.append((module, "", ctx))
+        if id(module) in self._read_gathered:
+            return
         for pname, param_fqn in self._owned[module]:
             # Swapping a plain tensor into _parameters (as torch.func.functional_call does)
             # lets the unmodified module code read the gathered parameter.
@@ -748,7 +757,8 @@ def trace(
     buffers = BufferInputs(model)
     n_params, n_buffers = len(layouts), len(buffers)
     current: dict[str, torch.Tensor] = {}
-    hooks = _ModuleHooks(model, lambda fqn: _FsdpUnshard.apply(current[fqn], specs[fqn]))
+    hooks = _ModuleHooks(model, lambda fqn: _FsdpUnshard.apply(current[fqn], specs[fqn]),
+                         checkpointed=checkpoint_modules)
 
     seq_base: list[int] = []
     aux_count: list[int] = []
