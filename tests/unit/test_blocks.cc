@@ -138,13 +138,14 @@ TEST_CASE("blocks: names from FQN sets", "[blocks]") {
   SECTION("a list of single layers inside a block is part of the block") {
     // An MLP-Mixer layer: token and channel MLPs are nn.Sequential(Linear, GELU, Linear), whose
     // entries look alike (weight, bias) and run one after another; the layer is the block.
-    auto mixer = nameBlocks({"stem.weight", "layers.0.norm1.weight", "layers.0.tok.0.weight",
-                             "layers.0.tok.0.bias", "layers.0.tok.2.weight", "layers.1.norm1.weight",
-                             "layers.1.tok.0.weight", "layers.1.tok.2.weight", "head.weight"});
+    auto mixer =
+        nameBlocks({"stem.weight", "layers.0.norm1.weight", "layers.0.tok.0.weight",
+                    "layers.0.tok.0.bias", "layers.0.tok.2.weight", "layers.1.norm1.weight",
+                    "layers.1.tok.0.weight", "layers.1.tok.2.weight", "head.weight"});
     CHECK(mixer.containers == std::vector<std::string>{"layers"});
     CHECK(mixer.block_of == std::vector<std::string>{"", "layers.0", "layers.0", "layers.0",
-                                                     "layers.0", "layers.1", "layers.1",
-                                                     "layers.1", ""});
+                                                     "layers.0", "layers.1", "layers.1", "layers.1",
+                                                     ""});
     // A norm-activation-convolution stack (GroupNorm and Conv1d: weight and bias each) in each
     // residual block.
     auto conv = nameBlocks({"blocks.0.0.weight", "blocks.0.0.bias", "blocks.0.2.weight",
@@ -156,7 +157,8 @@ TEST_CASE("blocks: names from FQN sets", "[blocks]") {
     // With no container around it, a list of single layers is the list of blocks (a deep MLP,
     // an nn.Sequential of Linears at the root).
     CHECK(nameBlocks({"mlp.layers.0.weight", "mlp.layers.1.weight", "mlp.layers.2.weight"})
-              .block_of == std::vector<std::string>{"mlp.layers.0", "mlp.layers.1", "mlp.layers.2"});
+              .block_of ==
+          std::vector<std::string>{"mlp.layers.0", "mlp.layers.1", "mlp.layers.2"});
     CHECK(nameBlocks({"0.weight", "0.bias", "2.weight", "2.bias"}).block_of ==
           std::vector<std::string>{"0", "0", "2", "2"});
     // Entries that are modules with parts stay blocks of their own inside an outer container
@@ -179,9 +181,8 @@ TEST_CASE("blocks: names from FQN sets", "[blocks]") {
     CHECK(seq.block_of == std::vector<std::string>{"0", "0", "1", "1", "2", "2", "3", "3"});
     CHECK(seq.heterogeneous.empty());
     // An inner container wins; the root takes what no other container names.
-    auto nested = nameBlocks(
-        {"0.layers.0.fc.w", "0.layers.1.fc.w", "0.norm.w", "1.layers.0.fc.w", "1.layers.1.fc.w",
-         "1.norm.w"});
+    auto nested = nameBlocks({"0.layers.0.fc.w", "0.layers.1.fc.w", "0.norm.w", "1.layers.0.fc.w",
+                              "1.layers.1.fc.w", "1.norm.w"});
     CHECK(nested.containers == std::vector<std::string>{"", "0.layers", "1.layers"});
     CHECK(nested.block_of == std::vector<std::string>{"0.layers.0", "0.layers.1", "0", "1.layers.0",
                                                       "1.layers.1", "1"});
