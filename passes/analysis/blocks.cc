@@ -1,6 +1,7 @@
 #include "passes/analysis/blocks.h"
 
 #include <algorithm>
+#include <cctype>
 #include <climits>
 #include <map>
 #include <set>
@@ -13,7 +14,10 @@ namespace {
 
 // An index component of a dotted FQN: the prefix before it ("layers") and its value (3), for
 // every component that is all digits. A leading one ("1.fc1.weight": a model that is an
-// nn.Sequential of blocks) has the empty prefix, the root module.
+// nn.Sequential of blocks) has the empty prefix, the root module. A module name that ends in an
+// underscore and digits is one too (torchvision's ViT: `encoder.layers.encoder_layer_3`): its
+// prefix runs through the underscore ("encoder.layers.encoder_layer_"). A parameter's own name
+// (the last component: an LSTM's `weight_ih_l0`) never is.
 struct IndexAt {
   size_t prefix_len;  // the container is fqn.substr(0, prefix_len)
   size_t end;         // the block name is fqn.substr(0, end)
@@ -23,19 +27,25 @@ struct IndexAt {
 // Calls f(IndexAt) for each, left to right (no list: this runs several times per parameter).
 template <class F>
 void forEachIndex(std::string_view fqn, F&& f) {
+  auto isDigit = [](char c) { return c >= '0' && c <= '9'; };
   size_t start = 0;
   while (start < fqn.size()) {
     size_t end = fqn.find('.', start);
     if (end == std::string_view::npos) end = fqn.size();
     std::string_view part = fqn.substr(start, end - start);
-    bool digits =
-        !part.empty() && part.size() <= 18 &&
-        std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; });
-    if (digits) {
+    // The digits at the end of the component, and where they start.
+    size_t d = part.size();
+    while (d > 0 && isDigit(part[d - 1]))
+      --d;
+    const size_t n_digits = part.size() - d;
+    const bool whole = n_digits > 0 && d == 0;
+    const bool suffixed = n_digits > 0 && d >= 2 && part[d - 1] == '_' && end < fqn.size() &&
+                          std::isalpha(static_cast<unsigned char>(part[0]));
+    if ((whole || suffixed) && n_digits <= 18) {
       int64_t v = 0;
-      for (char c : part)
+      for (char c : part.substr(d))
         v = v * 10 + (c - '0');
-      f(IndexAt{start > 0 ? start - 1 : 0, end, v});
+      f(IndexAt{whole ? (start > 0 ? start - 1 : 0) : start + d, end, v});
     }
     start = end + 1;
   }
@@ -402,9 +412,10 @@ BlockAnalysis analyzeBlocks(const Graph& g, const PhaseInfo& phases) {
     if (fresh) {
       Block b;
       b.name = name;
-      const size_t dot = name.rfind('.');
-      b.container = dot == std::string::npos ? std::string() : name.substr(0, dot);
-      forEachIndex(name, [&](const IndexAt& ix) { b.index = ix.value; });  // the last
+      forEachIndex(name, [&](const IndexAt& ix) {  // the last
+        b.container = name.substr(0, ix.prefix_len);
+        b.index = ix.value;
+      });
       a.blocks.push_back(std::move(b));
       step.push_back(SIZE_MAX);
     }

@@ -6,7 +6,9 @@
 // without that its name):
 //  - a *container* is a dotted prefix P such that `P.<int>` starts at least two parameter FQNs
 //    with two distinct integers ("layers", "transformer.h", "model.layers", "encoder.layer",
-//    "stages.0.blocks", "stages");
+//    "stages.0.blocks", "stages"); a module name `<stem>_<int>` is such an index too, after the
+//    container `P.<stem>_` (torchvision's `encoder.layers.encoder_layer_3`), but a parameter's
+//    own name never is (`weight_ih_l0`);
 //  - a parameter's block is `P.<int>` for the innermost container P on its FQN, so
 //    `stages.0.blocks.3.conv.weight` is in block `stages.0.blocks.3`, not `stages.0`;
 //  - the root module is a container too when FQNs start with two or more integers (a model that

@@ -135,6 +135,33 @@ TEST_CASE("blocks: names from FQN sets", "[blocks]") {
     auto top = nameBlocks({"heads.0.w", "heads.1.w"}, [](const std::string&) { return true; });
     CHECK(top.block_of == std::vector<std::string>{"heads.0", "heads.1"});
   }
+  SECTION("torchvision's ViT: a module name ending in an underscore and an index") {
+    auto n = nameBlocks({"class_token", "conv_proj.weight", "encoder.pos_embedding",
+                         "encoder.layers.encoder_layer_0.ln_1.weight",
+                         "encoder.layers.encoder_layer_0.self_attention.in_proj_weight",
+                         "encoder.layers.encoder_layer_0.mlp.0.weight",
+                         "encoder.layers.encoder_layer_0.mlp.3.weight",
+                         "encoder.layers.encoder_layer_1.ln_1.weight",
+                         "encoder.layers.encoder_layer_1.ln_2.weight",
+                         "encoder.layers.encoder_layer_1.mlp.0.weight",
+                         "encoder.layers.encoder_layer_1.mlp.3.weight",
+                         "encoder.layers.encoder_layer_11.mlp.3.weight", "heads.head.weight"});
+    CHECK(n.containers == std::vector<std::string>{"encoder.layers.encoder_layer_"});
+    const std::string l0 = "encoder.layers.encoder_layer_0", l1 = "encoder.layers.encoder_layer_1";
+    CHECK(n.block_of == std::vector<std::string>{"", "", "", l0, l0, l0, l0, l1, l1, l1, l1,
+                                                 "encoder.layers.encoder_layer_11", ""});
+    // HF GPT-2's ln_1 and ln_2 are single layers inside transformer.h.N.
+    auto gpt2 = nameBlocks({"transformer.h.0.ln_1.weight", "transformer.h.0.ln_2.weight",
+                            "transformer.h.1.ln_1.weight", "transformer.h.1.ln_2.weight"});
+    CHECK(gpt2.block_of == std::vector<std::string>{"transformer.h.0", "transformer.h.0",
+                                                    "transformer.h.1", "transformer.h.1"});
+    // A parameter's own name is never an index (nn.LSTM's weight_ih_l0, weight_ih_l1), nor is
+    // a name with no underscore before the digits (fc1, fc2) or only digits after one ("_1").
+    CHECK(nameBlocks({"rnn.weight_ih_l0", "rnn.weight_ih_l1", "rnn.bias_0", "rnn.bias_1"})
+              .containers.empty());
+    CHECK(nameBlocks({"mlp.fc1.weight", "mlp.fc2.weight"}).containers.empty());
+    CHECK(nameBlocks({"_1.w", "_2.w"}).containers.empty());
+  }
   SECTION("a list of single layers inside a block is part of the block") {
     // An MLP-Mixer layer: token and channel MLPs are nn.Sequential(Linear, GELU, Linear), whose
     // entries look alike (weight, bias) and run one after another; the layer is the block.
