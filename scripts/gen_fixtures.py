@@ -4,7 +4,8 @@
 Every tiny-Llama variant (jointfx.trace.variant_config) at world sizes 1, 2 and 4, 2 layers:
 fsdp_tp at 2 (a 2 x 1 mesh: TP groups of one rank) and 4 (a 2 x 2 mesh), padding and tied at 2
 and 4 (world 1 pads nothing; tied is there for dedup-fsdp-unshard). Then the other model families
-(jointfx.models.MODEL_FIXTURES: gpt2, encoder, convbn, moe, vit, uneven, uneven_bf16), traced with
+(jointfx.models.MODEL_FIXTURES: gpt2, encoder, convbn, moe, vit, uneven, uneven_bf16, t5, albert,
+lstm, sequential, tvvit, mixer), traced with
 jointfx.trace. Then graph_trainer model families traced by torchtitan's own tracer
 (jointfx.titan, TITAN_FIXTURES: titan_qwen3_w2, qwen3's debugmodel with 2 layers). All traced on
 a fake process group as rank 0. Output is deterministic: running this twice gives byte-identical

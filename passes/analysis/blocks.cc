@@ -17,7 +17,9 @@ namespace {
 // nn.Sequential of blocks) has the empty prefix, the root module. A module name that ends in an
 // underscore and digits is one too (torchvision's ViT: `encoder.layers.encoder_layer_3`): its
 // prefix runs through the underscore ("encoder.layers.encoder_layer_"). A parameter's own name
-// (the last component: an LSTM's `weight_ih_l0`) never is.
+// (an LSTM's `weight_ih_l0`) never makes a container: the search for containers passes
+// `last_too` = false for parameter FQNs; the other callers look up prefixes among the
+// containers found, in module FQNs and block names too, whose last component is a module.
 struct IndexAt {
   size_t prefix_len;  // the container is fqn.substr(0, prefix_len)
   size_t end;         // the block name is fqn.substr(0, end)
@@ -26,7 +28,7 @@ struct IndexAt {
 
 // Calls f(IndexAt) for each, left to right (no list: this runs several times per parameter).
 template <class F>
-void forEachIndex(std::string_view fqn, F&& f) {
+void forEachIndex(std::string_view fqn, F&& f, bool last_too = true) {
   auto isDigit = [](char c) { return c >= '0' && c <= '9'; };
   size_t start = 0;
   while (start < fqn.size()) {
@@ -39,7 +41,8 @@ void forEachIndex(std::string_view fqn, F&& f) {
       --d;
     const size_t n_digits = part.size() - d;
     const bool whole = n_digits > 0 && d == 0;
-    const bool suffixed = n_digits > 0 && d >= 2 && part[d - 1] == '_' && end < fqn.size() &&
+    const bool suffixed = n_digits > 0 && d >= 2 && part[d - 1] == '_' &&
+                          (last_too || end < fqn.size()) &&
                           std::isalpha(static_cast<unsigned char>(part[0]));
     if ((whole || suffixed) && n_digits <= 18) {
       int64_t v = 0;
@@ -55,7 +58,9 @@ void forEachIndex(std::string_view fqn, F&& f) {
 std::set<std::string> candidateContainers(const std::vector<std::string>& fqns) {
   std::map<std::string, std::set<int64_t>> ints;
   for (const std::string& f : fqns)
-    forEachIndex(f, [&](const IndexAt& ix) { ints[f.substr(0, ix.prefix_len)].insert(ix.value); });
+    forEachIndex(
+        f, [&](const IndexAt& ix) { ints[f.substr(0, ix.prefix_len)].insert(ix.value); },
+        /*last_too=*/false);
   std::set<std::string> out;
   for (auto& [prefix, values] : ints)
     if (values.size() >= 2) out.insert(prefix);

@@ -1,7 +1,7 @@
 """jointfx.trace on models other than the tiny Llama, and the fixtures made from them.
 
 The fixtures tests/data/traced/{gpt2,encoder,convbn,moe,vit,uneven,uneven_bf16,t5,albert,lstm,
-sequential}_w<N>.json come from
+sequential,tvvit,mixer}_w<N>.json come from
 jointfx.models (scripts/gen_fixtures.py; test_fixtures.py checks the set and that regeneration
 is byte-identical). Here, per fixture: the header and graph meta describe the model the case
 builds; the FSDP structure (an all-gather per parameter use in forward, a reduce-scatter per
@@ -126,7 +126,8 @@ def test_header_and_meta_describe_the_model(fixture: tuple[Path, dict[str, Any]]
     assert m["param_dtype"] == (str(pd).removeprefix("torch.") if pd else None)
     assert m["reduce_dtype"] == (str(rd).removeprefix("torch.") if rd else None)
     assert m["aux_losses"] == (1 if fixture_variant(path) == "moe" else 0)
-    assert m["training"] is True and m["sac"] is False and m["tp_size"] == 0
+    assert m["training"] is True and m["tp_size"] == 0
+    assert m["sac"] is (case.checkpoint is not None)
     assert m["config"] == case.config
     # Nothing of the tiny Llama's arguments.
     assert not {"n_layers", "dim", "vocab_size", "n_heads"} & set(m)
@@ -200,12 +201,16 @@ def test_fsdp_collectives(fixture: tuple[Path, dict[str, Any]]) -> None:
         fqn = params[src]
         owner = fqn.rsplit(".", 1)[0] if "." in fqn else None  # None: the root's own parameter
         allowed: tuple[str | None, ...] = (owner, "lm_head") if tied else (owner,)
-        if fixture_variant(path) == "vit" and owner is not None and ".out_proj" in owner:
+        if (fixture_variant(path) in ("vit", "tvvit") and owner is not None
+                and ".out_proj" in owner):
             # nn.MultiheadAttention reads out_proj.weight itself: gathered at that read.
             allowed = (owner.rsplit(".", 1)[0],)
         assert ag["meta"].get("custom", {}).get("module_fqn") in allowed, (fqn, ag["name"])
-        (wait,) = users[ag["name"]]
+        # Under SAC (mixer) the gather also has the dead `aten.alias` of SAC's cache.
+        (wait,) = [u for u in users[ag["name"]] if u["target"] != "aten.alias.default"]
         assert wait["target"] == WAIT
+        if fixture_variant(path) != "mixer":
+            assert len(users[ag["name"]]) == 1
         rows = shapes[fqn][0]
         padded = math.ceil(rows / world) * world
         assert wait["meta"]["val"]["shape"][0] == padded
@@ -338,6 +343,34 @@ def test_family_specifics(fixture: tuple[Path, dict[str, Any]]) -> None:
         assert [(b["name"], b["container"]) for b in blocks["blocks"]] == [
             (str(i), "") for i in range(5)]
         assert blocks["parameters_in_blocks"] == blocks["parameters"] == 22
+    elif family == "tvvit":
+        # torchvision's names: the layers are encoder_layer_N (no dotted index), the MLP an
+        # nn.Sequential inside each; the block analysis reads the suffix as the index and keeps
+        # mlp.0 / mlp.3 inside their layer's block.
+        assert {"conv_proj", "encoder.layers.encoder_layer_0.self_attention",
+                "encoder.layers.encoder_layer_1.mlp.3", "encoder.ln", "heads.head"} <= fqns
+        assert params[:3] == ["class_token", "conv_proj.weight", "conv_proj.bias"]
+        assert "encoder.pos_embedding" in params
+        blocks = _analyze(path)["blocks"]
+        assert blocks["containers"] == ["encoder.layers.encoder_layer_"]
+        assert [(b["name"], b["index"]) for b in blocks["blocks"]] == [
+            ("encoder.layers.encoder_layer_0", 0), ("encoder.layers.encoder_layer_1", 1)]
+        assert blocks["parameters_in_blocks"] == 24 and blocks["parameters"] == 32
+    elif family == "mixer":
+        # Every channel-MLP Linear is its own SAC region: its gathers run inside the region and
+        # carry its tag and region id; the token MLPs are not checkpointed.
+        by_name = {n["name"]: n for n in doc["nodes"]}
+        tagged = {}
+        for ag in _of(doc, AG):
+            meta = ag["meta"]
+            if "recompute" in meta:
+                tagged[by_name[ag["args"][0]["node"]]["name"]] = meta["ac_graph_id"]
+        assert tagged == {f"layers_{i}_channel_mlp_{j}_{p}": 1 + 2 * i + (j == 2)
+                          for i in (0, 1) for j in (0, 2) for p in ("weight", "bias")}
+        assert not any("token_mlp" in n for n in tagged)
+        blocks = _analyze(path)["blocks"]
+        assert [b["name"] for b in blocks["blocks"]] == ["layers.0", "layers.1"]
+        assert blocks["parameters_in_blocks"] == 24
     elif family.startswith("uneven"):
         assert all(math.ceil(r / 4) for r in (7, 3))
         if family == "uneven_bf16":

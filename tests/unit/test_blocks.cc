@@ -150,6 +150,9 @@ TEST_CASE("blocks: names from FQN sets", "[blocks]") {
     const std::string l0 = "encoder.layers.encoder_layer_0", l1 = "encoder.layers.encoder_layer_1";
     CHECK(n.block_of == std::vector<std::string>{"", "", "", l0, l0, l0, l0, l1, l1, l1, l1,
                                                  "encoder.layers.encoder_layer_11", ""});
+    // A module FQN that is the block itself, or inside it, finds it.
+    CHECK(blockNameOf(l1, n.containers) == l1);
+    CHECK(blockNameOf(l1 + ".mlp.3", n.containers) == l1);
     // HF GPT-2's ln_1 and ln_2 are single layers inside transformer.h.N.
     auto gpt2 = nameBlocks({"transformer.h.0.ln_1.weight", "transformer.h.0.ln_2.weight",
                             "transformer.h.1.ln_1.weight", "transformer.h.1.ln_2.weight"});
@@ -303,6 +306,11 @@ TEST_CASE("blocks: traced model families", "[blocks]") {
       // The model is an nn.Sequential (1.fc1.weight): the root module holds the blocks, the
       // input projection and the head among them.
       {"sequential_w2", {"0", "1", "2", "3", "4"}},
+      // torchvision's names: encoder_layer_N is an index; mlp.0 and mlp.3 (an nn.Sequential of
+      // single layers) are part of their layer's block.
+      {"tvvit_w2", {"encoder.layers.encoder_layer_0", "encoder.layers.encoder_layer_1"}},
+      // token_mlp.N and channel_mlp.N are single layers inside layers.N.
+      {"mixer_w2", {"layers.0", "layers.1"}},
   };
   for (const Expect& e : cases) {
     INFO(e.fixture);

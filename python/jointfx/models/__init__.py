@@ -17,6 +17,8 @@ pass to jointfx.trace; `trace_case` traces one at a world size. scripts/gen_fixt
 | albert | ALBERT: one layer module (encoder.shared_layer) called 3 times | parameters reused by every depth with no indexed FQNs: 3 gathers and 3 reduce-scatters per parameter |
 | uneven_bf16 | the same, bf16 gathers, fp32 reduction | padding with mixed precision |
 | sequential | an nn.Sequential: Linear, residual MLP blocks, Linear (1.fc1.weight) | FQNs that start with an index: the root module holds the blocks |
+| tvvit | ViT with torchvision's names (encoder.layers.encoder_layer_N, mlp.0 / mlp.3) | blocks named `<stem>_<int>`; an nn.Sequential of single layers inside each block |
+| mixer | MLP-Mixer (layers.N.token_mlp / channel_mlp), each channel-MLP Linear under SAC | token mixing by transposes; SAC regions that own their parameters (gathers inside the regions) |
 """
 
 from __future__ import annotations
@@ -33,9 +35,11 @@ from jointfx.models.convbn import ConvBNConfig, ConvBNNet, classification_loss, 
 from jointfx.models.encoder import BertForSequenceClassification, EncoderConfig, init_encoder
 from jointfx.models.gpt2 import GPT2Config, GPT2LMHeadModel, init_gpt2, lm_loss
 from jointfx.models.lstm import LstmConfig, LstmLM, init_lstm
+from jointfx.models.mixer import Mixer, MixerConfig, checkpointed_linears, init_mixer
 from jointfx.models.moe import MoEConfig, MoEForCausalLM, init_moe, moe_loss
 from jointfx.models.sequential import SequentialConfig, sequential_model
 from jointfx.models.t5 import T5Config, T5ForConditionalGeneration, init_t5, seq2seq_loss
+from jointfx.models.tvvit import TvViTConfig, VisionTransformer, init_tvvit
 from jointfx.models.uneven import UnevenConfig, UnevenMLP, init_mlp
 from jointfx.models.vit import ViT, ViTConfig, init_vit
 
@@ -52,6 +56,8 @@ class ModelCase:
     target_names: tuple[str, ...]
     config: dict[str, Any]
     trace_kwargs: dict[str, Any] = field(default_factory=dict)
+    # model -> the modules jointfx.trace runs under SAC (checkpoint_modules); None: none.
+    checkpoint: Callable[[nn.Module], Sequence[nn.Module]] | None = None
 
 
 def _builder(model_cls: Callable[[Any], nn.Module], cfg: Any,
@@ -227,16 +233,48 @@ def _sequential_case() -> ModelCase:
                      ("features",), ("labels",), cfg.to_json())
 
 
+def _tvvit_case() -> ModelCase:
+    cfg = TvViTConfig()
+    batch = 4
+
+    build = _builder(VisionTransformer, cfg, init_tvvit)
+
+    def make_batch(seed: int) -> Batch:
+        gen = torch.Generator().manual_seed(seed)
+        images = torch.randn(batch, cfg.in_channels, cfg.image_size, cfg.image_size,
+                             generator=gen)
+        labels = torch.randint(0, cfg.num_classes, (batch,), generator=gen)
+        return [images], [labels]
+
+    return ModelCase("tvvit", build, make_batch, classification_loss, ("images",), ("labels",),
+                     cfg.to_json())
+
+
+def _mixer_case() -> ModelCase:
+    cfg = MixerConfig()
+    batch = 3
+
+    def make_batch(seed: int) -> Batch:
+        gen = torch.Generator().manual_seed(seed)
+        patches = torch.randn(batch, cfg.tokens, cfg.patch_dim, generator=gen)
+        labels = torch.randint(0, cfg.num_classes, (batch,), generator=gen)
+        return [patches], [labels]
+
+    return ModelCase("mixer", _builder(Mixer, cfg, init_mixer), make_batch, classification_loss,
+                     ("patches",), ("labels",), cfg.to_json(), checkpoint=checkpointed_linears)
+
+
 CASES: dict[str, ModelCase] = {c.name: c for c in (
     _gpt2_case(), _encoder_case(), _convbn_case(), _moe_case(), _vit_case(), _uneven_case(),
     _uneven_case("uneven_bf16", param_dtype=torch.bfloat16, reduce_dtype=torch.float32),
-    _t5_case(), _albert_case(), _lstm_case(), _sequential_case(),
+    _t5_case(), _albert_case(), _lstm_case(), _sequential_case(), _tvvit_case(), _mixer_case(),
 )}
 
 # (case, world size) pairs written to tests/data/traced/<case>_w<world>.json.
 MODEL_FIXTURES: tuple[tuple[str, int], ...] = (
     ("gpt2", 2), ("encoder", 2), ("convbn", 2), ("moe", 2), ("vit", 2), ("uneven", 4),
-    ("uneven_bf16", 4), ("t5", 2), ("albert", 2), ("lstm", 2), ("sequential", 2),
+    ("uneven_bf16", 4), ("t5", 2), ("albert", 2), ("lstm", 2), ("sequential", 2), ("tvvit", 2),
+    ("mixer", 2),
 )
 
 # The seeds of the weights and of the batch a case is traced and checked with.
@@ -253,6 +291,8 @@ def trace_case(name: str, world_size: int | None = None, *, model: nn.Module | N
     model = model if model is not None else case.build(WEIGHT_SEED)
     inputs, targets = case.batch(BATCH_SEED)
     kwargs = {**case.trace_kwargs, **overrides}
+    if case.checkpoint is not None:
+        kwargs.setdefault("checkpoint_modules", case.checkpoint(model))
     return trace(model, case.loss_fn, inputs, targets, world_size=world_size,
                  input_names=case.input_names, target_names=case.target_names,
                  config=case.config, **kwargs)
