@@ -434,7 +434,13 @@ _SAC_SAVE_OPS = {
 
 
 def _sac_context(ac_graph_id: int) -> tuple[Any, Any]:
-    fwd, recompute = create_selective_checkpoint_contexts(_sac_policy)
+    # Under make_fx every output in a region is cached for the recompute, which reads it back
+    # instead of tracing the op again. An in-place op on a value made in the region (nn.RMSNorm's
+    # decomposition adds eps to the mean in place) bumps that cached tensor's version, which
+    # torch.utils.checkpoint's check reads as the cache going stale and refuses the trace; the
+    # graph recorded is the same either way (the recompute adds no node), so the check is off.
+    fwd, recompute = create_selective_checkpoint_contexts(_sac_policy,
+                                                          allow_cache_entry_mutation=True)
     # checkpoint() only numbers regions when Dynamo drives it; number them ourselves (1-based
     # block index) so every tagged node says which region it belongs to.
     fwd.ac_graph_id = ac_graph_id
