@@ -68,6 +68,8 @@ constexpr StatisticDecl kRematStatistics[] = {
      "tagged nodes kept saved: a later activation-checkpoint region reads them"},
     {"in-place-saved", "tagged nodes kept saved: they write an operand in place"},
     {"buffer-read-saved", "tagged nodes kept saved: they read a buffer the graph writes"},
+    {"written-storage-saved",
+     "tagged nodes kept saved: they make or read storage some op writes in place"},
 };
 
 }  // namespace
@@ -86,8 +88,8 @@ bool RematPass::run(Graph& g, PassContext& ctx) {
   const BlockAnalysis* blocks = ctx.analyses.isCached(AnalysisTraits<BlockAnalysis>::name)
                                     ? &ctx.analyses.get<BlockAnalysis>(g)
                                     : nullptr;
-  const bool writes = !ctx.analyses.isCached(AnalysisTraits<WrittenStorage>::name) ||
-                      ctx.analyses.get<WrittenStorage>(g).any();
+  const WrittenStorage& written = ctx.analyses.get<WrittenStorage>(g);
+  const bool writes = written.any();
 
   // One walk of the program (at 10^6 nodes each walk costs a cache miss per node): tagged
   // forward nodes, where untagged getitems inherit from their producer (program order makes the
@@ -128,15 +130,24 @@ bool RematPass::run(Graph& g, PassContext& ctx) {
   // still be recomputed from them. A random in-place op (bernoulli_ in a traced dropout), and an
   // in-place op on a random draw (div_ scaling the dropout mask), are left to the dry run below,
   // which refuses them by name: tagging a random draw for recompute is an error, not a save.
+  // Nor is a pure node recomputed when it makes or reads storage some op writes in place: its
+  // copy would see that storage at another point of the writes. A traced dropout under SAC makes
+  // the mask with empty_like, fills it with bernoulli_ and scales it with div_, and backward reads
+  // the mask through an alias of the empty_like taken before either write; recomputed, the alias
+  // read a fresh, never written empty_like and the gradients were garbage.
   BufferMutations bufs = analyzeBufferMutations(g);
   for (Node* n : tagged_nodes) {
     if (!recomputable[n->id()]) continue;
-    if (!mutatedOperands(*n).empty() && !n->isRandom() && !writesRandomDraw(*n)) {
+    const bool writer = !mutatedOperands(*n).empty();
+    if (writer && !n->isRandom() && !writesRandomDraw(*n)) {
       recomputable[n->id()] = 0;
       ctx.stat("in-place-saved");
     } else if (bufs.readsWrittenBuffer(n)) {
       recomputable[n->id()] = 0;
       ctx.stat("buffer-read-saved");
+    } else if (!writer && !n->isRandom() && written.touches(n)) {
+      recomputable[n->id()] = 0;
+      ctx.stat("written-storage-saved");
     }
   }
 

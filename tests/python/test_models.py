@@ -1,7 +1,7 @@
 """jointfx.trace on models other than the tiny Llama, and the fixtures made from them.
 
 The fixtures tests/data/traced/{gpt2,encoder,convbn,moe,vit,uneven,uneven_bf16,t5,albert,lstm,
-sequential,tvvit,mixer}_w<N>.json come from
+sequential,tvvit,mixer,gpt2_sac}_w<N>.json come from
 jointfx.models (scripts/gen_fixtures.py; test_fixtures.py checks the set and that regeneration
 is byte-identical). Here, per fixture: the header and graph meta describe the model the case
 builds; the FSDP structure (an all-gather per parameter use in forward, a reduce-scatter per
@@ -17,6 +17,7 @@ import math
 import os
 import subprocess
 import sys
+import tempfile
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -188,7 +189,7 @@ def test_fsdp_collectives(fixture: tuple[Path, dict[str, Any]]) -> None:
     params = {i["name"]: i["fqn"] for i in doc["inputs"] if i["kind"] == "parameter"}
     case = CASES[fixture_variant(path)]
     shapes = {n: tuple(p.shape) for n, p in case.build(WEIGHT_SEED).named_parameters()}
-    tied = fixture_variant(path) == "gpt2"
+    tied = fixture_variant(path) in ("gpt2", "gpt2_sac")
     # T5's `shared` is called by both stacks; ALBERT's shared layer by every depth.
     calls = {"t5": {"shared_weight": 2}, "albert": {
         name: 3 for name, fqn in params.items() if fqn.startswith("encoder.shared_layer.")}}
@@ -206,10 +207,10 @@ def test_fsdp_collectives(fixture: tuple[Path, dict[str, Any]]) -> None:
             # nn.MultiheadAttention reads out_proj.weight itself: gathered at that read.
             allowed = (owner.rsplit(".", 1)[0],)
         assert ag["meta"].get("custom", {}).get("module_fqn") in allowed, (fqn, ag["name"])
-        # Under SAC (mixer) the gather also has the dead `aten.alias` of SAC's cache.
+        # Under SAC (mixer, gpt2_sac) the gather also has the dead `aten.alias` of SAC's cache.
         (wait,) = [u for u in users[ag["name"]] if u["target"] != "aten.alias.default"]
         assert wait["target"] == WAIT
-        if fixture_variant(path) != "mixer":
+        if CASES[fixture_variant(path)].checkpoint is None:
             assert len(users[ag["name"]]) == 1
         rows = shapes[fqn][0]
         padded = math.ceil(rows / world) * world
@@ -246,6 +247,33 @@ def test_family_specifics(fixture: tuple[Path, dict[str, Any]]) -> None:
         assert {"transformer.h.0.attn.c_attn", "transformer.h.1.mlp.c_fc", "transformer.ln_f",
                 "lm_head"} <= fqns
         assert "lm_head.weight" not in params and params[0] == "transformer.wte.weight"
+    elif family == "gpt2_sac":
+        # gpt2 with every block an SAC region: the dropouts inside carry the region's tags, and
+        # backward reads each mask through an alias of the empty_like that bernoulli_ and div_
+        # write in place. remat keeps those saved (recomputed, the alias read a fresh buffer);
+        # before, the default pipeline refused the graph, asked to recompute a bernoulli_.
+        by_name = {n["name"]: n for n in doc["nodes"]}
+        users = _users(doc)
+        draws = _of(doc, "aten.bernoulli_.float")
+        assert len(draws) == 7
+        in_blocks = [d for d in draws if "recompute" in d["meta"]]
+        assert len(in_blocks) == 6  # 3 per block; the embedding dropout is outside
+        for d in in_blocks:
+            buf = by_name[d["args"][0]["node"]]
+            assert buf["target"] == "aten.empty_like.default"
+            assert any(u["target"] == "aten.alias.default" for u in users[buf["name"]])
+        from conftest import jfx_bin_path
+
+        if not jfx_bin_path().exists():
+            pytest.skip(f"jointfx CLI not found at {jfx_bin_path()}")
+        with tempfile.TemporaryDirectory() as tmp:
+            proc = subprocess.run([str(jfx_bin_path()), "opt", "-p", str(DEFAULT_PIPELINE),
+                                   str(path), "-o", str(Path(tmp) / "out.json"), "--stats"],
+                                  capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        saved = [line for line in (proc.stdout + proc.stderr).splitlines()
+                 if line.startswith("remat.written-storage-saved = ")]
+        assert saved and int(saved[0].rsplit(" ", 1)[1]) > 0
     elif family == "encoder":
         assert {"encoder.layer.0.attention.self.query", "encoder.layer.1.output.dense",
                 "embeddings.LayerNorm", "pooler.dense", "classifier"} <= fqns

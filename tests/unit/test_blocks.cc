@@ -311,6 +311,7 @@ TEST_CASE("blocks: traced model families", "[blocks]") {
       {"tvvit_w2", {"encoder.layers.encoder_layer_0", "encoder.layers.encoder_layer_1"}},
       // token_mlp.N and channel_mlp.N are single layers inside layers.N.
       {"mixer_w2", {"layers.0", "layers.1"}},
+      {"gpt2_sac_w2", {"transformer.h.0", "transformer.h.1"}},
   };
   for (const Expect& e : cases) {
     INFO(e.fixture);

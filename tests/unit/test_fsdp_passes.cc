@@ -321,6 +321,41 @@ TEST_CASE("remat: recomputing a random op is an error naming it, graph untouched
   CHECK(gx->input(0) == mask);
 }
 
+TEST_CASE("remat: storage written in place is not recomputed (dropout under SAC)", "[fsdp]") {
+  // What make_fx records for a dropout inside an SAC region: the mask is an empty_like filled by
+  // bernoulli_ and scaled by div_, both in place, and backward reads it through an alias of the
+  // empty_like taken before either write. Every node carries SAC's PREFER_RECOMPUTE. A backward
+  // copy of the alias would read a fresh, never written empty_like; it stays saved, and so does
+  // the empty_like, while the pure relu beside them is still recomputed.
+  Graph g;
+  Node* x = placeholder(g, "x", f32({4}), InputKind::UserInput);
+  Builder b{g};
+  TensorMeta t = f32({4});
+  Node* buf = b.call("aten.empty_like.default", {N(x)}, t, "empty_like");
+  Node* alias = b.call("aten.alias.default", {N(buf)}, t, "alias");
+  Node* drawn = b.call("aten.bernoulli_.float", {N(buf), Arg::ofFloat(0.9)}, t, "bernoulli_");
+  Node* scaled = b.call("aten.div_.Scalar", {N(drawn), Arg::ofFloat(0.9)}, t, "div_");
+  Node* y = b.call("aten.mul.Tensor", {N(x), N(scaled)}, t, "y");
+  Node* r = b.call("aten.relu.default", {N(x)}, t, "r");
+  for (Node* n : {buf, alias, drawn, scaled, y, r}) {
+    n->meta().recompute = Recompute::PreferRecompute;
+    n->meta().ac_graph_id = 1;
+  }
+  b.phase = Phase::Loss;
+  Node* loss = b.call("aten.sum.default", {N(y)}, f32({}), "loss");
+  b.phase = Phase::Backward;
+  Node* gx = b.call("aten.mul.Tensor", {N(alias), N(r)}, t, "gx");
+  b.output({loss, gx});
+  Statistics s;
+  runRemat(g, &s);
+  CHECK(g.findNode("alias_recomputed") == nullptr);
+  CHECK(g.findNode("empty_like_recomputed") == nullptr);
+  CHECK(gx->input(0) == alias);
+  CHECK(at(g, "r_recomputed")->input(0) == x);
+  CHECK(gx->input(1) == at(g, "r_recomputed"));
+  CHECK(s["written-storage-saved"] == 3);  // empty_like, alias and the mul reading the mask
+}
+
 // ---- dedup-fsdp-unshard
 
 namespace {

@@ -18,6 +18,7 @@ pass to jointfx.trace; `trace_case` traces one at a world size. scripts/gen_fixt
 | uneven_bf16 | the same, bf16 gathers, fp32 reduction | padding with mixed precision |
 | sequential | an nn.Sequential: Linear, residual MLP blocks, Linear (1.fc1.weight) | FQNs that start with an index: the root module holds the blocks |
 | tvvit | ViT with torchvision's names (encoder.layers.encoder_layer_N, mlp.0 / mlp.3) | blocks named `<stem>_<int>`; an nn.Sequential of single layers inside each block |
+| gpt2_sac | gpt2 with every transformer.h.N under SAC | dropout inside SAC regions: the mask is written in place into an empty_like that backward reads through an alias |
 | mixer | MLP-Mixer (layers.N.token_mlp / channel_mlp), each channel-MLP Linear under SAC | token mixing by transposes; SAC regions that own their parameters (gathers inside the regions) |
 """
 
@@ -72,7 +73,8 @@ def _builder(model_cls: Callable[[Any], nn.Module], cfg: Any,
     return build
 
 
-def _gpt2_case() -> ModelCase:
+def _gpt2_case(name: str = "gpt2",
+               checkpoint: Callable[[nn.Module], Sequence[nn.Module]] | None = None) -> ModelCase:
     cfg = GPT2Config()
     batch, seq = 2, 8
 
@@ -83,8 +85,13 @@ def _gpt2_case() -> ModelCase:
         ids = torch.randint(0, cfg.vocab_size, (batch, seq), generator=gen)
         return [ids], [ids.clone()]
 
-    return ModelCase("gpt2", build, make_batch, lm_loss, ("input_ids",), ("labels",),
-                     cfg.to_json())
+    return ModelCase(name, build, make_batch, lm_loss, ("input_ids",), ("labels",),
+                     cfg.to_json(), checkpoint=checkpoint)
+
+
+def _gpt2_blocks(model: nn.Module) -> Sequence[nn.Module]:
+    """GPT-2's transformer blocks (transformer.h.N), each an SAC region: dropout inside them."""
+    return list(model.transformer.h)  # type: ignore[union-attr, arg-type]
 
 
 def _encoder_case() -> ModelCase:
@@ -268,13 +275,14 @@ CASES: dict[str, ModelCase] = {c.name: c for c in (
     _gpt2_case(), _encoder_case(), _convbn_case(), _moe_case(), _vit_case(), _uneven_case(),
     _uneven_case("uneven_bf16", param_dtype=torch.bfloat16, reduce_dtype=torch.float32),
     _t5_case(), _albert_case(), _lstm_case(), _sequential_case(), _tvvit_case(), _mixer_case(),
+    _gpt2_case("gpt2_sac", checkpoint=_gpt2_blocks),
 )}
 
 # (case, world size) pairs written to tests/data/traced/<case>_w<world>.json.
 MODEL_FIXTURES: tuple[tuple[str, int], ...] = (
     ("gpt2", 2), ("encoder", 2), ("convbn", 2), ("moe", 2), ("vit", 2), ("uneven", 4),
     ("uneven_bf16", 4), ("t5", 2), ("albert", 2), ("lstm", 2), ("sequential", 2), ("tvvit", 2),
-    ("mixer", 2),
+    ("mixer", 2), ("gpt2_sac", 2),
 )
 
 # The seeds of the weights and of the batch a case is traced and checked with.
