@@ -813,6 +813,18 @@ def trace(
                 "view of the padded gather at this world size, which autograd cannot let change; "
                 "and the change would never reach the parameter's shard") from e
         raise
+    except AssertionError as e:
+        # FakeTensorMode meeting a real tensor: a full Parameter reached an op. The hooks hand
+        # out gathered values for `module.<name>` reads; `model.parameters()`,
+        # `named_parameters()` or `state_dict()` return the Parameters themselves.
+        if "convert all Tensors to FakeTensors" in str(e) and "Parameter containing" in str(e):
+            raise ValueError(
+                "the step read a parameter through model.parameters(), named_parameters() or "
+                "state_dict() (an L2 term in the loss, for one): under SimpleFSDP a parameter is "
+                "its shard, and only a read as its module's attribute (module.weight) is "
+                "all-gathered into the full value; read it as an attribute in the loss or model, "
+                "or leave the term to the optimizer (AdamW's weight_decay)") from e
+        raise
     finally:
         hooks.remove()
         buffers.restore()

@@ -904,3 +904,50 @@ def test_block_sac_over_pytorchs_rmsnorm(jfx_bin: Path, tmp_path: Path,
                       "--steps", "2")
     assert parity.returncode == 0, parity.stdout + parity.stderr
     assert "bitwise identical" in parity.stdout
+
+
+class _TwoLayers(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(nn.Linear(8, 8) for _ in range(2))
+        self.head = nn.Linear(8, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            x = F.relu(layer(x))
+        return self.head(x)
+
+
+def test_a_loss_reading_parameters(jfx_bin: Path, tmp_path: Path) -> None:
+    """An L2 term in the loss. Read through model.parameters() it would compute on the full
+    Parameters, which the step never has under SimpleFSDP: a ValueError saying so and what to do
+    (make_fx's own message was an AssertionError about FakeTensors). Read as module attributes,
+    the weights are gathered again in the loss phase, dedup-fsdp-unshard merges those gathers
+    with the forward ones, and the default pipeline keeps the numerics bitwise."""
+    from jointfx.trace import trace
+
+    torch.manual_seed(0)
+    model = _TwoLayers()
+    x, y = torch.randn(4, 8), torch.randint(0, 3, (4,))
+
+    def l2_of_parameters(out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        return F.cross_entropy(out, target) + 1e-3 * sum(p.pow(2).sum() for p in model.parameters())
+
+    with pytest.raises(ValueError, match=r"model\.parameters\(\).*module\.weight"):
+        trace(model, l2_of_parameters, [x], [y], world_size=2)
+
+    def l2_of_weights(out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        return F.cross_entropy(out, target) + 1e-3 * sum(
+            layer.weight.pow(2).sum() for layer in model.layers)
+
+    traced = trace(model, l2_of_weights, [x], [y], world_size=2)
+    loss_gathers = [n for n in traced.gm.graph.nodes
+                    if n.target == torch.ops._c10d_functional.all_gather_into_tensor.default
+                    and n.meta.get("custom", {}).get("module_fqn") == "loss"]
+    assert len(loss_gathers) == 2
+    path = tmp_path / "l2.json"
+    path.write_text(dumps_graph(traced.export()))
+    parity = _run_cli(jfx_bin, "parity", path, "-p", REPO / "configs" / "pipelines" / "default.json",
+                      "--nproc", "2", "--steps", "2")
+    assert parity.returncode == 0, parity.stdout + parity.stderr
+    assert "bitwise identical" in parity.stdout
