@@ -303,6 +303,7 @@ struct Executor::Step {
   std::vector<uint32_t> free_after;
   ValueMeta expected;
   bool grad_mode = false;  // run with grad mode on (emptyWorkspace)
+  bool any_size = false;   // its value is a workspace or a view of one (workspaceValue)
 };
 
 std::string inputProblem(const GraphInput& in) {
@@ -573,6 +574,20 @@ bool emptyWorkspace(const ValueMeta& v) {
   return false;
 }
 
+// Whether `n`'s value is such a workspace, whose size only the kernel knows: a getitem of an
+// empty item of it, or an alias or other view of one (SAC caches every value of its regions as an
+// aten.alias, the LSTM's workspace included), empty in the meta too.
+bool workspaceValue(const Node& n) {
+  const Node* x = &n;
+  for (int depth = 0; depth < 64 && x->val().isTensor() && x->val().tensor.numel() == 0; ++depth) {
+    if (x->target().str() == "operator.getitem")
+      return x->numArgs() == 2 && x->arg(0).isNode() && emptyWorkspace(x->arg(0).node()->val());
+    if (x->info().category != OpCategory::View || x->inputs().size() != 1) return false;
+    x = x->input(0);
+  }
+  return false;
+}
+
 }  // namespace
 
 void Executor::Planner::addStep(const Node& n) {
@@ -582,6 +597,7 @@ void Executor::Planner::addStep(const Node& n) {
   step.expected = n.val();
   // Grad mode on records no history: no input of the executor requires grad.
   step.grad_mode = emptyWorkspace(step.expected);
+  step.any_size = workspaceValue(n);
   std::vector<uint32_t> step_reads;
   if (n.target().str() == "operator.getitem") {
     if (n.numArgs() != 2 || !n.arg(0).isNode() || !n.arg(1).isInt())
@@ -980,7 +996,8 @@ std::vector<c10::IValue> Executor::run(std::vector<c10::IValue> inputs) {
     }
     if (opts_.check_meta && step.expected.kind != ValueMeta::Kind::Absent) {
       // A getitem's value is one output of a multi-output node (a workspace, maybe).
-      std::string e = checkMeta(result, step.expected, step.kind == Step::Kind::Getitem);
+      std::string e =
+          checkMeta(result, step.expected, step.kind == Step::Kind::Getitem || step.any_size);
       if (!e.empty()) throwStepError(step.name, step.target, e);
     }
     values[step.out_slot] = std::move(result);

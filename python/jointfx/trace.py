@@ -471,16 +471,24 @@ def _scoped_sac_meta() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _apply_sac(modules: Sequence[nn.Module]) -> Iterator[None]:
+def _apply_sac(modules: Sequence[nn.Module],
+               inside: Callable[[nn.Module], contextlib.AbstractContextManager[None]]
+               ) -> Iterator[None]:
     """Runs each module's forward under selective activation checkpointing (ac_graph_id =
-    position + 1) while the context is open."""
+    position + 1) while the context is open; `inside(module)` is entered within the region, in
+    forward and in the recompute alike."""
     for index, block in enumerate(modules):
         inner = block.forward
 
-        def checkpointed(*args: Any, _inner: Callable[..., Any] = inner,
+        def region(*args: Any, _inner: Callable[..., Any] = inner, _block: nn.Module = block,
+                   **kwargs: Any) -> Any:
+            with inside(_block):
+                return _inner(*args, **kwargs)
+
+        def checkpointed(*args: Any, _region: Callable[..., Any] = region,
                          _id: int = index + 1, **kwargs: Any) -> Any:
             with _scoped_sac_meta():
-                return checkpoint(_inner, *args, use_reentrant=False,
+                return checkpoint(_region, *args, use_reentrant=False,
                                   context_fn=partial(_sac_context, _id), **kwargs)
 
         # An instance attribute: Module.__call__ still runs the block's hooks around it, so the
@@ -506,11 +514,11 @@ class _ModuleHooks:
     def __init__(self, model: nn.Module, unshard: Callable[[str], torch.Tensor],
                  checkpointed: Sequence[nn.Module] = ()) -> None:
         self._unshard = unshard
-        # A checkpointed module's own parameters are gathered where its forward reads them,
-        # inside the checkpointed region, as SimpleFSDP's parametrization does: gathered by the
-        # pre-hook, they would be an input of the region in forward, but its recompute in
-        # backward reads the parameter again and gathers there, an op the forward never ran
-        # in the region (torch.utils.checkpoint refuses the step).
+        # A checkpointed module's own parameters are gathered inside its checkpointed region
+        # (own_gathered, which _apply_sac runs there): gathered by the pre-hook, they would be an
+        # input of the region in forward, but its recompute in backward reads the parameters
+        # again and gathers there, an op the forward never ran in the region
+        # (torch.utils.checkpoint refuses the step).
         self._read_gathered = {id(m) for m in checkpointed}
         self._saved: list[tuple[nn.Module, str, Any]] = []
         canonical = {id(p): fqn for fqn, p in model.named_parameters()}
@@ -558,6 +566,19 @@ class _ModuleHooks:
             # lets the unmodified module code read the gathered parameter.
             self._saved.append((module, pname, module._parameters[pname]))
             module._parameters[pname] = self._unshard(param_fqn)  # type: ignore[assignment]
+
+    @contextlib.contextmanager
+    def own_gathered(self, module: nn.Module) -> Iterator[None]:
+        """`module`'s own parameters gathered while the context is open: a checkpointed
+        module's, inside its region (once per call, as the pre-hook does for the others)."""
+        saved = [(pname, module._parameters[pname]) for pname, _ in self._owned.get(module, [])]
+        try:
+            for pname, param_fqn in self._owned.get(module, []):
+                module._parameters[pname] = self._unshard(param_fqn)  # type: ignore[assignment]
+            yield
+        finally:
+            for pname, value in saved:
+                module._parameters[pname] = value
 
     def _post(self, module: nn.Module, args: Any, output: Any) -> None:
         # Undo in reverse up to and including this module's annotation.
@@ -763,6 +784,12 @@ def trace(
     buffers = BufferInputs(model)
     n_params, n_buffers = len(layouts), len(buffers)
     current: dict[str, torch.Tensor] = {}
+    # FakeTensorMode's dispatch cache is process-wide: an entry an earlier trace left can hand an
+    # op's outputs back aliased otherwise than a fresh run (nn.LSTM's two equal bias gradients
+    # under SAC: which getitem a reduce-scatter read depended on what was traced before). Every
+    # trace starts from an empty cache, so a graph does not depend on its process's history.
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    FakeTensorMode.cache_clear()
     hooks = _ModuleHooks(model, lambda fqn: _FsdpUnshard.apply(current[fqn], specs[fqn]),
                          checkpointed=checkpoint_modules)
 
@@ -802,7 +829,8 @@ def trace(
                       for lay in layouts]
     example = [*shard_examples, *buffers.example_values(), *inputs, *target_list]
     try:
-        with fx_traceback.preserve_node_meta(), _apply_sac(list(checkpoint_modules)):
+        with fx_traceback.preserve_node_meta(), _apply_sac(list(checkpoint_modules),
+                                                            hooks.own_gathered):
             gm = make_fx(step, tracing_mode="fake",
                          record_stack_traces=record_stack_traces)(*example)
     except RuntimeError as e:

@@ -312,6 +312,7 @@ TEST_CASE("blocks: traced model families", "[blocks]") {
       // token_mlp.N and channel_mlp.N are single layers inside layers.N.
       {"mixer_w2", {"layers.0", "layers.1"}},
       {"gpt2_sac_w2", {"transformer.h.0", "transformer.h.1"}},
+      {"lstm_sac_w2", {}},
   };
   for (const Expect& e : cases) {
     INFO(e.fixture);

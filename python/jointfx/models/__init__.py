@@ -19,6 +19,7 @@ pass to jointfx.trace; `trace_case` traces one at a world size. scripts/gen_fixt
 | sequential | an nn.Sequential: Linear, residual MLP blocks, Linear (1.fc1.weight) | FQNs that start with an index: the root module holds the blocks |
 | tvvit | ViT with torchvision's names (encoder.layers.encoder_layer_N, mlp.0 / mlp.3) | blocks named `<stem>_<int>`; an nn.Sequential of single layers inside each block |
 | gpt2_sac | gpt2 with every transformer.h.N under SAC | dropout inside SAC regions: the mask is written in place into an empty_like that backward reads through an alias |
+| lstm_sac | lstm with the nn.LSTM under SAC | SAC's alias of the LSTM workspace, empty in the meta and sized by the kernel at run time |
 | mixer | MLP-Mixer (layers.N.token_mlp / channel_mlp), each channel-MLP Linear under SAC | token mixing by transposes; SAC regions that own their parameters (gathers inside the regions) |
 """
 
@@ -198,7 +199,8 @@ def _albert_case() -> ModelCase:
                      ("input_ids", "attention_mask"), ("labels",), cfg.to_json())
 
 
-def _lstm_case() -> ModelCase:
+def _lstm_case(name: str = "lstm",
+               checkpoint: Callable[[nn.Module], Sequence[nn.Module]] | None = None) -> ModelCase:
     cfg = LstmConfig()
     batch, seq = 3, 6
 
@@ -210,8 +212,13 @@ def _lstm_case() -> ModelCase:
         ids[2, seq - 2:] = 0  # the last sequence is padded
         return [ids], [ids.clone()]
 
-    return ModelCase("lstm", build, make_batch, lm_loss, ("input_ids",), ("labels",),
-                     cfg.to_json())
+    return ModelCase(name, build, make_batch, lm_loss, ("input_ids",), ("labels",),
+                     cfg.to_json(), checkpoint=checkpoint)
+
+
+def _lstm_rnn(model: nn.Module) -> Sequence[nn.Module]:
+    """The nn.LSTM as one SAC region: SAC caches its workspace as an alias."""
+    return [model.rnn]  # type: ignore[list-item]
 
 
 def _features_batch(batch: int, in_features: int, num_classes: int) -> Callable[[int], Batch]:
@@ -275,14 +282,14 @@ CASES: dict[str, ModelCase] = {c.name: c for c in (
     _gpt2_case(), _encoder_case(), _convbn_case(), _moe_case(), _vit_case(), _uneven_case(),
     _uneven_case("uneven_bf16", param_dtype=torch.bfloat16, reduce_dtype=torch.float32),
     _t5_case(), _albert_case(), _lstm_case(), _sequential_case(), _tvvit_case(), _mixer_case(),
-    _gpt2_case("gpt2_sac", checkpoint=_gpt2_blocks),
+    _gpt2_case("gpt2_sac", checkpoint=_gpt2_blocks), _lstm_case("lstm_sac", checkpoint=_lstm_rnn),
 )}
 
 # (case, world size) pairs written to tests/data/traced/<case>_w<world>.json.
 MODEL_FIXTURES: tuple[tuple[str, int], ...] = (
     ("gpt2", 2), ("encoder", 2), ("convbn", 2), ("moe", 2), ("vit", 2), ("uneven", 4),
     ("uneven_bf16", 4), ("t5", 2), ("albert", 2), ("lstm", 2), ("sequential", 2), ("tvvit", 2),
-    ("mixer", 2), ("gpt2_sac", 2),
+    ("mixer", 2), ("gpt2_sac", 2), ("lstm_sac", 2),
 )
 
 # The seeds of the weights and of the batch a case is traced and checked with.
