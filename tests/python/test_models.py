@@ -801,6 +801,27 @@ def test_integer_buffers_get_valid_indices_in_exec(jfx_bin: Path, tmp_path: Path
     assert "step 2 loss" in proc.stdout
 
 
+def _matches_eager_and_keeps_parity(traced: Any, model: nn.Module, x: torch.Tensor,
+                                    y: torch.Tensor, jfx_bin: Path, path: Path,
+                                    loss_fn: Any = F.cross_entropy) -> Path:
+    """A world-1 trace of `model` with `loss_fn`: its loss and gradients are eager autograd's,
+    and `jointfx parity` under the default pipeline is bitwise. Returns the graph's file."""
+    real = traced.real_inputs(model, [x, y])
+    with grad_mode(traced.gm):
+        got = list(traced.gm(*real))
+    loss = loss_fn(model(x), y)
+    grads = torch.autograd.grad(loss, list(model.parameters()))
+    torch.testing.assert_close(got[0], loss.detach(), rtol=1e-5, atol=1e-6)
+    for g_got, g_want in zip(got[1:], grads):
+        torch.testing.assert_close(g_got, g_want, rtol=1e-5, atol=1e-6)
+    path.write_text(dumps_graph(traced.export()))
+    parity = _run_cli(jfx_bin, "parity", path, "-p", REPO / "configs" / "pipelines" / "default.json",
+                      "--steps", "2")
+    assert parity.returncode == 0, parity.stdout + parity.stderr
+    assert "bitwise identical" in parity.stdout
+    return path
+
+
 class _GatedMixer(nn.Module):
     """Two MLP-Mixer-like layers; each layer's channel MLP is an nn.Sequential of leaf Linears."""
 
@@ -841,24 +862,10 @@ def test_checkpointing_a_module_that_owns_its_parameters(jfx_bin: Path, tmp_path
     assert tagged == {f"layers_{i}_ch_{j}_{p}" for i in (0, 1) for j in (0, 2)
                       for p in ("weight", "bias")}
 
-    real = traced.real_inputs(model, [x, y])
-    with grad_mode(traced.gm):
-        got = list(traced.gm(*real))
-    loss = F.cross_entropy(model(x), y)
-    grads = torch.autograd.grad(loss, list(model.parameters()))
-    torch.testing.assert_close(got[0], loss.detach(), rtol=1e-5, atol=1e-6)
-    for g_got, g_want in zip(got[1:], grads):
-        torch.testing.assert_close(g_got, g_want, rtol=1e-5, atol=1e-6)
-
-    path = tmp_path / "leaf_sac.json"
-    path.write_text(dumps_graph(traced.export()))
+    path = _matches_eager_and_keeps_parity(traced, model, x, y, jfx_bin, tmp_path / "leaf.json")
     analyze = _run_cli(jfx_bin, "analyze", path)
     assert analyze.returncode == 0, analyze.stderr
     assert "blocks: 2 blocks in layers (layers.0 .. layers.1)" in analyze.stdout
-    parity = _run_cli(jfx_bin, "parity", path, "-p", REPO / "configs" / "pipelines" / "default.json",
-                      "--steps", "2")
-    assert parity.returncode == 0, parity.stdout + parity.stderr
-    assert "bitwise identical" in parity.stdout
 
 
 class _RMSNormBlock(nn.Module):
@@ -902,21 +909,7 @@ def test_block_sac_over_pytorchs_rmsnorm(jfx_bin: Path, tmp_path: Path,
                    input_names=["x"], target_names=["y"])
     assert any(n.target == torch.ops.aten.add_.Scalar and n.meta.get("recompute") is not None
                for n in traced.gm.graph.nodes)
-    real = traced.real_inputs(model, [x, y])
-    with grad_mode(traced.gm):
-        got = list(traced.gm(*real))
-    loss = F.cross_entropy(model(x), y)
-    grads = torch.autograd.grad(loss, list(model.parameters()))
-    torch.testing.assert_close(got[0], loss.detach(), rtol=1e-5, atol=1e-6)
-    for g_got, g_want in zip(got[1:], grads):
-        torch.testing.assert_close(g_got, g_want, rtol=1e-5, atol=1e-6)
-
-    path = tmp_path / "rmsnorm_sac.json"
-    path.write_text(dumps_graph(traced.export()))
-    parity = _run_cli(jfx_bin, "parity", path, "-p", REPO / "configs" / "pipelines" / "default.json",
-                      "--steps", "2")
-    assert parity.returncode == 0, parity.stdout + parity.stderr
-    assert "bitwise identical" in parity.stdout
+    _matches_eager_and_keeps_parity(traced, model, x, y, jfx_bin, tmp_path / "rmsnorm.json")
 
 
 class _TwoLayers(nn.Module):
@@ -958,9 +951,5 @@ def test_a_loss_reading_parameters(jfx_bin: Path, tmp_path: Path, gloo_world1: N
                     if n.target == torch.ops._c10d_functional.all_gather_into_tensor.default
                     and n.meta.get("custom", {}).get("module_fqn") == "loss"]
     assert len(loss_gathers) == 2
-    path = tmp_path / "l2.json"
-    path.write_text(dumps_graph(traced.export()))
-    parity = _run_cli(jfx_bin, "parity", path, "-p", REPO / "configs" / "pipelines" / "default.json",
-                      "--steps", "2")
-    assert parity.returncode == 0, parity.stdout + parity.stderr
-    assert "bitwise identical" in parity.stdout
+    _matches_eager_and_keeps_parity(traced, model, x, y, jfx_bin, tmp_path / "l2.json",
+                                    loss_fn=l2_of_weights)

@@ -74,6 +74,19 @@ def _builder(model_cls: Callable[[Any], nn.Module], cfg: Any,
     return build
 
 
+def _images_batch(batch: int, channels: int, size: int, num_classes: int
+                  ) -> Callable[[int], Batch]:
+    """seed -> float images [batch, channels, size, size] and class labels below num_classes."""
+
+    def make_batch(seed: int) -> Batch:
+        gen = torch.Generator().manual_seed(seed)
+        images = torch.randn(batch, channels, size, size, generator=gen)
+        labels = torch.randint(0, num_classes, (batch,), generator=gen)
+        return [images], [labels]
+
+    return make_batch
+
+
 def _gpt2_case(name: str = "gpt2",
                checkpoint: Callable[[nn.Module], Sequence[nn.Module]] | None = None) -> ModelCase:
     cfg = GPT2Config()
@@ -119,12 +132,7 @@ def _convbn_case() -> ModelCase:
 
     build = _builder(ConvBNNet, cfg, init_convbn)
 
-    def make_batch(seed: int) -> Batch:
-        gen = torch.Generator().manual_seed(seed)
-        images = torch.randn(batch, cfg.in_channels, cfg.image_size, cfg.image_size,
-                             generator=gen)
-        labels = torch.randint(0, cfg.num_classes, (batch,), generator=gen)
-        return [images], [labels]
+    make_batch = _images_batch(batch, cfg.in_channels, cfg.image_size, cfg.num_classes)
 
     return ModelCase("convbn", build, make_batch, classification_loss, ("images",), ("labels",),
                      cfg.to_json())
@@ -152,12 +160,7 @@ def _vit_case() -> ModelCase:
 
     build = _builder(ViT, cfg, init_vit)
 
-    def make_batch(seed: int) -> Batch:
-        gen = torch.Generator().manual_seed(seed)
-        images = torch.randn(batch, cfg.in_channels, cfg.image_size, cfg.image_size,
-                             generator=gen)
-        labels = torch.randint(0, cfg.num_classes, (batch,), generator=gen)
-        return [images], [labels]
+    make_batch = _images_batch(batch, cfg.in_channels, cfg.image_size, cfg.num_classes)
 
     return ModelCase("vit", build, make_batch, classification_loss, ("images",), ("labels",),
                      cfg.to_json())
@@ -253,12 +256,7 @@ def _tvvit_case() -> ModelCase:
 
     build = _builder(VisionTransformer, cfg, init_tvvit)
 
-    def make_batch(seed: int) -> Batch:
-        gen = torch.Generator().manual_seed(seed)
-        images = torch.randn(batch, cfg.in_channels, cfg.image_size, cfg.image_size,
-                             generator=gen)
-        labels = torch.randint(0, cfg.num_classes, (batch,), generator=gen)
-        return [images], [labels]
+    make_batch = _images_batch(batch, cfg.in_channels, cfg.image_size, cfg.num_classes)
 
     return ModelCase("tvvit", build, make_batch, classification_loss, ("images",), ("labels",),
                      cfg.to_json())

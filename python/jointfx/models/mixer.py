@@ -18,6 +18,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from jointfx.models.seeded import init_normal
+
 
 @dataclass(frozen=True)
 class MixerConfig:
@@ -72,14 +74,5 @@ def checkpointed_linears(model: nn.Module) -> list[nn.Module]:
 
 
 def init_mixer(model: nn.Module, seed: int = 0) -> None:
-    """Seeded weights: 0.02 * randn for matrices, LayerNorm weight 1, biases 0."""
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            module = name.rsplit(".", 1)[0].rsplit(".", 1)[-1]
-            if module.startswith("norm") and name.endswith("weight"):
-                p.fill_(1.0)
-            elif name.endswith("bias"):
-                p.zero_()
-            else:
-                p.copy_(torch.randn(p.shape, generator=gen) * 0.02)
+    """Seeded weights: 0.02 * randn for matrices and tokens, LayerNorm weight 1, biases 0."""
+    init_normal(model, seed, ("norm",))

@@ -20,6 +20,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from jointfx.models.seeded import init_normal
+
 
 @dataclass(frozen=True)
 class TvViTConfig:
@@ -89,13 +91,4 @@ class VisionTransformer(nn.Module):
 
 def init_tvvit(model: nn.Module, seed: int = 0) -> None:
     """Seeded weights: 0.02 * randn for matrices and tokens, LayerNorm weight 1, biases 0."""
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            module = name.rsplit(".", 1)[0].rsplit(".", 1)[-1]
-            if module.startswith("ln") and name.endswith("weight"):
-                p.fill_(1.0)
-            elif name.endswith("bias"):
-                p.zero_()
-            else:
-                p.copy_(torch.randn(p.shape, generator=gen) * 0.02)
+    init_normal(model, seed, ("ln",))
