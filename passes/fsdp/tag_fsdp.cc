@@ -93,7 +93,9 @@ std::vector<bool> keepDecisions(const Graph& g, const std::vector<const FsdpUnsh
   const size_t first_kept = order.size() - std::min<size_t>(order.size(), static_cast<size_t>(k));
   for (size_t i = 0; i < chains.size(); ++i)
     keep[i] = rank.at(topLevelModule(chainFqn(*chains[i]))) >= first_kept;
-  if (!chains.empty())
+  // reshard=always (k = 0) keeps nothing, so no unit choice is made that the warning could be
+  // about (it used to say "keeps the last 0 of N top-level modules").
+  if (!chains.empty() && k > 0)
     ctx.warn(blocks.noBlocksMessage("tag-fsdp") + "; reshard=default keeps the last " +
              std::to_string(order.size() - first_kept) + " of " + std::to_string(order.size()) +
              " top-level modules instead");

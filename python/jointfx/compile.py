@@ -24,6 +24,7 @@ removes nodes is refused here (use it through run_pipeline/graph_pass instead).
 from __future__ import annotations
 
 import hashlib
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -35,6 +36,10 @@ from jointfx.export import InputSpec, OutputSpec
 from jointfx.passes import run_pipeline
 
 DEFAULT_PIPELINE = "tag-fsdp{reshard=always}"
+
+
+class JointGraphWarning(UserWarning):
+    """A warning of the pipeline run on a torch.compile joint graph (tag_joint_graph)."""
 
 
 def _joint_phases(graph: fx.Graph) -> dict[fx.Node, str]:
@@ -85,7 +90,14 @@ def tag_joint_graph(graph: fx.Graph, pipeline: str = DEFAULT_PIPELINE, *,
             # The partitioner groups tagged nodes by checkpoint region; one region per chain
             # boundary is enough for FSDP gathers, which never neighbour each other's saves.
             old[name].meta.setdefault("ac_graph_id", graph_id)
-    return new.meta["jointfx_report"]
+    report = new.meta["jointfx_report"]
+    # The pipeline's warnings (a reshard policy that found no blocks and fell back, say) reach
+    # the caller as Python warnings: inside torch.compile nobody reads the report.
+    for line in report.get("log", "").splitlines():
+        if line.startswith("warning: "):
+            warnings.warn(f"jointfx (torch.compile joint graph): {line.removeprefix('warning: ')}",
+                          JointGraphWarning, stacklevel=2)
+    return report
 
 
 class JointGraphPass:

@@ -67,8 +67,11 @@ def _compile_graphs(partition) -> dict[str, fx.GraphModule]:
 
     backend = aot_autograd(fw_compiler=keep("fw"), bw_compiler=keep("bw"),
                            partition_fn=partition)
+    from jointfx.compile import JointGraphWarning
+
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
+        warnings.simplefilter("always", JointGraphWarning)  # what the pipeline says gets through
         torch.compile(lambda x: m(x).sum(), backend=backend)(torch.randn(4, 16)).backward()
     return graphs
 
@@ -97,6 +100,10 @@ def test_min_cut_partitioner_realizes_jointfx_tags() -> None:
 
 def test_inductor_joint_custom_pre_pass() -> None:
     _in_child("check_inductor_joint_custom_pre_pass")
+
+
+def test_pipeline_warnings_reach_the_caller() -> None:
+    _in_child("check_pipeline_warnings")
 
 
 def check_min_cut_partitioner() -> None:
@@ -132,3 +139,20 @@ def check_inductor_joint_custom_pre_pass() -> None:
     assert p.last_report is not None
     tag = p.last_report["passes"][0]
     assert tag["name"] == "tag-fsdp" and tag["stats"]["chains-resharded"] >= 2, tag
+
+
+def check_pipeline_warnings() -> None:
+    """reshard=default needs blocks; the joint graph of a compiled Sequential has none (its
+    primals carry no FQNs), so tag-fsdp falls back to top-level modules and says so. Inside
+    torch.compile that warning used to stay in a report nobody reads."""
+    from jointfx.compile import JointGraphWarning, partition_fn
+
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        _compile_graphs(partition_fn("tag-fsdp{reshard=default}"))
+    ours = [str(w.message) for w in seen if issubclass(w.category, JointGraphWarning)]
+    assert any("no repeated blocks" in m and "reshard=default" in m for m in ours), ours
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        _compile_graphs(partition_fn("tag-fsdp{reshard=always}"))
+    assert not [str(w.message) for w in seen if issubclass(w.category, JointGraphWarning)], [str(w.message) for w in seen]
