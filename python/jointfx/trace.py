@@ -519,7 +519,7 @@ class _ModuleHooks:
         # input of the region in forward, but its recompute in backward reads the parameters
         # again and gathers there, an op the forward never ran in the region
         # (torch.utils.checkpoint refuses the step).
-        self._read_gathered = {id(m) for m in checkpointed}
+        self._gathered_in_region = {id(m) for m in checkpointed}
         self._saved: list[tuple[nn.Module, str, Any]] = []
         canonical = {id(p): fqn for fqn, p in model.named_parameters()}
         self._owned: dict[nn.Module, list[tuple[str, str]]] = {}
@@ -559,7 +559,7 @@ class _ModuleHooks:
         ctx = fx_traceback.annotate({"module_fqn": fqn}) if fqn else contextlib.nullcontext()
         ctx.__enter__()
         self._saved.append((module, "", ctx))
-        if id(module) in self._read_gathered:
+        if id(module) in self._gathered_in_region:
             return
         for pname, param_fqn in self._owned[module]:
             # Swapping a plain tensor into _parameters (as torch.func.functional_call does)
