@@ -3,7 +3,7 @@ shape: the per-pass table (`--timing`, with its verify and hash rows) and the wh
 seconds and peak RSS (load, passes, verification, save), the figures issue 14 asks for.
 
     .venv/bin/python bench/opt_scaling.py [--jointfx build-release/tools/jointfx] [--runs 3]
-        [--sizes 10000,100000,1000000] [--out bench/results]
+        [--sizes 10000,100000,1000000] [--out bench/results] [--name opt_scaling]
 
 Graphs come from `jointfx synth` (`--target-nodes N`; `--preset llama3-70b --world-size 64`),
 written as JSON. Each figure is the median of --runs runs (the per-pass rows of the run whose
@@ -61,6 +61,8 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--sizes", default="10000,100000,1000000")
     ap.add_argument("--out", default=str(REPO / "bench" / "results"))
+    ap.add_argument("--name", default="opt_scaling",
+                    help="results file stem (opt_scaling_pgo for the scripts/build-pgo build)")
     a = ap.parse_args()
     jfx = str(Path(a.jointfx).resolve())
     sizes = [int(s) for s in a.sizes.split(",") if s]
@@ -87,7 +89,7 @@ def main() -> int:
     commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
                             capture_output=True, text=True).stdout.strip()
     lines = [f"jointfx opt -p configs/pipelines/default.json --timing, median of {a.runs} runs, "
-             f"commit {commit}, load {os.getloadavg()[0]:.1f}",
+             f"commit {commit}, {a.jointfx}, load {os.getloadavg()[0]:.1f}",
              "graph | nodes | CPU s (load+passes+save) | peak RSS MB | pipeline s (timing)"]
     for r in results:
         lines.append(f"{r['graph']} | {r['nodes']} | {r['cpu_s_median']:.3f} | "
@@ -104,9 +106,10 @@ def main() -> int:
             f"{r['rows'][k]:.4f}" if k in r["rows"] else "-" for r in results))
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "opt_scaling.json").write_text(json.dumps(
-        {"commit": commit, "runs": a.runs, "results": results}, indent=1) + "\n")
-    (out / "opt_scaling.txt").write_text("\n".join(lines) + "\n")
+    (out / f"{a.name}.json").write_text(json.dumps(
+        {"commit": commit, "jointfx": a.jointfx, "runs": a.runs, "results": results},
+        indent=1) + "\n")
+    (out / f"{a.name}.txt").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0
 
