@@ -1047,11 +1047,14 @@ bool bucketCollectives(Graph& g, const BucketOptions& opts, PassContext& ctx) {
 namespace {
 
 // The estimated memory profile the bound is checked on.
-MemoryProfile boundProfile(const Graph& g, PhaseInfo* phases_out = nullptr) {
+MemoryProfile profileWith(const Graph& g, const PhaseInfo& phases) {
   MemoryOptions mo;  // the analysis manager's options, so a final profile can be handed to it
   mo.lifetimes = true;
+  return analyzeMemory(g, phases, mo);
+}
+MemoryProfile boundProfile(const Graph& g, PhaseInfo* phases_out = nullptr) {
   PhaseInfo phases = computePhases(g);
-  MemoryProfile prof = analyzeMemory(g, phases, mo);
+  MemoryProfile prof = profileWith(g, phases);
   if (phases_out) *phases_out = std::move(phases);
   return prof;
 }
@@ -1182,6 +1185,14 @@ bool bucketFixed(Graph& g, const BucketOptions& opts, PassContext& ctx) {
   // The input's block analysis, copied before the rewrite drops the cache: the output's too when
   // it survives bucketing, and the input's again after a rollback (which restores every node).
   std::optional<BlockAnalysis> input_blocks;
+  // The input's phases hold for the output (the rewrite reads them, 1 byte a node): every node
+  // it makes carries its bucket's phase in its meta, which PhaseInfo::of answers for a node newer
+  // than the analysis; a surviving node keeps its operands' dataflow, so what it is an ancestor
+  // of or depends on is unchanged; and a bucket never mixes phases. Unless the loss value was a
+  // bucket member (an all-reduced loss under fsdp-only=false): then they are computed afresh.
+  // --verify-full recomputes them and compares (test_analysis_manager.cc, every traced fixture).
+  const PhaseInfo& cached_phases = ctx.analyses.get<PhaseInfo>(g);
+  std::optional<PhaseInfo> input_phases;
   {
     bool changed = false;
     std::vector<std::pair<const Node*, size_t>> touched;
@@ -1194,15 +1205,23 @@ bool bucketFixed(Graph& g, const BucketOptions& opts, PassContext& ctx) {
     }
     // The cached analyses describe the input, which the rewrite changed (and a rollback moves
     // its generation on): dropped before the output is profiled they stay out of the pass's
-    // peak, which is the pipeline's (23 MB at 10^6 nodes). Only the block analysis is kept, as a
-    // copy (a few MB at 10^6 nodes).
+    // peak, which is the pipeline's (23 MB at 10^6 nodes). Only the block analysis and the
+    // phases are kept, as copies (a few MB at 10^6 nodes).
+    if (!cached_phases.lossNode() || !cached_phases.lossNode()->isDead())
+      input_phases = cached_phases;
     if (changed) {
       if (shared) input_blocks = *shared;
       ctx.analyses.clear();
       shared = nullptr;
     }
     PhaseInfo phases;
-    MemoryProfile prof = boundProfile(g, &phases);
+    MemoryProfile prof;
+    if (input_phases) {
+      phases = std::move(*input_phases);
+      prof = profileWith(g, phases);
+    } else {
+      prof = boundProfile(g, &phases);
+    }
     if (prof.peak_bytes <= bound) {
       g.commitUndo();
       // The profile of the graph as it leaves: split-comm-groups and schedule reuse it.

@@ -241,18 +241,19 @@ TEST_CASE("analysis manager: remat and bucket keep the block analysis", "[analys
   CHECK(r.analyses.at("blocks").computed == 2);
 }
 
-TEST_CASE("analysis manager: remat hands the phases on, on every traced fixture",
+TEST_CASE("analysis manager: remat and bucket hand the phases on, on every traced fixture",
           "[analysis-manager]") {
   // --verify-full compares the kept result with a fresh analysis after each pass (every live
-  // node's answer and the loss), so a clone or a rewired user whose phase the kept result gets
-  // wrong fails here; dedup then reads the kept phases instead of computing them again.
+  // node's answer and the loss), so a clone, a bucket's node or a rewired user whose phase the
+  // kept result gets wrong fails here; the passes after remat read the kept phases instead of
+  // computing them again (bucket profiles its output with them).
   std::vector<std::filesystem::path> files;
   for (const auto& e :
        std::filesystem::directory_iterator(std::string(JFX_SOURCE_DIR) + "/tests/data/traced"))
     if (e.path().extension() == ".json") files.push_back(e.path());
   std::sort(files.begin(), files.end());
   REQUIRE(files.size() >= 20);
-  int rematerialized = 0;
+  int rematerialized = 0, bucketed = 0;
   for (const auto& file : files) {
     INFO(file.stem().string());
     auto g = loadGraph(file.string());
@@ -262,14 +263,24 @@ TEST_CASE("analysis manager: remat hands the phases on, on every traced fixture"
     std::ostringstream sink;
     PassManagerOptions checked = quiet(sink);
     checked.verify_full_each = true;
+    auto copy = g->copy();
     PipelineResult r =
         runPipeline(*g, resolvePipeline("dce,tag-fsdp,remat,dedup-fsdp-unshard"), checked);
     CHECK(r.analyses.at("phases").computed == 1);
     for (const PassRecord& rec : r.passes)
       if (rec.name == "remat" && rec.changed) ++rematerialized;
+    // The whole default pipeline: bucket keeps the phases (it profiles its output with them and
+    // hands them on) unless its memory bound rolled the rewrite back.
+    PipelineResult all = runPipeline(
+        *copy, resolvePipeline(std::string(JFX_SOURCE_DIR) + "/configs/pipelines/default.json"),
+        checked);
+    for (const PassRecord& rec : all.passes)
+      if (rec.name == "bucket" && rec.changed && !rec.stats.count("memory-rounds")) ++bucketed;
   }
-  // Most fixtures reshard after forward, so remat rewrote them (the promise was tested).
+  // Most fixtures reshard after forward and have buckets to form within the bound, so remat and
+  // bucket rewrote them (the promises were tested).
   CHECK(rematerialized >= 15);
+  CHECK(bucketed >= 15);
 }
 
 TEST_CASE("analysis manager: --verify-full catches a broken preservation promise",
