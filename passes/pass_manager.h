@@ -49,7 +49,8 @@ void applyOptionOverrides(std::vector<PipelineEntry>& pipeline,
 struct PassManagerOptions {
   // Verification: the full check (verifyGraph) on the input and on the pipeline's output, and
   // between passes the per-node rules on the nodes each changing pass touched (verifyNodes over
-  // Graph's change journal), which costs in proportion to the change. verify_full_each (or a
+  // Graph's change journal), which costs in proportion to the change; after a changing last pass
+  // the output's full check takes the place of its touched-node check. verify_full_each (or a
   // whole-graph rule such as verify.one_gather_per_param_per_phase) runs the full check after
   // every changing pass instead.
   bool verify_each = true;

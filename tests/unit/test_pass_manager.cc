@@ -212,6 +212,15 @@ TEST_CASE("pass manager: graph-level rules are checked on the output, or after e
   CHECK(msg.find("verification failed on the pipeline's output") != std::string::npos);
   CHECK(msg.find("[input-info]") != std::string::npos);
 
+  // Breaking it in the last pass: the output's full check runs right after that pass (instead
+  // of a touched-node check, which would miss a graph-level rule) and names it.
+  Small s3;
+  s3.g.outputSpecs() = {{OutputKind::Loss, ""}};
+  auto p3 = one("breaker", drop_spec);
+  msg = errorOf([&] { runPasses(s3.g, p3, opts); });
+  CHECK(msg.find("verification failed after pass 'breaker' (#1)") != std::string::npos);
+  CHECK(msg.find("[input-info]") != std::string::npos);
+
   Small s2;
   s2.g.outputSpecs() = {{OutputKind::Loss, ""}};
   opts.verify_full_each = true;
@@ -310,10 +319,13 @@ TEST_CASE("pass manager: the default pipeline gives the same graph with either v
     CHECK(ra.verify_runs == 2);
     CHECK(ra.verify_node_runs > 0);
     CHECK(rb.verify_node_runs == 0);
-    CHECK(rb.verify_runs == 1 + ra.verify_node_runs);
-    // The between-passes share: every check after a changing pass, touched-node or full.
+    // A changing last pass gets the output's full check instead of a touched-node check.
+    const size_t last = ra.passes.back().changed ? 1 : 0;
+    CHECK(rb.verify_runs == 1 + ra.verify_node_runs + last);
+    // The between-passes share: every check after a changing pass, touched-node or full, but
+    // the output's.
     CHECK(ra.verify_between_runs == ra.verify_node_runs);
-    CHECK(rb.verify_between_runs == ra.verify_node_runs);
+    CHECK(rb.verify_between_runs == ra.verify_node_runs + last);
     CHECK(rb.verify_between_seconds <= rb.verify_seconds);
   }
 }
