@@ -168,16 +168,18 @@ class Bucketer {
 
   bool run();
 
-  // Per finished bucket: its members' collective names, and (node, bucket) for every node a
-  // rewrite created or moved; what the memory check maps over-limit storages back to.
-  const std::vector<std::vector<std::string>>& bucketMembers() const { return bucket_members_; }
+  // Per finished bucket: its members' collectives (erased by the rewrite, which keeps an erased
+  // node's name), and (node, bucket) for every node a rewrite created or moved; what the memory
+  // check maps over-limit storages back to. Nodes, not names: 100K names were 6 MB of the peak
+  // at 10^6 nodes.
+  const std::vector<std::vector<const Node*>>& bucketMembers() const { return bucket_members_; }
   const std::vector<std::pair<const Node*, size_t>>& touched() const { return touched_; }
-  std::vector<std::vector<std::string>> takeBucketMembers() { return std::move(bucket_members_); }
+  std::vector<std::vector<const Node*>> takeBucketMembers() { return std::move(bucket_members_); }
   std::vector<std::pair<const Node*, size_t>> takeTouched() { return std::move(touched_); }
 
  private:
   const std::set<std::string>& excluded_;
-  std::vector<std::vector<std::string>> bucket_members_;
+  std::vector<std::vector<const Node*>> bucket_members_;
   std::vector<std::pair<const Node*, size_t>> touched_;
   bool enabled(CollectiveKind k) const {
     return (k == CollectiveKind::AllGather && opts_.all_gather) ||
@@ -564,10 +566,11 @@ void Bucketer::finalize(Bucket& b) {
   std::string kind(collectiveKindName(key.kind));
   ctx_.stat("buckets." + kind);
   ctx_.stat("members." + kind, static_cast<int64_t>(b.members.size()));
-  std::vector<std::string> names;
+  std::vector<const Node*> colls;
+  colls.reserve(b.members.size());
   for (const Member& m : b.members)
-    names.push_back(std::string(m.coll->name()));
-  bucket_members_.push_back(std::move(names));
+    colls.push_back(m.coll);
+  bucket_members_.push_back(std::move(colls));
   if (sideOf(key.kind) == Side::Gather)
     finalizeGather(b, key);
   else
@@ -1070,7 +1073,7 @@ MemoryProfile boundProfile(const Graph& g, PhaseInfo* phases_out = nullptr) {
 // step, or every bucket when the rise is not where a bucket lives.
 void excludeOverBound(const Graph& trial,
                       const std::vector<std::pair<const Node*, size_t>>& touched,
-                      const std::vector<std::vector<std::string>>& members,
+                      const std::vector<std::vector<const Node*>>& members,
                       const MemoryProfile& prof, int64_t bound, std::set<std::string>& excluded) {
   // over[t]: steps up to t that are above the bound (prefix count).
   std::vector<int64_t> over(prof.curve.size() + 1, 0);
@@ -1092,8 +1095,8 @@ void excludeOverBound(const Graph& trial,
     for (size_t bi = 0; bi < members.size(); ++bi)
       offending.insert(bi);
   for (size_t bi : offending)
-    for (const std::string& name : members[bi])
-      excluded.insert(name);
+    for (const Node* coll : members[bi])
+      excluded.insert(std::string(coll->name()));
 }
 
 constexpr int kBoundRounds = 8;
@@ -1137,7 +1140,7 @@ std::unique_ptr<Graph> boundedCopy(const Graph& g, const BucketOptions& opts, in
 // kMaxParamsPerValue members, so the analysis reads a bucket's copy-in, gather and pieces as its
 // parameters' values (passes/analysis/blocks.h) and finds the same first users.
 bool blocksSurvive(const BucketOptions& opts,
-                   const std::vector<std::vector<std::string>>& bucket_members) {
+                   const std::vector<std::vector<const Node*>>& bucket_members) {
   if (opts.plan != BucketOptions::Plan::Blocks || opts.group_blocks > 1) return false;
   return std::all_of(bucket_members.begin(), bucket_members.end(),
                      [](const auto& m) { return m.size() <= kMaxParamsPerValue; });
@@ -1197,12 +1200,11 @@ bool bucketFixed(Graph& g, const BucketOptions& opts, PassContext& ctx) {
   // of or depends on is unchanged; and a bucket never mixes phases. Unless the loss value was a
   // bucket member (an all-reduced loss under fsdp-only=false): then they are computed afresh.
   // --verify-full recomputes them and compares (test_analysis_manager.cc, every traced fixture).
-  const PhaseInfo& cached_phases = ctx.analyses.get<PhaseInfo>(g);
-  std::optional<PhaseInfo> input_phases;
+  std::optional<PhaseInfo> input_phases = ctx.analyses.get<PhaseInfo>(g);
   {
     bool changed = false;
     std::vector<std::pair<const Node*, size_t>> touched;
-    std::vector<std::vector<std::string>> members;
+    std::vector<std::vector<const Node*>> members;
     {
       Bucketer b(g, opts, ctx, excluded, shared);
       changed = b.run();
@@ -1213,8 +1215,7 @@ bool bucketFixed(Graph& g, const BucketOptions& opts, PassContext& ctx) {
     // its generation on): dropped before the output is profiled they stay out of the pass's
     // peak, which is the pipeline's (23 MB at 10^6 nodes). Only the block analysis and the
     // phases are kept, as copies (a few MB at 10^6 nodes).
-    if (!cached_phases.lossNode() || !cached_phases.lossNode()->isDead())
-      input_phases = cached_phases;
+    if (input_phases->lossNode() && input_phases->lossNode()->isDead()) input_phases.reset();
     if (changed) {
       if (shared) input_blocks = *shared;
       ctx.analyses.clear();
