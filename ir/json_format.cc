@@ -628,6 +628,7 @@ class FastSax {
   // ---- for TreeBuilder::readDirect, which reads some values itself with these tokens. Each
   // reads past white space first and returns false on anything else than what it names.
   const char* pos() const { return p_; }
+  const char* end() const { return end_; }
   void rewind(const char* p) { p_ = p; }
   // The next byte (after white space), or 0 at the end.
   char peek() {
@@ -1956,7 +1957,7 @@ class JsonReader : public TreeBuilder {
       }
       case '{':
         v.kind = ValueMeta::Kind::Tensor;
-        return directTensor(s, v.tensor);
+        return cachedTensor(s, v.tensor);
       case '"':
         return false;
       default:
@@ -1970,6 +1971,28 @@ class JsonReader : public TreeBuilder {
         }
         return true;
     }
+  }
+
+  // A tensor meta whose text was read before is not parsed again: a graph repeats a few shapes,
+  // strides, dtypes and devices (formatting their numbers was a third of reading a value at 10^6
+  // nodes). The key is the text up to the first '}', which ends a tensor's object unless a string
+  // in it holds one: then it is a prefix, which no earlier object's whole text equals (it would
+  // end inside a string), so it misses, and a hit is the same bytes, so the same meta.
+  bool cachedTensor(FastSax& s, TensorMeta& t) {
+    const char* start = s.pos();  // at '{' (directVal peeked it)
+    const auto* close =
+        static_cast<const char*>(std::memchr(start, '}', static_cast<size_t>(s.end() - start)));
+    if (!close) return directTensor(s, t);
+    const std::string_view text(start, static_cast<size_t>(close + 1 - start));
+    TensorEntry& e = tensor_cache_[std::hash<std::string_view>()(text) % tensor_cache_.size()];
+    if (e.text == text) {
+      t = e.meta;
+      s.rewind(close + 1);
+      return true;
+    }
+    if (!directTensor(s, t)) return false;
+    if (s.pos() == close + 1) e = {text, t};  // the input outlives the reader
+    return true;
   }
 
   bool directTensor(FastSax& s, TensorMeta& t) {
@@ -2800,6 +2823,11 @@ class JsonReader : public TreeBuilder {
   Symbol last_device_;                             // directTensor's last device,
   ScalarType last_dtype_ = ScalarType::Undefined;  // dtype
   std::string_view last_dtype_name_;               // and its name (dtypeName's, or empty)
+  struct TensorEntry {
+    std::string_view text;  // in the input
+    TensorMeta meta;
+  };
+  std::vector<TensorEntry> tensor_cache_ = std::vector<TensorEntry>(1024);  // cachedTensor's
   size_t direct_nodes_ = 0;
   // directList's and directVal's buffers, one per depth (references to them outlive deeper calls).
   std::vector<std::vector<Arg>> arg_buffers_ = std::vector<std::vector<Arg>>(kDirectDepth);

@@ -822,6 +822,32 @@ TEST_CASE("json: nodes read straight from the tokens read as the tree reads them
   }
 }
 
+TEST_CASE("json: repeated tensor metas read as the tree reads them, a '}' in a string too",
+          "[format][tokenizer]") {
+  // The direct reader keeps the meta of each tensor text it read, keyed by the text up to its
+  // first '}'. A device holding '}' makes that a prefix: it must miss, and later tensors that
+  // share the prefix must not take the first one's meta.
+  auto node = [](const std::string& name, const std::string& val) {
+    return R"({"name":")" + name + R"(","op":"placeholder","target":")" + name +
+           R"(","meta":{"val":)" + val + "}}";
+  };
+  const std::string a = R"({"device":"cpu","dtype":"float32","shape":[2,3],"stride":[3,1]})";
+  const std::string b = R"({"device":"c}x","dtype":"float32","shape":[2,3],"stride":[3,1]})";
+  const std::string c = R"({"device":"c}x","dtype":"int64","shape":[4],"stride":[1]})";
+  const std::string text =
+      doc(node("a", a) + ",\n" + node("b", b) + ",\n" + node("c", c) + ",\n" + node("d", a) +
+          ",\n" + node("e", c) + ",\n" + node("f", "[" + a + "," + b + "," + a + "]"));
+  const std::string direct = outcome(text, false);
+  REQUIRE(direct.rfind("ok\n", 0) == 0);
+  CHECK(direct == outcome(text, true));
+  auto g = readJsonGraph(text, "g.json");
+  CHECK(g->findNode("b")->val().tensor.device.str() == "c}x");
+  CHECK(g->findNode("c")->val().tensor.dtype == ScalarType::Int64);
+  CHECK(g->findNode("e")->val().tensor.shape == std::vector<int64_t>{4});
+  CHECK(g->findNode("d")->val().tensor.device.str() == "cpu");
+  CHECK(g->findNode("f")->val().items[1].tensor.device.str() == "c}x");
+}
+
 TEST_CASE("json: the fast tokenizer reads every document as nlohmann does", "[format][tokenizer]") {
   // A value in a node's extra meta, which the reader keeps (canonically) whatever it holds.
   auto withExtra = [](const std::string& value) {
