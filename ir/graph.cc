@@ -1091,6 +1091,12 @@ std::vector<const Node*> Graph::takeTouched() {
   return live;
 }
 
+void Graph::dropTouched() {
+  for (uint32_t id : touched_)
+    touched_mark_[id] = false;
+  touched_.clear();
+}
+
 Node* Graph::findNode(std::string_view name) const {
   return by_name_.find(name);
 }

@@ -457,6 +457,10 @@ class Graph {
   }
   // The live recorded nodes in id order (arena order); clears the journal.
   std::vector<const Node*> takeTouched();
+  // How many nodes the journal holds (erased ones included), and clearing it without reading
+  // them: for a caller that checks the whole graph instead.
+  size_t touchedCount() const { return touched_.size(); }
+  void dropTouched();
   // Counts structural edits (whatever the journal would record), journal on or off: a result
   // computed from the graph (passes/analysis_manager.h) is known stale when this has moved.
   uint64_t generation() const { return generation_; }

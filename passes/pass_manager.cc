@@ -451,6 +451,9 @@ PipelineResult runPasses(Graph& g, std::vector<ConfiguredPass>& passes,
   using Clock = std::chrono::steady_clock;
   std::ostream& out = opts.out ? *opts.out : std::cerr;
   constexpr size_t kIssuesShown = 10;
+  // Touched nodes at least 1/kWholeCheckShare of the graph: the whole graph's check between
+  // passes (per node it costs about a fifth of a touched node's).
+  constexpr size_t kWholeCheckShare = 4;
 
   for (const std::string& name : opts.print_ir_after) {
     bool found = false;
@@ -591,17 +594,23 @@ PipelineResult runPasses(Graph& g, std::vector<ConfiguredPass>& passes,
       // check that it covers (schedule touches 176K nodes at 10^6), and a failure still names
       // the pass.
       const bool output_check = !full_each && i + 1 == count;
+      // A pass that touched a large share of the graph gets the whole graph's check instead,
+      // which costs less: a touched node's check also walks its use list and its users (bucket
+      // touches 584K of 1.35M nodes at 10^6: 0.17 s, against 0.07 s for the whole graph).
+      const bool whole = full_each || output_check ||
+                         g.touchedCount() * kWholeCheckShare >= g.size();
+      if (whole) g.dropTouched();
       unchecked_change = false;
       const double before = result.verify_seconds;
-      auto issues = full_each || output_check ? verify() : verifyTouched();
-      if (issues.empty() && !output_check && header_before && !header_before->same(g)) {
+      auto issues = whole ? verify() : verifyTouched();
+      if (issues.empty() && !whole && header_before && !header_before->same(g)) {
         auto t = Clock::now();
         // The touched collectives were checked against the new header just above.
         issues = verifyHeader(g, opts.verify, /*collectives=*/!header_before->groupsKept(g));
         result.verify_seconds += seconds_since(t);
       }
       if (!output_check) {
-        unchecked_change = !full_each;
+        unchecked_change = !whole;
         result.verify_between_seconds += result.verify_seconds - before;
         ++result.verify_between_runs;
       }

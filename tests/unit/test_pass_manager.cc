@@ -230,6 +230,54 @@ TEST_CASE("pass manager: graph-level rules are checked on the output, or after e
   CHECK(msg.find("[input-info]") != std::string::npos);
 }
 
+TEST_CASE("pass manager: a pass that touched a quarter of the graph gets the whole graph's check",
+          "[pass-manager]") {
+  // Renaming records the renamed node only. One node of a traced graph: a touched-node check;
+  // every node: the whole graph's check (cheaper per node, as it walks no use lists), which also
+  // sees a graph-level rule broken by a pass that is not the last.
+  const std::string path = std::string(JFX_SOURCE_DIR) + "/tests/data/traced/fsdp_w2.json";
+  auto rename = [](bool all, bool drop_fqn) {
+    return [all, drop_fqn](Graph& g, PassContext&) {
+      std::vector<Node*> nodes;
+      for (Node* n = g.first(); n; n = n->next())
+        if (n->op() == OpKind::CallFunction) nodes.push_back(n);
+      if (!all) nodes.resize(1);
+      for (Node* n : nodes)
+        g.rename(n, std::string(n->name()) + "_r");
+      if (drop_fqn)
+        for (Node* n = g.first(); n; n = n->next())
+          if (n->inputKind() == InputKind::Parameter) {
+            n->setInputInfo(InputKind::Parameter, "");
+            break;
+          }
+      return true;
+    };
+  };
+  auto run = [&](bool all, bool drop_fqn) {
+    auto g = loadGraph(path);
+    std::vector<ConfiguredPass> v = one("renamer", rename(all, drop_fqn));
+    v.push_back(
+        {std::make_unique<LambdaPass>("noop", [](Graph&, PassContext&) { return false; }), ""});
+    std::ostringstream out;
+    PassManagerOptions opts;
+    opts.out = &out;
+    return runPasses(*g, v, opts);
+  };
+  PipelineResult one_node = run(false, false);
+  CHECK(one_node.verify_node_runs == 1);
+  CHECK(one_node.verify_runs == 2);  // the input's, and the output's after the unchecked change
+  PipelineResult every_node = run(true, false);
+  CHECK(every_node.verify_node_runs == 0);
+  CHECK(every_node.verify_between_runs == 1);
+  CHECK(every_node.verify_runs == 2);  // the input's and the between check; the output unchanged
+  std::string msg = errorOf([&] { run(true, true); });
+  CHECK(msg.find("verification failed after pass 'renamer' (#1)") != std::string::npos);
+  CHECK(msg.find("[input-info]") != std::string::npos);
+  // Touching one node, the same break is left to the output's check.
+  msg = errorOf([&] { run(false, true); });
+  CHECK(msg.find("verification failed on the pipeline's output") != std::string::npos);
+}
+
 TEST_CASE("pass manager: a pass that edits the header gets the header's rules checked",
           "[pass-manager]") {
   // The node check sees only touched nodes, but a header edit can break nodes nobody touched:
@@ -316,16 +364,20 @@ TEST_CASE("pass manager: the default pipeline gives the same graph with either v
     opts.verify_full_each = true;
     auto rb = runPipeline(*b, pipeline, opts);
     CHECK(structuralHash(*a) == structuralHash(*b));
-    CHECK(ra.verify_runs == 2);
-    CHECK(ra.verify_node_runs > 0);
-    CHECK(rb.verify_node_runs == 0);
-    // A changing last pass gets the output's full check instead of a touched-node check.
+    size_t changing = 0;
+    for (const auto& p : ra.passes)
+      changing += p.changed ? 1 : 0;
+    // A changing last pass gets the output's full check instead of a between-passes check.
     const size_t last = ra.passes.back().changed ? 1 : 0;
-    CHECK(rb.verify_runs == 1 + ra.verify_node_runs + last);
-    // The between-passes share: every check after a changing pass, touched-node or full, but
-    // the output's.
-    CHECK(ra.verify_between_runs == ra.verify_node_runs);
-    CHECK(rb.verify_between_runs == ra.verify_node_runs + last);
+    CHECK(ra.verify_between_runs == changing - last);
+    // Between passes a touched-node check, or the whole graph's where the pass touched a
+    // quarter of it or more; plus the input's and the output's.
+    CHECK(ra.verify_node_runs > 0);
+    CHECK(ra.verify_node_runs <= ra.verify_between_runs);
+    CHECK(ra.verify_runs == 2 + ra.verify_between_runs - ra.verify_node_runs);
+    CHECK(rb.verify_node_runs == 0);
+    CHECK(rb.verify_runs == 1 + changing);
+    CHECK(rb.verify_between_runs == changing);
     CHECK(rb.verify_between_seconds <= rb.verify_seconds);
   }
 }
@@ -411,18 +463,19 @@ TEST_CASE("pass manager: dce through the registry, stats, timing, stop-after", "
   std::string text = out.str();
   CHECK(text.find("===== statistics =====\ndce.nodes-removed = 2\n") != std::string::npos);
   CHECK(text.find("===== pass timing") != std::string::npos);
-  // Verification (the whole input, the nodes the one changing pass touched, the whole output)
-  // and the unchanged-graph hashes (before each pass whose input hash is unknown, and after the
+  // Verification (the whole input; after the one changing pass, the whole graph, as it touched
+  // more than a quarter of it, which leaves the unchanged output nothing to check) and the
+  // unchanged-graph hashes (before each pass whose input hash is unknown, and after the
   // unchanged one) have rows too.
   CHECK(r.verify_runs == 2);
-  CHECK(r.verify_node_runs == 1);
+  CHECK(r.verify_node_runs == 0);
   CHECK(r.hash_runs == 3);
   CHECK(r.verify_between_runs == 1);
   CHECK(r.verify_between_seconds <= r.verify_seconds);
   CHECK(text.find("(verify in/out)") != std::string::npos);
-  CHECK(text.find("  2 full\n") != std::string::npos);
   CHECK(text.find("(verify between)") != std::string::npos);
-  CHECK(text.find("  1 touched-node\n") != std::string::npos);
+  CHECK(text.find("  1 full\n") != std::string::npos);
+  CHECK(text.find("touched-node") == std::string::npos);
   CHECK(text.find("3 runs\n") != std::string::npos);
   double sum = r.verify_seconds + r.hash_seconds;
   for (const auto& p : r.passes)
