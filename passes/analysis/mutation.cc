@@ -16,9 +16,13 @@ void collectNodes(const Arg& a, std::vector<const Node*>& out) {
 
 namespace {
 
-// Whether `n` may write an operand in place: an op the table says writes, or one it does not know.
+// Whether `n` may write an operand in place: an op the table says writes, one it does not know,
+// or one given an `out` kwarg anyway (mutatedOperands counts that as written, and remat trusts
+// any() == false to mean no node writes a buffer).
 bool mayWrite(const Node& n, const OpInfo& info) {
-  return n.op() == OpKind::CallFunction && (info.mutates || info.category == OpCategory::Unknown);
+  return n.op() == OpKind::CallFunction &&
+         (info.mutates || info.category == OpCategory::Unknown ||
+          (!n.kwargs().empty() && n.kwarg("out") != nullptr));
 }
 
 }  // namespace

@@ -135,7 +135,9 @@ bool RematPass::run(Graph& g, PassContext& ctx) {
   // the mask with empty_like, fills it with bernoulli_ and scales it with div_, and backward reads
   // the mask through an alias of the empty_like taken before either write; recomputed, the alias
   // read a fresh, never written empty_like and the gradients were garbage.
-  BufferMutations bufs = analyzeBufferMutations(g);
+  // A graph that writes nothing in place writes no buffer: its walk is skipped (it read every
+  // node's kwargs, about 1% of `opt` at 10^6 nodes).
+  const BufferMutations bufs = writes ? analyzeBufferMutations(g) : BufferMutations{};
   for (Node* n : tagged_nodes) {
     if (!recomputable[n->id()]) continue;
     const bool writer = !mutatedOperands(*n).empty();

@@ -9,6 +9,7 @@
 #include "ir/error.h"
 #include "ir/hash.h"
 #include "ir/io.h"
+#include "ir/mutation.h"
 #include "ir/op_info.h"
 #include "passes/analysis/mutation.h"
 #include "passes/fsdp/remat.h"
@@ -351,4 +352,23 @@ TEST_CASE("written storage: views share the written root, unknown ops count as w
   CHECK(written.touches(v));
   CHECK(!written.touches(ry));  // y is only read by add_
   CHECK(written.touches(rz));   // z went to an op of unknown effect
+}
+
+TEST_CASE("written storage: an out= kwarg on any op counts as a write", "[op_info][mutation]") {
+  // mutatedOperands counts an `out` kwarg as written whatever the op; remat skips the buffer
+  // analysis when this analysis finds no write, so it must see that one too.
+  Graph g;
+  Node* x = g.create(OpKind::Placeholder, Symbol::intern("x"), {}, {}, "x");
+  Node* o = g.create(OpKind::Placeholder, Symbol::intern("o"), {}, {}, "o");
+  Node* neg =
+      g.createCall("aten.neg.default", {N(x)}, {{Symbol::intern("out"), N(o)}}, nullptr, "neg_out");
+  REQUIRE(!neg->info().mutates);
+  REQUIRE(mutatedOperands(*neg) == std::vector<Node*>{o});
+  const WrittenStorage written(g);
+  CHECK(written.any());
+  CHECK(written.touches(o));
+  Graph plain;
+  Node* px = plain.create(OpKind::Placeholder, Symbol::intern("x"), {}, {}, "x");
+  plain.createCall("aten.neg.default", {N(px)}, {}, nullptr, "neg");
+  CHECK(!WrittenStorage(plain).any());
 }
