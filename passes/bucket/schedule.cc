@@ -22,71 +22,13 @@
 #include "passes/analysis/mutation.h"
 #include "passes/analysis/phase.h"
 #include "passes/analysis/simulator.h"
+#include "passes/bucket/max_tree.h"
 
 namespace jfx {
 namespace {
 
 // A launch chain longer than this is not parameter preparation; stop there.
 constexpr size_t kMaxChain = 1024;
-
-// Range add / range max over the steps of the original order, for the memory limit. Each node's
-// max is the max of its children plus its own pending add, so no push-down is needed. The tree
-// over [lo, hi) at k has its left child at k + 1 and its right child after the left's whole
-// subtree, at k + 2 * (mid - lo): 2n - 1 nodes, where heap order (children at 2k, 2k + 1) needs
-// up to 4n. At 10^6 nodes the heap-ordered tree was 80 MB, the largest table of the pipeline.
-class MaxTree {
- public:
-  // `base(i)`: the value at step i, for i < n.
-  template <class Base>
-  MaxTree(size_t n, const Base& base) : n_(std::max<size_t>(1, n)) {
-    t_.assign(2 * n_ - 1, Cell{});
-    build(0, 0, n_, n, base);
-  }
-  void add(size_t l, size_t r, int64_t v) {
-    if (l < r) add(0, 0, n_, l, r, v);
-  }
-  int64_t max(size_t l, size_t r) const { return l < r ? max(0, 0, n_, l, r) : INT64_MIN; }
-  int64_t max() const { return t_[0].mx; }
-
- private:
-  struct Cell {
-    int64_t mx = 0;
-    int64_t add = 0;
-  };
-  static size_t right(size_t k, size_t lo, size_t mid) { return k + 2 * (mid - lo); }
-  template <class Base>
-  void build(size_t k, size_t lo, size_t hi, size_t n, const Base& base) {
-    if (hi - lo == 1) {
-      t_[k].mx = lo < n ? base(lo) : 0;
-      return;
-    }
-    size_t mid = (lo + hi) / 2;
-    build(k + 1, lo, mid, n, base);
-    build(right(k, lo, mid), mid, hi, n, base);
-    t_[k].mx = std::max(t_[k + 1].mx, t_[right(k, lo, mid)].mx);
-  }
-  void add(size_t k, size_t lo, size_t hi, size_t l, size_t r, int64_t v) {
-    if (r <= lo || hi <= l) return;
-    if (l <= lo && hi <= r) {
-      t_[k].mx += v;
-      t_[k].add += v;
-      return;
-    }
-    size_t mid = (lo + hi) / 2;
-    add(k + 1, lo, mid, l, r, v);
-    add(right(k, lo, mid), mid, hi, l, r, v);
-    t_[k].mx = std::max(t_[k + 1].mx, t_[right(k, lo, mid)].mx) + t_[k].add;
-  }
-  int64_t max(size_t k, size_t lo, size_t hi, size_t l, size_t r) const {
-    if (r <= lo || hi <= l) return INT64_MIN;
-    if (l <= lo && hi <= r) return t_[k].mx;
-    size_t mid = (lo + hi) / 2;
-    int64_t m = std::max(max(k + 1, lo, mid, l, r), max(right(k, lo, mid), mid, hi, l, r));
-    return m == INT64_MIN ? m : m + t_[k].add;
-  }
-  size_t n_;
-  std::vector<Cell> t_;
-};
 
 // Parameter preparation that may run earlier than written: casts, views, flattens, the bucket's
 // cat, zero padding. Everything else is compute and stays where it is.
