@@ -20,9 +20,8 @@ namespace {
 // or one given an `out` kwarg anyway (mutatedOperands counts that as written, and remat trusts
 // any() == false to mean no node writes a buffer).
 bool mayWrite(const Node& n, const OpInfo& info) {
-  return n.op() == OpKind::CallFunction &&
-         (info.mutates || info.category == OpCategory::Unknown ||
-          (!n.kwargs().empty() && n.kwarg("out") != nullptr));
+  return n.op() == OpKind::CallFunction && (info.mutates || info.category == OpCategory::Unknown ||
+                                            (!n.kwargs().empty() && n.kwarg("out") != nullptr));
 }
 
 }  // namespace
