@@ -106,16 +106,26 @@ bool DedupFsdpUnshardPass::run(Graph& g, PassContext& ctx) {
     ctx.stat("nodes-erased");
   };
 
-  // Group chains by (parameter position, side); within a group, the earliest wait first.
-  std::vector<const FsdpUnshardChain*> order;
+  // Group chains by (parameter position, side); within a group, the earliest wait first. Sorted
+  // on keys read once per chain (66K chains at 10^6 nodes).
+  struct Key {
+    uint64_t param, wait;
+    bool backward;
+    const FsdpUnshardChain* chain;
+  };
+  std::vector<Key> keys;
+  keys.reserve(fsdp.unshard.size());
   for (const auto& c : fsdp.unshard)
-    order.push_back(&c);
-  std::sort(order.begin(), order.end(), [&](const FsdpUnshardChain* a, const FsdpUnshardChain* b) {
-    if (a->param != b->param) return a->param->isBefore(b->param);
-    bool ba = phases.isBackward(a->all_gather), bb = phases.isBackward(b->all_gather);
-    if (ba != bb) return !ba;
-    return a->wait->isBefore(b->wait);
+    keys.push_back({c.param->position(), c.wait->position(), phases.isBackward(c.all_gather), &c});
+  std::sort(keys.begin(), keys.end(), [](const Key& a, const Key& b) {
+    if (a.param != b.param) return a.param < b.param;
+    if (a.backward != b.backward) return !a.backward;
+    return a.wait < b.wait;
   });
+  std::vector<const FsdpUnshardChain*> order;
+  order.reserve(keys.size());
+  for (const Key& k : keys)
+    order.push_back(k.chain);
 
   // Nodes that used to belong to a duplicate chain: only merges involving one of them are made,
   // so the pass never rewrites views it did not create.

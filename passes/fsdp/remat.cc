@@ -204,9 +204,17 @@ bool RematPass::run(Graph& g, PassContext& ctx) {
     }
   }
 
-  // Erase originals nothing reads any more, users before producers.
-  std::sort(originals.begin(), originals.end(),
-            [](const Node* a, const Node* b) { return a->isBefore(b); });
+  // Erase originals nothing reads any more, users before producers (sorted on positions read
+  // once: 92K originals at 10^6 nodes).
+  {
+    std::vector<std::pair<uint64_t, Node*>> keyed;
+    keyed.reserve(originals.size());
+    for (Node* x : originals)
+      keyed.emplace_back(x->position(), x);
+    std::sort(keyed.begin(), keyed.end());
+    for (size_t i = 0; i < keyed.size(); ++i)
+      originals[i] = keyed[i].second;
+  }
   const std::vector<uint32_t> first_users =
       blocks ? blocks->firstUserIds() : std::vector<uint32_t>();
   bool blocks_hold = blocks != nullptr;
