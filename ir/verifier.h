@@ -19,8 +19,9 @@ struct VerifyOptions {
   // At most one all-gather per parameter per phase (holds after remat / dedup-fsdp-unshard).
   bool one_gather_per_param_per_phase = false;
   // The Graph's own bookkeeping over the whole graph: the name index maps every name back to its
-  // node (names are unique) and the use lists match the operands. Only a bug in the Graph API or
-  // a pass breaks it (the API renames or rejects a taken name and alone writes operand slots),
+  // node (names are unique), the use lists match the operands and every node's operand slots
+  // match the node references in its args and kwargs. Only a bug in the Graph API or a pass
+  // breaks it (the API renames or rejects a taken name and alone writes args and operand slots),
   // so the in-process path leaves it to its expensive checks, as it does the unchanged-graph
   // hash: about 30% of a full verification. verifyNodes checks the use lists of the nodes it is
   // given either way (a slot's links are next to it: cheap), and their names only with it (a
