@@ -302,8 +302,13 @@ std::optional<Candidate> Bucketer::candidate(Node* n) {
                    ? std::string(n->arg(info.reduce_op_arg).str())
                    : std::string(),
                phases_.of(n)};
-  auto [it, fresh] = key_index_.emplace(key, keys_.size());
-  if (fresh) keys_.push_back(key);
+  // Looked up before inserting: an emplace makes (and for all but a few keys drops) a map node
+  // per collective.
+  auto it = key_index_.find(key);
+  if (it == key_index_.end()) {
+    it = key_index_.emplace(key, keys_.size()).first;
+    keys_.push_back(key);
+  }
 
   Candidate c;
   c.key = it->second;
@@ -333,7 +338,7 @@ std::optional<Candidate> Bucketer::candidate(Node* n) {
   if (opts_.plan == BucketOptions::Plan::Blocks) {
     c.block = blockOfFqn(fqn, *blocks_, opts_.head);
     // group=N: N consecutive blocks (in forward order) share one bucket, named by its range.
-    if (const int32_t bi = blocks_->blockOfFqn(fqn); opts_.group_blocks > 1 && bi >= 0) {
+    if (const int32_t bi = opts_.group_blocks > 1 ? blocks_->blockOfFqn(fqn) : -1; bi >= 0) {
       const size_t first = static_cast<size_t>(bi / opts_.group_blocks * opts_.group_blocks);
       const size_t last =
           std::min(first + static_cast<size_t>(opts_.group_blocks), blocks_->blocks.size()) - 1;
