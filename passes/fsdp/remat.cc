@@ -153,12 +153,17 @@ bool RematPass::run(Graph& g, PassContext& ctx) {
     }
   }
 
-  // Dry run: find everything to clone and reject random ops before touching the graph.
+  // Dry run: find everything to clone and reject random ops before touching the graph. It also
+  // lists the backward operands to rewire, so the rewrite below visits those alone: a second
+  // walk of every backward operand missed the cache on each (its producer's id) at 10^6 nodes.
   std::vector<uint8_t> needed(n_ids, 0);
   std::vector<std::pair<Node*, bool>> stack;
+  std::vector<std::pair<Node*, uint32_t>> sites;  // (backward node, operand number)
   for (Node* b : backward) {
-    for (Node* p : b->inputs()) {
+    for (uint32_t k = 0; k < b->inputs().size(); ++k) {
+      Node* p = b->input(k);
       if (!recomputable[p->id()]) continue;
+      sites.emplace_back(b, k);
       postOrder(p, recomputable, needed, stack, [&](Node* x) {
         auto refuse = [&](std::string_view why) {
           throw JfxError(SourceLocation::atNode(std::string(x->name())),
@@ -186,22 +191,20 @@ bool RematPass::run(Graph& g, PassContext& ctx) {
   auto remap = [&](Node* ref) -> Node* {
     return ref->id() < n_ids ? clone_of[ref->id()] : nullptr;
   };
-  for (Node* b : backward) {
-    for (uint32_t k = 0; k < b->inputs().size(); ++k) {
-      Node* p = b->input(k);
-      if (p->id() >= n_ids || !recomputable[p->id()]) continue;
-      postOrder(p, recomputable, cloned, stack, [&](Node* x) {
-        clone_name.assign(x->name());
-        clone_name += "_recomputed";
-        Node* c = g.cloneBefore(x, b, remap, clone_name);
-        c->meta().phase = Phase::Backward;
-        clone_of[x->id()] = c;
-        originals.push_back(x);
-        ctx.stat("nodes-cloned");
-      });
-      g.replaceInput(b, k, clone_of[p->id()]);
-      ctx.stat("uses-rewired");
-    }
+  // Each site's operand is still its original here: only its own rewiring replaces it.
+  for (const auto& [b, k] : sites) {
+    Node* p = b->input(k);
+    postOrder(p, recomputable, cloned, stack, [&](Node* x) {
+      clone_name.assign(x->name());
+      clone_name += "_recomputed";
+      Node* c = g.cloneBefore(x, b, remap, clone_name);
+      c->meta().phase = Phase::Backward;
+      clone_of[x->id()] = c;
+      originals.push_back(x);
+      ctx.stat("nodes-cloned");
+    });
+    g.replaceInput(b, k, clone_of[p->id()]);
+    ctx.stat("uses-rewired");
   }
 
   // Erase originals nothing reads any more, users before producers (sorted on positions read
