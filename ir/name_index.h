@@ -40,9 +40,10 @@ class NameIndex {
 
   // One probe for what `contains` then `insert` would do: the node already named like `n`, or
   // nullptr once `n` is in the index. Creating a node checks and claims its name this way.
-  NodeT* insertOrFind(NodeT* n) {
+  NodeT* insertOrFind(NodeT* n) { return insertOrFind(n, hashOf(n->name())); }
+  // The same with `h` = hashOf(n->name()), computed (and its slot prefetched) beforehand.
+  NodeT* insertOrFind(NodeT* n, uint64_t h) {
     if (full()) rehash(std::max<size_t>(16, slots_.size() * 2));
-    const uint64_t h = hashOf(n->name());
     size_t i = h & mask_;
     for (; slots_[i].node; i = (i + 1) & mask_)
       if (slots_[i].hash == h && slots_[i].node->name() == n->name()) return slots_[i].node;
@@ -56,8 +57,9 @@ class NameIndex {
   // Starts loading the slot where `name` would be: a reader calls it as soon as it has read a
   // node's name, so the cache miss of claiming the name (the index is 32 MiB at 10^6 nodes)
   // overlaps with reading the rest of the node.
-  void prefetch(std::string_view name) const {
-    if (!slots_.empty()) __builtin_prefetch(&slots_[hashOf(name) & mask_]);
+  void prefetch(std::string_view name) const { prefetchHash(hashOf(name)); }
+  void prefetchHash(uint64_t h) const {
+    if (!slots_.empty()) __builtin_prefetch(&slots_[h & mask_]);
   }
 
   // Removes the node named `name`, if any.
