@@ -5,9 +5,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -86,6 +88,87 @@ bool writeAll(int fd, std::string_view data) {
   }
   return true;
 }
+
+// Writes a new file's contents in 4 MiB blocks staged in an aligned buffer. From the first full
+// block on it asks for direct I/O (O_DIRECT), which moves the data straight to the device: a
+// buffered write copies every byte into the page cache, and fsync then writes the dirty pages
+// back from this process, which at 396 MB (a 10^6-node graph) cost 0.1-1 s of system time, varying
+// with the kernel's writeback throttling, against 0.05 s. Outputs smaller than a block, file
+// systems without direct I/O (fcntl or the write says EINVAL) and the tail after the last whole
+// block are written as usual.
+class BlockWriter {
+ public:
+  static constexpr size_t kBlock = size_t{4} << 20;  // a multiple of any device's block size
+  static constexpr size_t kAlign = 4096;
+
+  explicit BlockWriter(int fd) : fd_(fd) {}
+  BlockWriter(const BlockWriter&) = delete;
+  BlockWriter& operator=(const BlockWriter&) = delete;
+  ~BlockWriter() { std::free(buf_); }
+
+  bool write(std::string_view data) {
+    if (!buf_) {
+      buf_ = static_cast<char*>(std::aligned_alloc(kAlign, kBlock));
+      if (!buf_) return writeAll(fd_, data);  // no buffer: write as given
+    }
+    while (!data.empty()) {
+      const size_t n = std::min(data.size(), kBlock - used_);
+      std::memcpy(buf_ + used_, data.data(), n);
+      used_ += n;
+      data.remove_prefix(n);
+      if (used_ == kBlock && !flushBlock()) return false;
+    }
+    return true;
+  }
+  // The last partial block, written through the page cache.
+  bool finish() {
+    if (direct_ && !setDirect(false)) return false;
+    const bool ok = used_ == 0 || writeAll(fd_, std::string_view(buf_, used_));
+    used_ = 0;
+    return ok;
+  }
+
+ private:
+  bool setDirect(bool on) {
+    const int flags = ::fcntl(fd_, F_GETFL);
+    if (flags < 0 || ::fcntl(fd_, F_SETFL, on ? (flags | O_DIRECT) : (flags & ~O_DIRECT)) != 0)
+      return false;
+    direct_ = on;
+    return true;
+  }
+  bool flushBlock() {
+    if (!tried_direct_) {
+      tried_direct_ = true;
+      setDirect(true);  // EINVAL where the file system has no direct I/O: stay buffered
+    }
+    const std::string_view block(buf_, kBlock);
+    if (direct_) {
+      ssize_t n;
+      do {
+        n = ::write(fd_, buf_, kBlock);
+      } while (n < 0 && errno == EINTR);
+      if (n == static_cast<ssize_t>(kBlock)) {
+        used_ = 0;
+        return true;
+      }
+      // Refused (EINVAL: an alignment the device does not take) or short: the rest goes through
+      // the page cache, from where this write left off.
+      if (n < 0 && errno != EINVAL) return false;
+      if (!setDirect(false)) return false;
+      if (!writeAll(fd_, block.substr(n < 0 ? 0 : static_cast<size_t>(n)))) return false;
+    } else if (!writeAll(fd_, block)) {
+      return false;
+    }
+    used_ = 0;
+    return true;
+  }
+
+  int fd_;
+  char* buf_ = nullptr;
+  size_t used_ = 0;
+  bool direct_ = false;
+  bool tried_direct_ = false;
+};
 
 }  // namespace
 
@@ -301,9 +384,11 @@ void replaceAtomically(const std::string& path, const std::string& shown,
     int err;
   };
   try {
+    BlockWriter out(fd);
     produce([&](std::string_view chunk) {
-      if (!writeAll(fd, chunk)) throw WriteFailed{errno};
+      if (!out.write(chunk)) throw WriteFailed{errno};
     });
+    if (!out.finish()) throw WriteFailed{errno};
   } catch (const WriteFailed& w) {
     errno = w.err;
     fail("cannot write");

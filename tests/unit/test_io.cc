@@ -4,14 +4,18 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "ir/error.h"
 #include "ir/hash.h"
@@ -37,9 +41,11 @@ default_device "cpu"
 // A fresh directory per test, removed afterwards.
 struct TempDir {
   fs::path path;
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "jfx_io_XXXXXX").string();
-    path = ::mkdtemp(tmpl.data());
+  explicit TempDir(const fs::path& in = fs::temp_directory_path()) {
+    std::string tmpl = (in / "jfx_io_XXXXXX").string();
+    const char* made = ::mkdtemp(tmpl.data());
+    if (made == nullptr) throw std::runtime_error("mkdtemp in " + in.string() + " failed");
+    path = made;
   }
   ~TempDir() {
     std::error_code ec;
@@ -403,4 +409,32 @@ TEST_CASE("io: a producer that fails part way leaves the target untouched and no
   CHECK(errorOf([&] { writeFileAtomic(fresh, produce); }) == "error: writer failed");
   CHECK(!fs::exists(fresh));
   CHECK(dir.entries() == 1);
+}
+
+TEST_CASE("io: outputs over a block go to the device directly, byte for byte", "[format][output]") {
+  // writeFileAtomic stages 4 MiB blocks and writes them with O_DIRECT (the tail through the page
+  // cache). Sizes around the block boundary, given in uneven pieces, on the test's temporary
+  // directory and on tmpfs where there is one; each replaces the file the size before wrote.
+  constexpr size_t kBlock = size_t{4} << 20;
+  std::vector<std::unique_ptr<TempDir>> dirs;
+  dirs.push_back(std::make_unique<TempDir>());
+  if (fs::is_directory("/dev/shm") && ::access("/dev/shm", W_OK) == 0)
+    dirs.push_back(std::make_unique<TempDir>("/dev/shm"));
+  for (const auto& d : dirs) {
+    const std::string path = d->file("big.json");
+    for (size_t size :
+         {size_t{0}, size_t{1}, kBlock - 1, kBlock, kBlock + 1, 2 * kBlock + 123'457}) {
+      std::string contents(size, '\0');
+      for (size_t i = 0; i < size; ++i)
+        contents[i] = static_cast<char>('a' + (i * 7 + i / 4096) % 26);
+      writeFileAtomic(path, [&](const ChunkSink& sink) {
+        for (size_t at = 0, piece = 1; at < size; at += piece, piece = piece * 3 + 1)
+          sink(std::string_view(contents).substr(at, std::min(piece, size - at)));
+      });
+      INFO(path << ", " << size << " bytes");
+      CHECK(fs::file_size(path) == size);
+      CHECK(slurp(path) == contents);
+    }
+    CHECK(d->entries() == 1);  // no temporary left
+  }
 }
