@@ -44,7 +44,10 @@ std::string serializeGraph(const Graph& g, GraphFormat format);
 // - A character device or a FIFO: opened and written directly (a FIFO waits for its reader).
 //   Anything under /dev, /proc or /sys is written in place too, never replaced.
 // - Anything else (a directory, a socket, a block device): refused with an error.
+//   The temporary is written in blocks of kDirectWriteBlock with direct I/O from the first whole
+//   block on (the tail, and file systems without direct I/O, through the page cache).
 void writeFileAtomic(const std::string& path, const std::string& contents);
+inline constexpr size_t kDirectWriteBlock = size_t{1} << 20;
 // The same, with the contents made by `produce`, which hands them to its sink in pieces: a regular
 // file's temporary is written as they come, so the whole output is never in memory at once (a
 // descriptor, device or FIFO still gets the contents only once all of it is made, so a failure

@@ -412,10 +412,11 @@ TEST_CASE("io: a producer that fails part way leaves the target untouched and no
 }
 
 TEST_CASE("io: outputs over a block go to the device directly, byte for byte", "[format][output]") {
-  // writeFileAtomic stages 4 MiB blocks and writes them with O_DIRECT (the tail through the page
-  // cache). Sizes around the block boundary, given in uneven pieces, on the test's temporary
-  // directory and on tmpfs where there is one; each replaces the file the size before wrote.
-  constexpr size_t kBlock = size_t{4} << 20;
+  // writeFileAtomic stages blocks of kDirectWriteBlock and writes them with O_DIRECT (the tail
+  // through the page cache). Sizes around the block boundary, given in uneven pieces, on the test's
+  // temporary directory and on tmpfs where there is one; each replaces the file the size before
+  // wrote.
+  constexpr size_t kBlock = kDirectWriteBlock;
   std::vector<std::unique_ptr<TempDir>> dirs;
   dirs.push_back(std::make_unique<TempDir>());
   if (fs::is_directory("/dev/shm") && ::access("/dev/shm", W_OK) == 0)
