@@ -240,6 +240,11 @@ class Node {
   size_t numArgs() const { return args_.size(); }
   // Node operand k (args then kwargs, depth first). input(0) is usually the data input.
   InputRange inputs() const { return InputRange(ops_, num_ops_); }
+  // For a walk that reads its operands' names (InputNamePrefetcher): called on a node some
+  // steps ahead, the first starts loading its operands' name fields, and called a few steps
+  // later, the second the names themselves, so both are there when the walk arrives.
+  void prefetchInputNameFields() const;
+  void prefetchInputNames() const;
   size_t numInputs() const { return num_ops_; }
   Node* input(size_t k) const { return k < num_ops_ ? ops_[k].value : nullptr; }
   // Operand slot k and its links in its producer's use list: what the verifier reads to check a
@@ -352,6 +357,51 @@ inline uint32_t Operand::index() const {
       sizeof(Operand);
   return d < user->ops_cap_ ? static_cast<uint32_t>(d) : kNotASlot;
 }
+
+inline void Node::prefetchInputNameFields() const {
+#if defined(__GNUC__)
+  for (uint32_t k = 0; k < num_ops_; ++k)
+    if (const Node* p = ops_[k].value) __builtin_prefetch(&p->name_);
+#endif
+}
+
+inline void Node::prefetchInputNames() const {
+#if defined(__GNUC__)
+  for (uint32_t k = 0; k < num_ops_; ++k)
+    if (const Node* p = ops_[k].value) __builtin_prefetch(p->name_);
+#endif
+}
+
+// Keeps a walk over the node list fed with its operands' names (Note [Walk prefetch]). The
+// writers read every operand's name, at random for a backward node that reads an activation
+// from far back: a cache miss for the operand's node and one for its name. Each step() fetches
+// the name fields of the operands of the node 8 on, and the names of those of the node 4 on.
+// Saving a synthetic 10^6-node graph as JSON: 0.35-0.41 -> 0.31-0.35 CPU s (bench_core).
+class InputNamePrefetcher {
+ public:
+  explicit InputNamePrefetcher(const Node* first)
+      : fields_(advance(first, 8)), names_(advance(first, 4)) {}
+  // Once per node of the walk, in list order.
+  void step() {
+    if (fields_) {
+      fields_->prefetchInputNameFields();
+      fields_ = fields_->next();
+    }
+    if (names_) {
+      names_->prefetchInputNames();
+      names_ = names_->next();
+    }
+  }
+
+ private:
+  static const Node* advance(const Node* n, int steps) {
+    for (; n && steps > 0; --steps)
+      n = n->next();
+    return n;
+  }
+  const Node* fields_;
+  const Node* names_;
+};
 
 struct ProcessGroupInfo {
   std::string name;  // the group_name string the collectives carry, e.g. "0"

@@ -1135,7 +1135,9 @@ class JsonWriter {
 
     out_ += ",\n\"nodes\":[";
     first = true;
+    InputNamePrefetcher ahead(g.first());
     for (Node* n = g.first(); n; n = n->next()) {
+      ahead.step();
       out_ += first ? "\n"sv : ",\n"sv;
       first = false;
       node(*n);

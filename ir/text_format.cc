@@ -1321,7 +1321,9 @@ std::string printTextGraph(const Graph& g) {
   out.reserve(256 + g.size() * 160);
   Printer printer(out, mostCommonDevice(g));
   printer.header(g);
+  InputNamePrefetcher ahead(g.first());
   for (Node* n = g.first(); n; n = n->next()) {
+    ahead.step();
     printer.node(*n);
     out += '\n';
   }
@@ -1333,7 +1335,9 @@ void printTextGraph(const Graph& g, const ChunkSink& sink) {
   out.reserve(kSinkChunkBytes + kSinkChunkBytes / 4);
   Printer printer(out, mostCommonDevice(g));
   printer.header(g);
+  InputNamePrefetcher ahead(g.first());
   for (Node* n = g.first(); n; n = n->next()) {
+    ahead.step();
     printer.node(*n);
     out += '\n';
     if (out.size() >= kSinkChunkBytes) {
