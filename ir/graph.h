@@ -240,6 +240,11 @@ class Node {
   size_t numArgs() const { return args_.size(); }
   // Node operand k (args then kwargs, depth first). input(0) is usually the data input.
   InputRange inputs() const { return InputRange(ops_, num_ops_); }
+  // For walks over a list of scattered nodes (the collectives; Note [Walk prefetch]): the first
+  // starts loading this node's head (links, position, id, kind, operand and use slots), the
+  // second, called some steps later, its operands' and users' heads.
+  void prefetchHead() const;
+  void prefetchNeighbourHeads() const;
   // For a walk that reads its operands' names (InputNamePrefetcher): called on a node some
   // steps ahead, the first starts loading its operands' name fields, and called a few steps
   // later, the second the names themselves, so both are there when the walk arrives.
@@ -402,6 +407,21 @@ class InputNamePrefetcher {
   const Node* fields_;
   const Node* names_;
 };
+
+inline void Node::prefetchHead() const {
+#if defined(__GNUC__)
+  __builtin_prefetch(&pos_);
+  __builtin_prefetch(&use_tail_);
+#endif
+}
+
+inline void Node::prefetchNeighbourHeads() const {
+  for (uint32_t k = 0; k < num_ops_; ++k)
+    if (const Node* p = ops_[k].value) p->prefetchHead();
+  uint32_t left = 4;  // a collective has one user, its wait
+  for (const Operand* u = use_head_; u && left > 0; u = u->next_use, --left)
+    u->user->prefetchHead();
+}
 
 struct ProcessGroupInfo {
   std::string name;  // the group_name string the collectives carry, e.g. "0"

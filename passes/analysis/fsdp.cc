@@ -210,7 +210,10 @@ FsdpAnalysis analyzeFsdp(const Graph& g, const PhaseInfo& phases) {
   const std::vector<Node*> collectives = g.collectives();  // program order
   std::vector<Node*> work, chain_nodes;                    // per chain, reused
   std::vector<uint8_t> below_local;
-  for (Node* n : collectives) {
+  for (size_t ci = 0; ci < collectives.size(); ++ci) {
+    Node* n = collectives[ci];
+    if (ci + 8 < collectives.size()) collectives[ci + 8]->prefetchHead();
+    if (ci + 4 < collectives.size()) collectives[ci + 4]->prefetchNeighbourHeads();
     // Until a chain claims it. An HSDP all-reduce was claimed by its reduce-scatter already.
     if (a.role_[n->id()] == CollectiveRole::None) a.role_[n->id()] = CollectiveRole::Other;
 
