@@ -49,8 +49,9 @@ int main(int argc, char** argv) {
   // Freed pages stay committed for a second (mimalloc's default: 25 ms) before they go back to
   // the system, so the per-node tables each pass and analysis makes and drops reuse the pages of
   // the last one instead of faulting fresh ones in: at 10^6 nodes, 25K fewer page faults (of
-  // 218K) for 6.5 MB more peak RSS (bench/README.md, "Fewer page faults"). An environment
-  // setting (MIMALLOC_DECOMMIT_DELAY) still wins: mimalloc reads it first.
+  // 218K) for 6.5 MB more peak RSS (bench/README.md, "Direct I/O for outputs, fewer page
+  // faults"). An environment setting (MIMALLOC_DECOMMIT_DELAY) still wins: mimalloc reads it
+  // first.
   if (std::getenv("MIMALLOC_DECOMMIT_DELAY") == nullptr)
     mi_option_set(mi_option_decommit_delay, 1000);
 #endif
