@@ -192,7 +192,9 @@ bool RematPass::run(Graph& g, PassContext& ctx) {
     return ref->id() < n_ids ? clone_of[ref->id()] : nullptr;
   };
   // Each site's operand is still its original here: only its own rewiring replaces it.
-  for (const auto& [b, k] : sites) {
+  for (const auto& site : sites) {
+    Node* b = site.first;  // a plain variable: the clone lambda captures it
+    const uint32_t k = site.second;
     Node* p = b->input(k);
     postOrder(p, recomputable, cloned, stack, [&](Node* x) {
       clone_name.assign(x->name());
