@@ -576,6 +576,12 @@ void Bucketer::finalize(Bucket& b) {
   for (const Member& m : b.members)
     colls.push_back(m.coll);
   bucket_members_.push_back(std::move(colls));
+  // The rewrite ends by erasing the members, whose index slots lie at random in an index as
+  // large as the graph: fetched now, they arrive while the rewrite builds the new nodes.
+  for (const Member& m : b.members) {
+    g_.prefetchName(m.coll->name());
+    g_.prefetchName(m.wait->name());
+  }
   if (sideOf(key.kind) == Side::Gather)
     finalizeGather(b, key);
   else
