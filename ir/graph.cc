@@ -644,15 +644,8 @@ void Graph::dropUses(Node* n) {
   n->num_ops_ = 0;
 }
 
-Node* Graph::create(OpKind op, Symbol target, std::vector<Arg> args, Kwargs kwargs,
-                    std::string_view name, Node* before) {
-  // The name's index slot is fetched first: the probe that claims the name comes after the
-  // node is built, and at 10^6 nodes the slot is a cache miss (a pass's new nodes are not
-  // prefetched the way a reader's are).
-  std::string derived;
-  if (name.empty()) name = derived = nameFromTarget(target.str());
-  const uint64_t name_hash = NameIndex<Node>::hashOf(name);
-  by_name_.prefetchHash(name_hash);
+Node& Graph::makeNode(OpKind op, Symbol target, std::vector<Arg>&& args, Kwargs&& kwargs,
+                      std::string_view name) {
   Node& n = nodes_.emplace_back(Node::Token{});
   n.graph_ = this;
   n.id_ = static_cast<uint32_t>(nodes_.size() - 1);
@@ -667,17 +660,42 @@ Node* Graph::create(OpKind op, Symbol target, std::vector<Arg> args, Kwargs kwar
     nodes_.pop_back();  // a bad operand leaves the graph as it was
     throw;
   }
-  // The name is claimed with one probe of the index; a taken one gets a suffix (uniqueName).
-  if (by_name_.insertOrFind(&n, name_hash)) {
-    n.name_ = names_.add(uniqueName(n.name()));
-    by_name_.insert(&n);
-  }
+  return n;
+}
+
+void Graph::addNode(Node& n, Node* before) {
   if (undo_) undo_->add(UndoLog::Kind::NodeCreated, &n);  // its name, uses and link too
   buildSlots(&n, /*record_uses=*/false);
   link(&n, before, /*record=*/false);
   ++live_;
   if (n.isCollective()) collective_ids_.push_back(n.id_);
-  if (op == OpKind::Placeholder) placeholder_ids_.push_back(n.id_);
+  if (n.op_ == OpKind::Placeholder) placeholder_ids_.push_back(n.id_);
+}
+
+Node* Graph::create(OpKind op, Symbol target, std::vector<Arg> args, Kwargs kwargs,
+                    std::string_view name, Node* before) {
+  // The name's index slot is fetched first: the probe that claims the name comes after the
+  // node is built, and at 10^6 nodes the slot is a cache miss (a pass's new nodes are not
+  // prefetched the way a reader's are).
+  std::string derived;
+  if (name.empty()) name = derived = nameFromTarget(target.str());
+  const uint64_t name_hash = nameHash(name);
+  by_name_.prefetchHash(name_hash);
+  Node& n = makeNode(op, target, std::move(args), std::move(kwargs), name);
+  // The name is claimed with one probe of the index; a taken one gets a suffix (uniqueName).
+  if (by_name_.insertOrFind(&n, name_hash)) {
+    n.name_ = names_.add(uniqueName(n.name()));
+    by_name_.insert(&n);
+  }
+  addNode(n, before);
+  return &n;
+}
+
+Node* Graph::createUnclaimed(OpKind op, Symbol target, std::vector<Arg> args, Kwargs kwargs,
+                             std::string_view name) {
+  if (undo_) throw std::logic_error("Graph::createUnclaimed while recording undo");
+  Node& n = makeNode(op, target, std::move(args), std::move(kwargs), name);
+  addNode(n, nullptr);
   return &n;
 }
 

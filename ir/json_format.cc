@@ -1573,6 +1573,7 @@ class JsonReader : public TreeBuilder {
   // before any node; a node is read as soon as it is complete, then dropped from the tree.
   void completed(uint32_t index) override {
     if (index == nodes_array_) {
+      claimAll();
       nodes_array_ = kNone;
       direct_parent_ = kNoDirect;
     } else if (stack_.size() == 1) {
@@ -1606,6 +1607,7 @@ class JsonReader : public TreeBuilder {
     node_name_.clear();
     if (!read) {
       s.rewind(start);
+      claimAll();  // the tree path reads this node against the whole index
       return false;
     }
     ++node_index_;
@@ -1714,7 +1716,8 @@ class JsonReader : public TreeBuilder {
         case 3:
           if (!s.stringToken(str) || str.empty()) return false;
           node_name_ = str;
-          g_->prefetchName(str);
+          node_name_hash_ = Graph::nameHash(str);
+          g_->prefetchNameHash(node_name_hash_);
           return true;
         case 4:
           return s.stringToken(str) && (op = opKindFromName(str)).has_value();
@@ -1735,17 +1738,51 @@ class JsonReader : public TreeBuilder {
       return false;
     const Symbol sym =
         *op == OpKind::CallFunction ? symbols_.intern(target) : Symbol::intern(target);
-    Node* n = g_->create(*op, sym, std::move(args), std::move(kwargs), node_name_);
-    if (n->name() != node_name_) {  // as node() reports it
-      Scope nodes(this, "nodes");
-      Scope at(this, node_index_);
-      Scope k(this, "name");
-      fail("duplicate node name '" + node_name_ + "'");
-    }
+    Node* n = g_->createUnclaimed(*op, sym, std::move(args), std::move(kwargs), node_name_);
+    claimLater(n);
     recent_.add(n);
     n->val() = std::move(val);
     n->meta() = std::move(meta);
     return true;
+  }
+
+  // A direct node's name is claimed in the graph's index kClaimLag nodes after the node is made
+  // (Graph::createUnclaimed), so the probe's cache miss overlaps with reading those nodes. The
+  // newest nodes are found through recent_ (or unclaimedNamed, for one that recent_ dropped);
+  // every name is claimed before the tree path reads a node and when the node list ends, so
+  // the tree path and everything after the list see a complete index, and a duplicate name is
+  // reported at its own node, as create() would have.
+  static constexpr size_t kClaimLag = 8;
+  struct Unclaimed {
+    Node* node = nullptr;
+    uint64_t hash = 0;
+    size_t index = 0;  // in "nodes"
+  };
+  void claimLater(Node* n) {
+    if (unclaimed_count_ == kClaimLag) claimOldest();
+    unclaimed_[(unclaimed_first_ + unclaimed_count_++) % kClaimLag] = {n, node_name_hash_,
+                                                                       node_index_};
+  }
+  void claimOldest() {
+    const Unclaimed u = unclaimed_[unclaimed_first_];
+    unclaimed_first_ = (unclaimed_first_ + 1) % kClaimLag;
+    --unclaimed_count_;
+    if (g_->claimName(u.node, u.hash)) return;
+    Scope nodes(this, "nodes");
+    Scope at(this, u.index);
+    Scope k(this, "name");
+    node_name_ = u.node->name();  // where() names the node
+    fail("duplicate node name '" + node_name_ + "'");
+  }
+  void claimAll() {
+    while (unclaimed_count_ > 0)
+      claimOldest();
+  }
+  Node* unclaimedNamed(std::string_view name) const {
+    for (size_t i = unclaimed_count_; i-- > 0;)  // newest first, as a taken name's lookup was
+      if (Node* n = unclaimed_[(unclaimed_first_ + i) % kClaimLag].node; n->name() == name)
+        return n;
+    return nullptr;
   }
 
   // Operands are looked up once the list holding them is read, after prefetching each one's
@@ -1763,7 +1800,10 @@ class JsonReader : public TreeBuilder {
     size_t i = 0;
     bool ok = true;
     auto resolve = [&](Node*& ref) {
-      ref = recent_.find(pending_[i++], [&](std::string_view s) { return g_->findNode(s); });
+      ref = recent_.find(pending_[i++], [&](std::string_view s) {
+        Node* found = g_->findNode(s);
+        return found ? found : unclaimedNamed(s);
+      });
       ok = ok && ref != nullptr;
     };
     for (auto& a : args) {
@@ -2813,7 +2853,10 @@ class JsonReader : public TreeBuilder {
   std::deque<std::vector<JView>> members_pool_;  // sortedMembers' buffers (a deque: they stay put)
   size_t members_depth_ = 0;                     // how many are lent out
   std::string node_name_;
+  uint64_t node_name_hash_ = 0;  // Graph::nameHash(node_name_), on the direct path
   size_t node_index_ = 0;
+  std::array<Unclaimed, kClaimLag> unclaimed_;
+  size_t unclaimed_first_ = 0, unclaimed_count_ = 0;
   std::optional<BadRef> bad_ref_;
   std::optional<size_t> bad_ref_defined_at_;
   RecentNames<Node> recent_;

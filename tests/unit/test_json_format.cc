@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <limits>
 #include <set>
@@ -820,6 +821,55 @@ TEST_CASE("json: nodes read straight from the tokens read as the tree reads them
     CHECK(plain > g->size() / 2);
     CHECK(jsonNodesReadDirectly(text) == plain);
   }
+}
+
+TEST_CASE("json: names claimed late by the direct reader still find duplicates at their node",
+          "[format][tokenizer]") {
+  // The direct reader claims a node's name in the index several nodes after making the node.
+  // A chain of 40 negations, each reading the one before and the first: any node's name may be
+  // repeated, near its first use or far from it, or followed by another error.
+  auto chain = [](const std::function<std::string(size_t)>& name_of) {
+    std::string nodes =
+        R"({"args":[],"kwargs":{},"meta":{},"name":"p","op":"placeholder","target":"p"})";
+    for (size_t i = 1; i < 40; ++i) {
+      const std::string prev = i == 1 ? "p" : name_of(i - 1);
+      nodes += ",\n{\"args\":[{\"node\":\"" + prev +
+               "\"},{\"node\":\"p\"}],\"kwargs\":{},"
+               "\"meta\":{},\"name\":\"" +
+               name_of(i) + "\",\"op\":\"call_function\",\"target\":\"aten.add.Tensor\"}";
+    }
+    return doc(nodes);
+  };
+  auto plain = [](size_t i) { return "n" + std::to_string(i); };
+  const std::string ok = chain(plain);
+  CHECK(jsonNodesReadDirectly(ok) == 40);
+  const auto g = readJsonGraph(ok, "g.json");
+  for (size_t i = 1; i < 40; ++i) {
+    const Node* n = g->findNode(plain(i));
+    REQUIRE(n != nullptr);
+    CHECK(n->input(0)->name() == (i == 1 ? "p" : plain(i - 1)));
+  }
+  CHECK(g->size() == 40);
+  for (const Node* n : g->nodes())
+    CHECK(g->findNode(n->name()) == n);  // every name claimed, the last lag's too
+  // Node `dup` takes the name of node `orig` (1 node back, within the lag, and 30 back).
+  for (auto pair : {std::pair<size_t, size_t>{20, 21}, {22, 27}, {3, 33}, {38, 39}}) {
+    const size_t orig = pair.first, dup = pair.second;  // named: a lambda captures these
+    auto named = [&](size_t i) { return plain(i == dup ? orig : i); };
+    const std::string e = errorOf(chain(named));
+    INFO(orig << " " << dup << ": " << e);
+    CHECK(e.find("at /nodes/" + std::to_string(dup) + "/name (node '" + plain(orig) +
+                 "'): error: duplicate node name") != std::string::npos);
+  }
+  // A duplicate, then an error the direct path leaves to the tree path two nodes on: the
+  // duplicate is reported, as it comes first.
+  std::string text = chain([](size_t i) { return "n" + std::to_string(i == 11 ? 10 : i); });
+  const size_t bad = text.find("\"name\":\"n13\"");
+  REQUIRE(bad != std::string::npos);
+  text.replace(bad, 12, "\"name\":\"\"");
+  const std::string e = errorOf(text);
+  INFO(e);
+  CHECK(e.find("at /nodes/11/name (node 'n10'): error: duplicate node name") != std::string::npos);
 }
 
 TEST_CASE("json: repeated tensor metas read as the tree reads them, a '}' in a string too",
