@@ -1703,13 +1703,16 @@ class JsonReader : public TreeBuilder {
     NodeMeta meta;
     std::optional<OpKind> op;
     std::string_view target;
-    unsigned seen = 0;  // bit i: kKeys[i] was read
+    unsigned seen = 0;                      // bit i: kKeys[i] was read
+    size_t args_refs = 0, kwargs_refs = 0;  // where their operands' names start in pending_
     const bool ok = directMembers(s, kKeys, seen, [&](int key) {
       std::string_view str;
       switch (key) {
         case 0:
-          return directList(s, args, 0) && resolvePending(args);
+          args_refs = pending_.size();
+          return directList(s, args, 0);
         case 1:
+          kwargs_refs = pending_.size();
           return directKwargs(s, kwargs);
         case 2:
           return directMeta(s, meta, val);
@@ -1731,6 +1734,9 @@ class JsonReader : public TreeBuilder {
     });
     constexpr unsigned kRequired = 1u << 3 | 1u << 4 | 1u << 5;  // name, op, target
     if (!ok || (seen & kRequired) != kRequired) return false;
+    // Operands are looked up once the whole node is read: their index slots, prefetched as
+    // their names were read, have had the meta's reading to arrive.
+    if (!resolvePending(args, args_refs) || !resolvePending(kwargs, kwargs_refs)) return false;
     if (*op == OpKind::Output && target != "output") return false;
     if (*op == OpKind::CallFunction && target.empty()) return false;
     if ((*op == OpKind::Placeholder || *op == OpKind::GetAttr) &&
@@ -1785,8 +1791,8 @@ class JsonReader : public TreeBuilder {
     return nullptr;
   }
 
-  // Operands are looked up once the list holding them is read, after prefetching each one's
-  // index slot as it is read (prefetchOperands does the same on the tree path).
+  // Operands are looked up once the node is read, after prefetching each one's index slot as
+  // it is read (prefetchOperands does the same on the tree path).
   bool directNodeRef(FastSax& s, Arg& out) {
     std::string_view name;
     if (!s.stringToken(name) || !inText(name)) return false;  // kept in pending_ as a view
@@ -1795,9 +1801,10 @@ class JsonReader : public TreeBuilder {
     out = Arg::ofNode(nullptr);
     return true;
   }
+  // Points the node references in `args` at the nodes named by pending_[first...], in order.
   template <class Args>
-  bool resolvePending(Args& args) {
-    size_t i = 0;
+  bool resolvePending(Args& args, size_t first) {
+    size_t i = first;
     bool ok = true;
     auto resolve = [&](Node*& ref) {
       ref = recent_.find(pending_[i++], [&](std::string_view s) {
@@ -1812,7 +1819,6 @@ class JsonReader : public TreeBuilder {
       else
         a.second.forEachNode(resolve);
     }
-    pending_.clear();
     return ok;  // an undefined operand: the tree path reports it
   }
 
@@ -1913,7 +1919,7 @@ class JsonReader : public TreeBuilder {
     if (!ok) return false;
     out.reserve(kwargs_buffer_.size());
     std::move(kwargs_buffer_.begin(), kwargs_buffer_.end(), std::back_inserter(out));
-    return resolvePending(out);
+    return true;  // its operands are resolved with the node's (directNode)
   }
 
   bool directMeta(FastSax& s, NodeMeta& m, ValueMeta& val) {
