@@ -1,4 +1,5 @@
 #include <catch2/catch.hpp>
+#include <cstring>
 #include <filesystem>
 
 #include <random>
@@ -11,6 +12,7 @@
 #include "ir/hash.h"
 #include "ir/io.h"
 #include "ir/json_format.h"
+#include "ir/page_blocks.h"
 #include "ir/stable_vector.h"
 #include "ir/text_format.h"
 #include "ir/verifier.h"
@@ -361,6 +363,21 @@ TEST_CASE("stable vector: elements keep their addresses through growth, pop and 
     CHECK(count == 10);
     CHECK(sum == 0 + 1 + 2 + 3 + 4 + 5 + 6 + 7 + 8 + 42);
 
+    // Past the heap's chunks the chunks come from mapped blocks (PageBlocks): 4000 items of 4
+    // per chunk are 16 heap chunks and 984 carved from blocks.
+    StableVector<Item, 4> big;
+    std::vector<const Item*> big_at;
+    for (int i = 0; i < 4000; ++i)
+      big_at.push_back(&big.emplace_back(i, &live));
+    CHECK(live == 4010);
+    bool kept = true;
+    for (size_t i = 0; i < big_at.size(); ++i)
+      kept = kept && &big[i] == big_at[i] && big[i].value == static_cast<int>(i);
+    CHECK(kept);
+    big.clear();
+    CHECK(live == 10);
+    CHECK(big.emplace_back(5, &live).value == 5);  // usable again after clear
+
     StableVector<Item, 4> w;
     w.push_back(Item(7, &live));
     v.swap(w);
@@ -369,16 +386,39 @@ TEST_CASE("stable vector: elements keep their addresses through growth, pop and 
     CHECK(&w[3] == where[3]);  // the chunks moved over, not the elements
     w.clear();
     CHECK(w.empty());
-    CHECK(live == 1);
+    CHECK(live == 2);
   }
   CHECK(live == 0);
+}
+
+TEST_CASE("page blocks: aligned pieces, a new block when one is full, swap and release",
+          "[graph]") {
+  PageBlocks a;
+  auto* p = static_cast<std::byte*>(a.take(3, 1));
+  auto* q = static_cast<std::byte*>(a.take(8, 8));
+  CHECK(q == p + 8);  // rounded up to the alignment, in the same block
+  std::memset(p, 1, 3);
+  std::memset(q, 2, 8);
+  // What does not fit the rest of a block starts a new one; the first block stays valid.
+  auto* r = static_cast<std::byte*>(a.take(PageBlocks::kBlockBytes - 8, 4096));
+  CHECK(reinterpret_cast<uintptr_t>(r) % 4096 == 0);
+  std::memset(r, 3, PageBlocks::kBlockBytes - 8);
+  CHECK(p[2] == std::byte{1});
+  CHECK(q[7] == std::byte{2});
+  PageBlocks b;
+  b.swap(a);  // b owns the blocks now
+  CHECK(r[PageBlocks::kBlockBytes - 9] == std::byte{3});
+  b.release();
+  auto* s = static_cast<std::byte*>(b.take(16, 16));  // usable after release
+  std::memset(s, 4, 16);
+  CHECK(s[15] == std::byte{4});
 }
 
 TEST_CASE("graph: nodes keep their addresses as the graph grows past many chunks", "[graph]") {
   Graph g;
   Node* x = g.create(OpKind::Placeholder, Symbol::intern("x"), {}, {}, "x");
   std::vector<Node*> made{x};
-  for (int i = 0; i < 1000; ++i)
+  for (int i = 0; i < 3000; ++i)  // past the 1024 nodes of the heap's chunks
     made.push_back(g.createCall("aten.neg.default", {Arg::ofNode(made.back())}));
   for (uint32_t id = 0; id < made.size(); ++id) {
     CHECK(g.nodeById(id) == made[id]);

@@ -1,0 +1,94 @@
+// Memory for an arena that a large graph fills (the node arena, StableVector): 2 MiB blocks
+// mapped from the system and faulted in with one call each (MADV_POPULATE_WRITE) instead of a
+// page fault per 4 KiB page as they are first written (on the 2-core machine 1.5-2 us a fault,
+// 1 us a page populated). Blocks are freed with the owner, never one by one: the arena only
+// grows. Systems without the call (Linux before 5.14, or not Linux) fault the pages in as they
+// are used. Memory the heap would reuse (freed tables) is better taken from the heap: operand
+// slots from here raised the 10^6 peak by 13 MiB.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <new>
+#include <utility>
+#include <vector>
+
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
+
+namespace jfx {
+
+class PageBlocks {
+ public:
+  static constexpr size_t kBlockBytes = size_t{2} << 20;
+
+  PageBlocks() = default;
+  PageBlocks(const PageBlocks&) = delete;
+  PageBlocks& operator=(const PageBlocks&) = delete;
+  ~PageBlocks() { release(); }
+
+  // `bytes` (at most kBlockBytes) aligned to `align` (a power of two, at most 4096), from the
+  // current block or a new one; what was left of the current block is given up.
+  void* take(size_t bytes, size_t align) {
+    auto at = (reinterpret_cast<uintptr_t>(next_) + align - 1) & ~(uintptr_t{align} - 1);
+    if (next_ == nullptr || at + bytes > reinterpret_cast<uintptr_t>(end_)) {
+      std::byte* block = newBlock();
+      at = reinterpret_cast<uintptr_t>(block);
+      end_ = block + kBlockBytes;
+    }
+    next_ = reinterpret_cast<std::byte*>(at + bytes);
+    return reinterpret_cast<void*>(at);
+  }
+
+  void release() {
+    for (void* b : blocks_)
+      freeBlock(b);
+    blocks_.clear();
+    next_ = end_ = nullptr;
+  }
+  void swap(PageBlocks& o) noexcept {
+    blocks_.swap(o.blocks_);
+    std::swap(next_, o.next_);
+    std::swap(end_, o.end_);
+  }
+
+  // Faults in [p, p + bytes) in one call where the system can.
+  static void populate([[maybe_unused]] void* p, [[maybe_unused]] size_t bytes) {
+#if defined(__linux__) && defined(MADV_POPULATE_WRITE)
+    ::madvise(p, bytes, MADV_POPULATE_WRITE);  // a hint: failing leaves the pages to fault
+#endif
+  }
+
+ private:
+  std::byte* newBlock() {
+#if defined(__linux__)
+    void* p =
+        ::mmap(nullptr, kBlockBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) throw std::bad_alloc();
+#else
+    void* p = ::operator new (kBlockBytes, std::align_val_t{4096});
+#endif
+    try {
+      blocks_.push_back(p);
+    } catch (...) {
+      freeBlock(p);
+      throw;
+    }
+    populate(p, kBlockBytes);
+    return static_cast<std::byte*>(p);
+  }
+  static void freeBlock(void* p) {
+#if defined(__linux__)
+    ::munmap(p, kBlockBytes);
+#else
+    ::operator delete (p, std::align_val_t{4096});
+#endif
+  }
+
+  std::vector<void*> blocks_;
+  std::byte* next_ = nullptr;
+  std::byte* end_ = nullptr;
+};
+
+}  // namespace jfx
