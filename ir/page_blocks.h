@@ -20,6 +20,20 @@
 #include <sys/mman.h>
 #endif
 
+// LeakSanitizer scans the heap, stacks and globals for pointers, not memory mapped by hand: the
+// heap blocks that nodes in these blocks own would look leaked (jointfx leaves its graph to the
+// exit), so the blocks are registered as roots.
+#if defined(__SANITIZE_ADDRESS__)
+#define JFX_LSAN_ROOTS 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(leak_sanitizer)
+#define JFX_LSAN_ROOTS 1
+#endif
+#endif
+#if defined(JFX_LSAN_ROOTS)
+#include <sanitizer/lsan_interface.h>
+#endif
+
 namespace jfx {
 
 class PageBlocks {
@@ -86,12 +100,21 @@ class PageBlocks {
     try {
       blocks_.push_back(p);
     } catch (...) {
-      freeBlock(p);
+      unmapBlock(p);
       throw;
     }
+#if defined(JFX_LSAN_ROOTS)
+    __lsan_register_root_region(p, kBlockBytes);
+#endif
     return static_cast<std::byte*>(p);
   }
   static void freeBlock(void* p) {
+#if defined(JFX_LSAN_ROOTS)
+    __lsan_unregister_root_region(p, kBlockBytes);
+#endif
+    unmapBlock(p);
+  }
+  static void unmapBlock(void* p) {
 #if defined(__linux__)
     ::munmap(p, kBlockBytes);
 #else
