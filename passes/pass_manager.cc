@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "ir/clone.h"
+#include "ir/error.h"
 #include "ir/hash.h"
 #include "ir/io.h"
 #include "ir/text_format.h"
@@ -117,7 +118,9 @@ class PipelineParser {
     bool known = false;
     for (const auto& r : passRegistry())
       known = known || r.name == name;
-    if (!known) fail("unknown pass '" + name + "' (known passes: " + knownPasses() + ")", start);
+    if (!known)
+      fail("unknown pass " + quoteForMessage(name) + " (known passes: " + knownPasses() + ")",
+           start);
     skipSpace();
     std::map<std::string, std::string> values;
     if (pos_ < s_.size() && s_[pos_] == '{') options(name, values);
@@ -132,10 +135,11 @@ class PipelineParser {
     for (;;) {
       size_t start = pos_;
       while (pos_ < s_.size() && s_[pos_] != ',' && s_[pos_] != '}') {
-        if (s_[pos_] == '{') fail("unexpected '{' inside the options of '" + pass + "'");
+        if (s_[pos_] == '{') fail("unexpected '{' inside the options of " + quoteForMessage(pass));
         ++pos_;
       }
-      if (pos_ == s_.size()) fail("unterminated '{' for the options of '" + pass + "'", open);
+      if (pos_ == s_.size())
+        fail("unterminated '{' for the options of " + quoteForMessage(pass), open);
       std::string_view item = s_.substr(start, pos_ - start);
       size_t item_col = start;
       while (item_col < pos_ && isSpace(s_[item_col]))
@@ -145,20 +149,24 @@ class PipelineParser {
       std::string text = trim(item);
       if (text.empty()) {
         if (close && last_key.empty() && values.empty()) return;  // `{}`
-        fail("empty option in the options of '" + pass + "'", item_col);
+        fail("empty option in the options of " + quoteForMessage(pass), item_col);
       }
       size_t eq = text.find('=');
       if (eq == std::string::npos) {
-        if (last_key.empty()) fail("expected key=value in the options of '" + pass + "'", item_col);
+        if (last_key.empty())
+          fail("expected key=value in the options of " + quoteForMessage(pass), item_col);
         values[last_key] += "," + text;
       } else {
         std::string key = trim(std::string_view(text).substr(0, eq));
         bool ok = !key.empty();
         for (char c : key)
           ok = ok && isNameChar(c);
-        if (!ok) fail("bad option name '" + key + "' for '" + pass + "'", item_col);
+        if (!ok)
+          fail("bad option name " + quoteForMessage(key) + " for " + quoteForMessage(pass),
+               item_col);
         if (values.count(key))
-          fail("option '" + key + "' given twice for '" + pass + "'", item_col);
+          fail("option " + quoteForMessage(key) + " given twice for " + quoteForMessage(pass),
+               item_col);
         values[key] = trim(std::string_view(text).substr(eq + 1));
         last_key = key;
       }
@@ -339,8 +347,8 @@ std::vector<PipelineEntry> loadPipelineFile(const std::string& path) {
       throw fail(ptr + "/name", "expected the pass name as a string");
     std::string name = e["name"].get<std::string>();
     if (!createPass(name))
-      throw fail(ptr + "/name",
-                 "unknown pass '" + name + "' (known passes: " + knownPasses() + ")");
+      throw fail(ptr + "/name", "unknown pass " + quoteForMessage(name) +
+                                    " (known passes: " + knownPasses() + ")");
     std::map<std::string, std::string> values;
     if (e.contains("options")) {
       const auto& opts = e["options"];
@@ -383,7 +391,7 @@ void applyOptionOverrides(std::vector<PipelineEntry>& pipeline,
   for (const std::string& s : sets) {
     const size_t eq = s.find('=');
     if (eq == std::string::npos || eq == 0)
-      throw JfxError({}, "--set '" + s + "': expected KEY=VALUE or PASS.KEY=VALUE");
+      throw JfxError({}, "--set " + quoteForMessage(s) + ": expected KEY=VALUE or PASS.KEY=VALUE");
     std::string key = s.substr(0, eq);
     const std::string value = s.substr(eq + 1);
     std::string pass;
@@ -398,9 +406,10 @@ void applyOptionOverrides(std::vector<PipelineEntry>& pipeline,
       matched = true;
     }
     if (!matched)
-      throw JfxError({}, "--set '" + s + "': " +
-                             (pass.empty() ? "no pass in the pipeline has option '" + key + "'"
-                                           : "no pass '" + pass + "' in the pipeline"));
+      throw JfxError(
+          {}, "--set " + quoteForMessage(s) + ": " +
+                  (pass.empty() ? "no pass in the pipeline has option " + quoteForMessage(key)
+                                : "no pass " + quoteForMessage(pass) + " in the pipeline"));
   }
 }
 
@@ -410,7 +419,8 @@ std::vector<ConfiguredPass> buildPipeline(const std::vector<PipelineEntry>& pipe
   for (const PipelineEntry& e : pipeline) {
     std::unique_ptr<Pass> pass = createPass(e.name);
     if (!pass)
-      throw JfxError({}, "unknown pass '" + e.name + "' (known passes: " + knownPasses() + ")");
+      throw JfxError(
+          {}, "unknown pass " + quoteForMessage(e.name) + " (known passes: " + knownPasses() + ")");
     PassOptions options = e.options;
     options.declare(pass->options());
     // Keys the pass does not declare fail before configure() reads anything; a declared key
@@ -427,12 +437,13 @@ std::vector<ConfiguredPass> buildPipeline(const std::vector<PipelineEntry>& pipe
     }
     if (!unknown.empty()) {
       std::string keys;
-      for (const auto& k : unknown)
-        keys += (keys.empty() ? "'" : ", '") + k + "'";
+      for (size_t i = 0; i < unknown.size() && i < 10; ++i)
+        keys += (i ? ", " : "") + quoteForMessage(unknown[i]);
+      if (unknown.size() > 10) keys += " and " + std::to_string(unknown.size() - 10) + " more";
       std::string known;
       for (const auto& k : declared)
         known += (known.empty() ? "" : ", ") + k;
-      throw JfxError({}, "pass '" + e.name + "' has no option " + keys +
+      throw JfxError({}, "pass " + quoteForMessage(e.name) + " has no option " + keys +
                              (known.empty() ? " (it takes none)" : " (it takes: " + known + ")"));
     }
     out.push_back({std::move(pass), options.str()});
@@ -460,7 +471,8 @@ PipelineResult runPasses(Graph& g, std::vector<ConfiguredPass>& passes,
     bool found = false;
     for (const auto& p : passes)
       found = found || p.pass->name() == name;
-    if (!found) throw JfxError({}, "print-ir-after: no pass '" + name + "' in the pipeline");
+    if (!found)
+      throw JfxError({}, "print-ir-after: no pass " + quoteForMessage(name) + " in the pipeline");
   }
 
   PipelineResult result;
@@ -531,7 +543,7 @@ PipelineResult runPasses(Graph& g, std::vector<ConfiguredPass>& passes,
   for (size_t i = 0; i < count; ++i) {
     Pass& pass = *passes[i].pass;
     std::string name(pass.name());
-    std::string label = "pass '" + name + "' (#" + std::to_string(i + 1) + ")";
+    std::string label = "pass " + quoteForMessage(name) + " (#" + std::to_string(i + 1) + ")";
     if (opts.check_unchanged_hash && !hash_known) {
       hash = hashGraph();
       hash_known = true;
@@ -581,8 +593,9 @@ PipelineResult runPasses(Graph& g, std::vector<ConfiguredPass>& passes,
         for (const StatisticDecl& d : decls)
           ok = ok || statisticMatches(d.name, stat);
         if (!ok)
-          throw JfxError({}, label + " failed: internal error: it reports statistic '" + stat +
-                                 "', which its statistics() does not declare" + repro());
+          throw JfxError({}, label + " failed: internal error: it reports statistic " +
+                                 quoteForMessage(stat) +
+                                 ", which its statistics() does not declare" + repro());
       }
     }
 

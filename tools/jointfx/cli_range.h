@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <string>
 
+#include "ir/error.h"
+
 namespace jfx::cli {
 
 // Accepts a decimal integer in [lo, hi]; anything else is an error naming the range, e.g.
@@ -20,7 +22,7 @@ inline CLI::Validator IntRange(int64_t lo, int64_t hi) {
         const char* end = text.data() + text.size();
         auto [p, ec] = std::from_chars(text.data(), end, v);
         if (ec != std::errc() || p != end || v < lo || v > hi)
-          return "expected an integer in " + range + ", got '" + text + "'";
+          return "expected an integer in " + range + ", got " + quoteForMessage(text);
         return {};
       },
       "INT in " + range);
