@@ -11,18 +11,21 @@ usage: bad_inputs.py JOINTFX CORPUS_DIR
    inputs/gen_inputs.py still writes the safetensors inputs byte for byte.
 2. Generated inputs too large to keep as fixtures (deep nesting, /dev/zero, over the input
    limit, 100 MB values) get a clean error, not a crash or an exhausted memory; a long value is
-   quoted clipped, in a message of at most 1000 characters.
+   quoted clipped, in a message of at most 1000 characters; so are a long --device and tensor
+   name in `jointfx exec` (when built with the LibTorch runtime).
 3. `opt` and `convert` never overwrite their input, and a failed run leaves an existing output
    file untouched; outputs through symlinks, FIFOs, character devices and /dev/stdout are
    written, never replaced.
 4. Usage errors (bad pipeline, unknown flag) exit 2.
 """
 import filecmp
+import json
 import os
 import re
 import shlex
 import shutil
 import stat
+import struct
 import subprocess
 import sys
 import tempfile
@@ -203,6 +206,17 @@ def check_generated(c, tmp):
              "(102400 bytes)", max_len=1000)
     c.expect("100 KB pipeline spec", ["opt", GOOD_JFX, "-o", "-", "-p", "dce,x" + arg], 2,
              "unknown pass 'xaaa", max_len=1000)
+    # CLI11's own messages, clipped word by word.
+    runtime_graph = os.path.join(os.path.dirname(GOOD_JFX), "..", "..", "..", "runtime", "data",
+                                 "linear_w1.jfx")
+    c.expect("100 KB --device", ["exec", runtime_graph, "--device", arg], 2,
+             ("--device: aaa", "aaa... (102400 bytes) not in {cpu,cuda}"), max_len=1000)
+    c.expect("100 KB --lr", ["exec", runtime_graph, "--lr", arg], 2,
+             "Could not convert: --lr = aaa", max_len=1000)
+    c.expect("100 KB --format", ["convert", GOOD_JFX, "-o", "-", "--format", arg], 2,
+             "(102400 bytes) not in {json,text}", max_len=1000)
+    c.expect("100 KB extra argument", ["verify", GOOD_JFX, arg], 2,
+             "The following argument was not expected: aaa", max_len=1000)
     c.expect("missing file", ["verify", os.path.join(tmp, "nope.json")], 2, "nope.json")
     c.expect("unknown extension", ["verify", os.path.join(tmp, "graph.txt")], 2, "graph.txt")
 
@@ -357,6 +371,33 @@ def check_output_paths(c, tmp):
     c.check("no temporary files left (output paths)", not leftovers, f"found {leftovers}")
 
 
+def write_safetensors(path, tensors):
+    """A safetensors file of float32 tensors: {name: (shape, values)}."""
+    header, data = {}, b""
+    for name, (shape, values) in tensors.items():
+        raw = struct.pack(f"<{len(values)}f", *values)
+        header[name] = {"dtype": "F32", "shape": shape,
+                        "data_offsets": [len(data), len(data) + len(raw)]}
+        data += raw
+    text = json.dumps(header).encode()
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text + data)
+
+
+def check_runtime_values(c, corpus, tmp):
+    """`exec` clips a long value as the core does: a tensor name of 100 KB in --params. Returns how many checks were skipped for want of the runtime."""
+    if not has_runtime(c.jointfx):
+        return 2
+    graph = os.path.join(corpus, "..", "..", "runtime", "data", "linear_w1.jfx")
+    arg = "a" * (100 << 10)
+    params = os.path.join(tmp, "long_name.safetensors")
+    write_safetensors(params, {arg: ([1], [1.0])})
+    c.expect("100 KB tensor name in --params", ["exec", graph, "--params", params], 2,
+             ("no tensor 'w' (input 'w'); the file has 'aaa", "aaa...' (102400 bytes)"),
+             max_len=1000)
+    return 0
+
+
 def check_usage(c, tmp):
     c.expect("no subcommand", [], 2, "A subcommand is required")
     c.expect("unknown flag", ["verify", "--frobnicate", "x.jfx"], 2, "--frobnicate")
@@ -379,6 +420,7 @@ def main():
             step(c, sub)
         check_no_overwrite(c, corpus, tmp)
         check_usage(c, tmp)
+        runtime_skipped = check_runtime_values(c, corpus, tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     if cases + skipped < 100:
@@ -387,7 +429,8 @@ def main():
     for failure in c.failures:
         print("FAIL", failure)
     print(f"{c.count - len(c.failures)}/{c.count} checks passed ({cases} corpus cases run"
-          + (f", {skipped} skipped: this jointfx has no LibTorch runtime" if skipped else "") +
+          + (f", {skipped + runtime_skipped} skipped: this jointfx has no LibTorch runtime"
+             if skipped + runtime_skipped else "") +
           ")")
     return 1 if c.failures else 0
 
