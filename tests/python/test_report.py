@@ -154,11 +154,11 @@ def test_each_finding_is_one_warning_and_nothing_else(caplog: pytest.LogCaptureF
 
 
 def test_missing_specs_say_what_changed_and_warn_once() -> None:
-    """The graph of a TracedGraph stripped of its header: one warning (not also the exporter's
-    "no input specs" one), and it does not claim the graph was left as it was when bucket and
+    """A graph whose header lost its input specs: one warning (not also the exporter's "no
+    input specs" one), and it does not claim the graph was left as it was when bucket and
     schedule changed it."""
     doc, gm = _fixture()
-    gm.meta.pop("jointfx")
+    gm.meta["jointfx"]["inputs"] = []
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         new = run_pipeline(gm, str(REPO / "configs" / "pipelines" / "default.json"))
