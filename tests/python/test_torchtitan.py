@@ -52,7 +52,7 @@ ORDERS = ("graph_trainer", "registered", "after_sac_remat", "before_sac_with_con
           "recipe_before_sac_with_config")
 
 
-def _apply(order: str) -> tuple[dict, dict, list[str]]:
+def _apply(order: str, memory_policy: str = "default") -> tuple[dict, dict, list[str]]:
     """Traces the 2-layer llama3 debugmodel step (fake group, world 2) and applies GraphTrainer's
     default list (its terminal Inductor/cudagraph passes left out: they do not move collectives)
     arranged as `order`; returns (collective_summary, the jointfx report, pass names)."""
@@ -69,6 +69,7 @@ def _apply(order: str) -> tuple[dict, dict, list[str]]:
     tr = titan.trace_model("llama3", 2)
     config = graph_trainer_llama3_debugmodel_sdpa()
     config.model_spec.model.layers = list(config.model_spec.model.layers[:2])
+    config.compile.memory_policy = memory_policy
     full = gt.construct_default_graph_passes(tr.traced, config)
     gt_list = [p for p in full if jt._pass_name(p) not in jt._TERMINAL]
     default = str(jt.pipeline_file("default"))
@@ -157,6 +158,21 @@ def test_registered_composition_gathers_no_more_in_backward(orders) -> None:
     # Forward gathers the same bytes in every arrangement (each parameter once).
     fw = {o: _ag(orders[o][0], "forward")["bytes"] for o in ORDERS}
     assert len(set(fw.values())) == 1, fw
+
+
+def test_a_chosen_memory_policy_is_kept() -> None:
+    """memory_policy=full: SAC's MUST_RECOMPUTE on every forward node is the user's decision,
+    which tag-fsdp keeps (no block stays unsharded), so backward gathers what GraphTrainer's own
+    list gathers, each parameter once."""
+    _need_torchtitan()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        gt_s = _apply("graph_trainer", "full")[0]
+        jfx_s, report, _ = _apply("registered", "full")
+    stats = {p["name"]: p.get("stats", {}) for p in report["passes"]}
+    assert stats["tag-fsdp"]["user-tags-kept"] > 0
+    assert jfx_s["gathers_per_parameter"] == {"forward": {}, "backward": {}}
+    assert _ag(jfx_s, "backward")["bytes"] == _ag(gt_s, "backward")["bytes"] > 0
 
 
 def test_jointfx_before_the_memory_policy_without_config_is_reported() -> None:
