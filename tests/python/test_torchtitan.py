@@ -325,8 +325,14 @@ def test_trainer_final_graph_collectives(trained, pipeline: str) -> None:
     assert jfx["gathered_parameters"]["forward"] == gt["gathered_parameters"]["forward"] > 0
     assert jfx["forward"]["all_gather"]["bytes"] == gt["forward"]["all_gather"]["bytes"]
     # Backward: no more all-gather bytes than GraphTrainer's own list (its SAC re-gathers
-    # every block parameter; jointfx keeps the last block unsharded).
-    assert 0 < jfx["backward"]["all_gather"]["bytes"] <= gt["backward"]["all_gather"]["bytes"]
+    # every block parameter): jointfx keeps the last block unsharded, jointfx_auto under the
+    # default limit (most of this machine's memory) every block.
+    bw = _ag(jfx, "backward")["bytes"]
+    assert bw <= _ag(gt, "backward")["bytes"]
+    if pipeline == "jointfx":
+        assert 0 < bw < _ag(gt, "backward")["bytes"]
+    else:
+        assert bw == 0
     # Every gradient is reduce-scattered, the same bytes.
     assert jfx["backward"]["reduce_scatter"]["bytes"] == gt["backward"]["reduce_scatter"]["bytes"]
     for rank in range(2):
