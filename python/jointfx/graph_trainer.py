@@ -41,7 +41,8 @@ __all__ = ["drop_backward_recompute_tags", "jointfx_pass", "specs_from_traced"]
 
 def jointfx_pass(pipeline: str, *, traced: Any = None, model: torch.nn.Module | None = None,
                  model_fn: Callable[[], torch.nn.Module | None] | None = None,
-                 gt_config: Any = None, strict: bool = False, verify: bool = True,
+                 gt_config: Any = None, warn_untagged: bool = True, strict: bool = False,
+                 verify: bool = True,
                  **export_kwargs: Any) -> Callable[..., fx.GraphModule]:
     """A GraphTrainer pass `(gm, example_inputs, **kwargs) -> gm` running the jointfx
     `pipeline` (see `jointfx passes`). Header specs come from `traced` (and `model`, or
@@ -62,7 +63,8 @@ def jointfx_pass(pipeline: str, *, traced: Any = None, model: torch.nn.Module | 
     `gt_config` (the GraphTrainer config) the pass, finding no recompute tag on the graph, first
     applies GraphTrainer's memory policy itself (`tag_with_memory_policy_pass`), so its remat
     realizes SAC's tags too and leaves the later SAC passes nothing to recompute from a gather.
-    Without `gt_config` it reports that as a finding."""
+    Without `gt_config` it reports that as a finding (unless `warn_untagged=False`: a caller
+    that knows no memory policy follows, as jointfx.torchtitan's pipelines do)."""
 
     def jointfx_graph_pass(gm: fx.GraphModule, example_inputs: Any = None,
                            **_ignored: Any) -> fx.GraphModule:
@@ -80,7 +82,7 @@ def jointfx_pass(pipeline: str, *, traced: Any = None, model: torch.nn.Module | 
 
             gm = tag_with_memory_policy_pass(gm, config=gt_config)
         gm = run_pipeline(gm, pipeline, verify=verify, strict=strict, **kwargs)
-        if untagged and gt_config is None and _runs_remat(pipeline):
+        if untagged and gt_config is None and warn_untagged and _runs_remat(pipeline):
             note = ("jointfx ran before GraphTrainer's memory policy (no recompute tag on the "
                     "graph): a later tag_with_memory_policy_pass overwrites tag-fsdp's tags and "
                     "its remat gathers again, in backward, what a recomputed node reads; place "

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 import json
 import os
 import tempfile
@@ -195,10 +196,16 @@ def pipeline_spec(file_stem: str, opts: JointfxConfig) -> str:
         return str(path)
     doc["description"] = (f"{path.name} with the options of this run (jointfx.torchtitan): "
                           + doc.get("description", ""))
-    fd, tmp = tempfile.mkstemp(prefix=f"jointfx-{file_stem}-", suffix=".json")
-    with os.fdopen(fd, "w") as f:
-        json.dump(doc, f, indent=1)
-    return tmp
+    # Named by its content, so every rank and every run with these options shares one file.
+    text = json.dumps(doc, indent=1, sort_keys=True)
+    digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+    out = Path(tempfile.gettempdir()) / f"jointfx-{file_stem}-{digest}.json"
+    if not out.is_file() or out.read_text() != text:
+        fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.")
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, out)
+    return str(out)
 
 
 def _pass_name(p: Callable[..., Any]) -> str:
@@ -253,7 +260,10 @@ def _build_passes(name: str, file_stem: str | None, traced_result: Any, config: 
 def _jointfx_pass(spec: str, traced: Any, *, strict: bool) -> Callable[..., fx.GraphModule]:
     from jointfx.graph_trainer import jointfx_pass
 
-    inner = jointfx_pass(spec, traced=traced, model_fn=_model, strict=strict)
+    # Placed after the memory policy (or with none left to come: compose removes SAC's remat),
+    # so an untagged graph is no warning here.
+    inner = jointfx_pass(spec, traced=traced, model_fn=_model, strict=strict,
+                         warn_untagged=False)
 
     def jointfx_pass_with_groups(gm: fx.GraphModule, example_inputs: Any = None,
                                  **kwargs: Any) -> fx.GraphModule:
