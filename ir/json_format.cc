@@ -5,6 +5,7 @@
 #include <bit>
 #include <charconv>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <functional>
@@ -264,7 +265,10 @@ class JView {
   bool boolean() const { return v().b; }
   int64_t integer() const { return v().i; }
   uint64_t unsignedInteger() const { return v().u; }
-  double floating() const { return v().f; }
+  // A BigInt reads as the nearest double, as JSON readers without big integers read it.
+  double floating() const {
+    return type() == Type::BigInt ? std::strtod(std::string(str()).c_str(), nullptr) : v().f;
+  }
   std::string_view str() const { return t_->at(v().str[0], v().str[1]); }
   // Whether this integer fits none of the typed integer fields (an int64 other than the
   // OptionalInt64 reserved value): such a value in a typed meta key is carried as extra meta.
@@ -2463,8 +2467,8 @@ class JsonReader : public TreeBuilder {
         return Arg::ofBool(j.boolean());
       case JView::Type::Int:
       case JView::Type::Unsigned:
-      case JView::Type::BigInt:
         return Arg::ofInt(integer(j, "an integer"));
+      case JView::Type::BigInt:  // no op takes an integer past 64 bits: the double it reads as
       case JView::Type::Float:
         return Arg::ofFloat(j.floating());
       case JView::Type::String:
@@ -2563,10 +2567,10 @@ class JsonReader : public TreeBuilder {
         return v;
       case JView::Type::Int:
       case JView::Type::Unsigned:
-      case JView::Type::BigInt:
         v.kind = ValueMeta::Kind::Int;
         v.i = integer(j, "an integer");
         return v;
+      case JView::Type::BigInt:  // as for arguments
       case JView::Type::Float:
         v.kind = ValueMeta::Kind::Float;
         v.f = j.floating();
