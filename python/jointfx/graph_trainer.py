@@ -34,7 +34,7 @@ import torch.fx as fx
 
 from jointfx.export import specs_from_traced
 from jointfx.passes import run_pipeline
-from jointfx.report import JointfxWarning, StrictCheckError
+from jointfx.report import JointfxWarning
 
 __all__ = ["drop_backward_recompute_tags", "jointfx_pass", "specs_from_traced"]
 
@@ -63,8 +63,9 @@ def jointfx_pass(pipeline: str, *, traced: Any = None, model: torch.nn.Module | 
     `gt_config` (the GraphTrainer config) the pass, finding no recompute tag on the graph, first
     applies GraphTrainer's memory policy itself (`tag_with_memory_policy_pass`), so its remat
     realizes SAC's tags too and leaves the later SAC passes nothing to recompute from a gather.
-    Without `gt_config` it reports that as a finding (unless `warn_untagged=False`: a caller
-    that knows no memory policy follows, as jointfx.torchtitan's pipelines do)."""
+    Without `gt_config` it warns (JointfxWarning) that a later memory policy would do that
+    (unless `warn_untagged=False`: a caller that knows none follows, as jointfx.torchtitan's
+    pipelines do)."""
 
     def jointfx_graph_pass(gm: fx.GraphModule, example_inputs: Any = None,
                            **_ignored: Any) -> fx.GraphModule:
@@ -83,16 +84,13 @@ def jointfx_pass(pipeline: str, *, traced: Any = None, model: torch.nn.Module | 
             gm = tag_with_memory_policy_pass(gm, config=gt_config)
         gm = run_pipeline(gm, pipeline, verify=verify, strict=strict, **kwargs)
         if untagged and gt_config is None and warn_untagged and _runs_remat(pipeline):
-            note = ("jointfx ran before GraphTrainer's memory policy (no recompute tag on the "
-                    "graph): a later tag_with_memory_policy_pass overwrites tag-fsdp's tags and "
-                    "its remat gathers again, in backward, what a recomputed node reads; place "
-                    "the pass after tag_with_memory_policy_pass or give it gt_config")
-            report = gm.meta.get("jointfx_report")
-            if isinstance(report, dict):
-                report.setdefault("findings", []).append(note)
-            if strict:
-                raise StrictCheckError(f"jointfx pipeline {pipeline!r}: {note}")
-            warnings.warn(f"jointfx pipeline {pipeline!r}: {note}", JointfxWarning, stacklevel=2)
+            # A warning, not a finding: whether a memory policy follows is not this graph's to
+            # say (a pass list without SAC has none).
+            warnings.warn(f"jointfx pipeline {pipeline!r}: no recompute tag on the graph: if "
+                          "GraphTrainer's memory policy (tag_with_memory_policy_pass) runs after "
+                          "this pass, it overwrites tag-fsdp's tags and its remat gathers again, "
+                          "in backward, what a recomputed node reads; place the pass after it or "
+                          "give the pass gt_config", JointfxWarning, stacklevel=2)
         drop_backward_recompute_tags(gm)
         _rename_clones_of_live_nodes(gm)
         return gm

@@ -175,27 +175,24 @@ def test_a_chosen_memory_policy_is_kept() -> None:
     assert _ag(jfx_s, "backward")["bytes"] == _ag(gt_s, "backward")["bytes"] > 0
 
 
-def test_jointfx_before_the_memory_policy_without_config_is_reported() -> None:
+def test_jointfx_before_the_memory_policy_without_config_warns() -> None:
     """Before SAC tagging and without gt_config, a later SAC gathers again what its recomputed
-    nodes read (the defect the issue measured: +83% backward gather bytes): the pass says so."""
+    nodes read (the defect the issue measured: +83% backward gather bytes): the pass warns. Not
+    a finding (strict passes): a pass list without a memory policy is fine."""
     _need_torchtitan()
     from torchtitan.experiments.graph_trainer import passes as gt
 
     import jointfx.torchtitan as jt
-    from jointfx import JointfxWarning, StrictCheckError, titan
+    from jointfx import JointfxWarning, titan
     from jointfx.graph_trainer import jointfx_pass
 
     titan.init_fake_world(2, 0)
     tr = titan.trace_model("llama3", 2)
-    p = jointfx_pass(str(jt.pipeline_file("default")), traced=tr.traced, model=tr.model)
-    with pytest.warns(JointfxWarning, match="before GraphTrainer's memory policy"):
+    p = jointfx_pass(str(jt.pipeline_file("default")), traced=tr.traced, model=tr.model,
+                     strict=True)
+    with pytest.warns(JointfxWarning, match="memory policy"):
         gm = p(gt.canonicalize_graph_pass(tr.gm, None), None)
-    assert any("memory policy" in f for f in gm.meta["jointfx_report"]["findings"])
-    tr = titan.trace_model("llama3", 2)
-    strict = jointfx_pass(str(jt.pipeline_file("default")), traced=tr.traced, model=tr.model,
-                          strict=True)
-    with pytest.raises(StrictCheckError, match="before GraphTrainer's memory policy"):
-        strict(tr.gm, None)
+    assert gm.meta["jointfx_report"]["findings"] == []
 
 
 def test_pipeline_spec_fills_in_the_memory_limit_and_hardware(tmp_path: Path) -> None:
