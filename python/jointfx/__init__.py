@@ -9,7 +9,13 @@ jointfx.models). Tracing imports torch.distributed lazily, so `import jointfx` s
 """
 
 import importlib
+import pkgutil
 from typing import Any
+
+# The extension jointfx._C sits in this folder when the package is installed; a build from the
+# checkout puts it in <build>/python/jointfx/ (python/CMakeLists.txt), found with <build>/python
+# on sys.path as pkgutil-style packages find their portions.
+__path__ = pkgutil.extend_path(__path__, __name__)
 
 from jointfx._version import __version__
 from jointfx.export import (
@@ -27,7 +33,14 @@ from jointfx.export import (
     write_graph,
 )
 from jointfx.groups import register_process_groups
-from jointfx.passes import PipelineError, graph_pass, pass_names, run_pipeline, run_pipeline_doc
+from jointfx.passes import (
+    JointfxPass,
+    PipelineError,
+    graph_pass,
+    pass_names,
+    run_pipeline,
+    run_pipeline_doc,
+)
 from jointfx.report import JointfxWarning, StrictCheckError
 
 __all__ = [
@@ -44,6 +57,7 @@ __all__ = [
     "infer_process_groups",
     "specs_from_traced",
     "write_graph",
+    "JointfxPass",
     "PipelineError",
     "graph_pass",
     "pass_names",

@@ -578,9 +578,16 @@ def export_graph(
     collectives when torch.distributed knows them. What cannot be inferred is reported with a
     warning. get_attr tensors go into the header's "constants" (include_constants).
     """
-    head, phases = _export_head(gm, process_groups=process_groups, inputs=inputs,
-                                outputs=outputs, graph_meta=graph_meta,
-                                include_constants=include_constants, stacklevel=2)
+    return _export_document(gm, process_groups=process_groups, inputs=inputs, outputs=outputs,
+                            graph_meta=graph_meta, include_stack_trace=include_stack_trace,
+                            include_constants=include_constants, stacklevel=3)
+
+
+def _export_document(gm: fx.GraphModule, *, include_stack_trace: bool = False,
+                     **head_kwargs: Any) -> dict[str, Any]:
+    """export_graph's document; `head_kwargs` go to _export_head (run_pipeline passes
+    warn_no_specs=False: its report says the same as a finding)."""
+    head, phases = _export_head(gm, **head_kwargs)
     targets: dict[Any, str] = {}
     head["nodes"] = [_node_to_json(n, phases.get(n), include_stack_trace, targets)
                      for n in gm.graph.nodes]
@@ -598,7 +605,7 @@ class ExportedText:
     phases: Mapping[fx.Node, str]
     include_stack_trace: bool
 
-    graph: Any = None  # _jointfx_C.FxGraph, from export_native
+    graph: Any = None  # jointfx._C.FxGraph, from export_native
 
     def node_meta(self, node: fx.Node) -> dict[str, Any]:
         """The exported meta of `node` (call before changing its meta)."""
@@ -606,7 +613,7 @@ class ExportedText:
 
     @property
     def document(self) -> Any:
-        """What _jointfx_C.EditScript reads: the graph, else the text."""
+        """What jointfx._C.EditScript reads: the graph, else the text."""
         return self.graph if self.graph is not None else self.text
 
 
@@ -665,7 +672,7 @@ def export_text(gm: fx.GraphModule, *, extension: Any = None, include_stack_trac
     """export_graph(gm, **header) as JSON text (any key order, not the canonical dumps_graph
     form), for the C++ reader in this process.
 
-    With the extension (_jointfx_C), its export_nodes writes the nodes straight from the FX
+    With the extension (jointfx._C), its export_nodes writes the nodes straight from the FX
     graph, the same JSON as _node_to_json; the header is written by orjson (or json). Any failure
     there falls back to export_graph, which gives the same document or the ExportError."""
     head, phases = _export_head(gm, stacklevel=stacklevel, **header)
@@ -691,7 +698,7 @@ def _exported_text(head: dict[str, Any], phases: Mapping[fx.Node, str], nodes: l
 
 
 def _native_hooks() -> dict[str, Any]:
-    """What _jointfx_C.export_nodes calls back into: the Python definitions of each mapping,
+    """What jointfx._C.export_nodes calls back into: the Python definitions of each mapping,
     for the values it does not write itself."""
     from torch._subclasses.fake_tensor import FakeTensor
 
@@ -765,10 +772,12 @@ def _export_head(
     include_constants: bool = True,
     stacklevel: int = 1,
     lazy_phases: bool = False,
+    warn_no_specs: bool = True,
 ) -> tuple[dict[str, Any], Any]:
     """export_graph's document without "nodes", and every node's phase (a dict); with
     `lazy_phases`, a function that computes that dict instead. A warning names the code
-    `stacklevel` frames above this function's caller."""
+    `stacklevel` frames above this function's caller; `warn_no_specs=False` leaves out the one
+    about a graph with collectives and no input specs."""
     stored = gm.meta.get(GM_META_KEY, {}) if hasattr(gm, "meta") else {}
     placeholders = gm.graph.find_nodes(op="placeholder")  # FX keeps them indexed, in order
     if process_groups is None and "process_groups" not in stored:
@@ -776,7 +785,7 @@ def _export_head(
     pgs = [_as_spec(ProcessGroupSpec, p) for p in
            (process_groups if process_groups is not None else stored.get("process_groups", []))]
     given_in = inputs if inputs is not None else stored.get("inputs", [])
-    if not given_in and placeholders:
+    if not given_in and placeholders and warn_no_specs:
         _warn_no_specs(gm, len(placeholders), stacklevel + 1)
     in_specs = _fill_specs([_as_spec(InputSpec, s) for s in given_in],
                            [_value_kind(n.meta.get("val", _ABSENT)) for n in placeholders],
@@ -860,10 +869,14 @@ def _warn_no_specs(gm: fx.GraphModule, count: int, stacklevel: int) -> None:
 
 
 def specs_from_traced(traced: Any, module: torch.nn.Module | None = None) -> dict[str, Any]:
-    """Header specs for a graph that torchtitan's graph_trainer tracer produced
-    (`minimal_fx_tracer(step)(*args)`: a TracedResult with gm, state_fqns and the subclass
-    layouts), so that `export_graph(traced.gm, **specs_from_traced(traced, model))` or
-    `run_pipeline(traced.gm, p, **specs_from_traced(traced, model))` needs nothing by hand.
+    """Header specs for a traced graph, so that `export_graph(traced.gm, **specs)` or
+    `run_pipeline(traced.gm, p, **specs)` needs nothing by hand.
+
+    `traced` is what `jointfx.trace` returns (a TracedGraph: its own specs, returned as
+    {"inputs", "outputs", "process_groups", "graph_meta"}; `module` is not needed, and the same
+    header is already in `traced.gm.meta["jointfx"]`), or what torchtitan's graph_trainer tracer
+    produced (`minimal_fx_tracer(step)(*args)`: a TracedResult with gm, state_fqns and the
+    subclass layouts), read as follows.
 
     Flat inputs are the module state (parameters, then buffers, by FQN) and then the user's
     arguments; each DTensor flattens to its local tensor plus a DeviceMesh placeholder. Outputs
@@ -871,6 +884,14 @@ def specs_from_traced(traced: Any, module: torch.nn.Module | None = None) -> dic
     `module`, the first len(outputs) - 1 state entries are the parameters (every parameter gets
     a gradient) and the rest buffers. Returns {"inputs", "outputs", "process_groups"}.
     """
+    if not hasattr(traced, "state_fqns"):
+        if all(hasattr(traced, a) for a in ("gm", "inputs", "outputs", "process_groups",
+                                            "graph_meta")):  # jointfx.trace's TracedGraph
+            return {"inputs": list(traced.inputs), "outputs": list(traced.outputs),
+                    "process_groups": list(traced.process_groups),
+                    "graph_meta": dict(traced.graph_meta)}
+        raise TypeError(f"specs_from_traced takes what jointfx.trace or torchtitan's "
+                        f"minimal_fx_tracer returns, not a {type(traced).__name__}")
     gm = traced.gm
     placeholders = list(gm.graph.find_nodes(op="placeholder"))
     state = list(traced.state_fqns)

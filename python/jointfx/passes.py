@@ -1,7 +1,7 @@
 """Running C++ pass pipelines on torch.fx graphs in process.
 
 `run_pipeline(gm, "dce,tag-fsdp{reshard=always},remat")` exports the GraphModule to the JSON
-interchange format in memory, runs the C++ pass manager through the `_jointfx_C` extension (no
+interchange format in memory, runs the C++ pass manager through the `jointfx._C` extension (no
 files, no subprocess), and applies the result to `gm` itself as an edit script
 (docs/pytorch-bridge.md, "In place"): nodes the pipeline left alone stay the same `fx.Node`
 objects with their meta untouched, changed nodes get new args or meta keys, new nodes are created
@@ -22,17 +22,18 @@ from typing import Any
 import torch
 import torch.fx as fx
 from torch._subclasses.fake_tensor import FakeTensor
+from torch.fx.passes.infra.pass_base import PassBase, PassResult
 
 from jointfx.export import (
     GM_META_KEY,
     Opaque,
     _checkpoint_policies,
+    _export_document,
     _get_attr,
     _import_meta,
     _json_bytes,
     _parse_dtype,
     arg_from_json,
-    export_graph,
     export_native,
     fake_tensor,
     import_graph,
@@ -47,11 +48,11 @@ class PipelineError(ValueError):
 
 def _extension() -> Any:
     try:
-        import _jointfx_C
-    except ImportError as e:  # built by scripts/build into build/python, or by `pip install .`
-        raise ImportError("the extension _jointfx_C is not on sys.path: run scripts/build and add "
+        from jointfx import _C
+    except ImportError as e:  # built by scripts/build into build/python/jointfx, or by pip
+        raise ImportError("the extension jointfx._C is not found: run scripts/build and add "
                           "build/python to PYTHONPATH, or `pip install .`") from e
-    return _jointfx_C
+    return _C
 
 
 def run_pipeline_doc(doc: Mapping[str, Any], pipeline: str, *, verify: bool = True,
@@ -111,8 +112,9 @@ def _run_pipeline(gm: fx.GraphModule, pipeline: str, *, verify: bool,
     header = {"process_groups": process_groups, "inputs": inputs, "outputs": outputs,
               "graph_meta": graph_meta}
     ext = _extension()
+    # The report's finding about missing parameter specs replaces the exporter's warning.
     if not in_place:
-        doc = export_graph(gm, **header)
+        doc = _export_document(gm, stacklevel=4, warn_no_specs=False, **header)
         new_doc, report = run_pipeline_doc(doc, pipeline, verify=verify, timing=timing)
         finish_report(report, doc, pipeline, strict=strict)
         new_gm = import_graph(new_doc)
@@ -121,7 +123,7 @@ def _run_pipeline(gm: fx.GraphModule, pipeline: str, *, verify: bool,
         return new_gm
     start = time.perf_counter()
     # stacklevel: a warning names the code that called run_pipeline or the graph_pass.
-    exported = export_native(gm, extension=ext, stacklevel=4, **header)
+    exported = export_native(gm, extension=ext, stacklevel=4, warn_no_specs=False, **header)
     exported_at = time.perf_counter()
     try:
         script = ext.EditScript(exported.document, pipeline, verify, timing,
@@ -157,6 +159,26 @@ def graph_pass(pipeline: str, **export_kwargs: Any) -> Callable[..., fx.GraphMod
 
     jointfx_pass.__name__ = f"jointfx[{pipeline}]"
     return jointfx_pass
+
+
+class JointfxPass(PassBase):
+    """`pipeline` as a torch.fx pass (torch.fx.passes.infra): `JointfxPass(pipeline, **kwargs)(gm)`
+    runs `run_pipeline(gm, pipeline, **kwargs)` and returns `PassResult(gm, modified)`, modified
+    when any pass of the pipeline reported a change, so it goes into torch.fx's `PassManager`
+    like any PassBase. The report is in `result.graph_module.meta["jointfx_report"]`."""
+
+    def __init__(self, pipeline: str, **kwargs: Any) -> None:
+        super().__init__()
+        self.pipeline = pipeline
+        self.kwargs = kwargs
+
+    def call(self, graph_module: fx.GraphModule) -> PassResult:
+        gm = run_pipeline(graph_module, self.pipeline, **self.kwargs)
+        passes = gm.meta["jointfx_report"].get("passes", [])
+        return PassResult(gm, any(p.get("changed") for p in passes))
+
+    def __repr__(self) -> str:
+        return f"JointfxPass({self.pipeline!r})"
 
 
 def pass_names() -> list[str]:
