@@ -377,7 +377,10 @@ std::vector<PipelineEntry> resolvePipeline(const std::string& spec_or_path) {
   std::error_code ec;
   bool json_name =
       spec_or_path.size() > 5 && spec_or_path.compare(spec_or_path.size() - 5, 5, ".json") == 0;
-  bool path_like = json_name || spec_or_path.find('/') != std::string::npos;
+  // A spec's options may hold paths ("schedule{hardware=/x/h.json}"): braces make it a spec
+  // unless a file has that name.
+  bool path_like = spec_or_path.find('{') == std::string::npos &&
+                   (json_name || spec_or_path.find('/') != std::string::npos);
   // A bare word is a pass when one has that name, else a shipped pipeline (passes/data_files.h).
   if (!path_like && isDataName(spec_or_path) && !createPass(spec_or_path)) {
     std::string file = findDataFile(DataKind::Pipeline, spec_or_path);
