@@ -402,7 +402,7 @@ void appendCanonical(Out& out, JView v) {
     case JView::Type::Object: {
       std::vector<JView> members;
       if (auto dup = sortMembers(v, members))
-        throw JfxError({}, "duplicate key '" + std::string(*dup) + "' in a JSON object");
+        throw JfxError({}, "duplicate key " + quoteForMessage(*dup) + " in a JSON object");
       out += '{';
       bool first = true;
       for (JView m : members) {
@@ -1479,7 +1479,7 @@ class JsonWriter {
       std::vector<JView> members;
       if (auto dup = sortMembers(custom, members))
         throw JfxError(SourceLocation::atNode(std::string(n.name())),
-                       "extra meta: duplicate key '" + std::string(*dup) + "' in custom");
+                       "extra meta: duplicate key " + quoteForMessage(*dup) + " in custom");
       for (JView c : members) {
         if (c.key() == "module_fqn") continue;
         if (!placed && c.key() > "module_fqn") place();
@@ -1508,7 +1508,7 @@ class JsonWriter {
       JView extra = parseExtra(extra_json, n.name());
       if (auto dup = sortMembers(extra, members_))
         throw JfxError(SourceLocation::atNode(std::string(n.name())),
-                       "extra meta: duplicate key '" + std::string(*dup) + "'");
+                       "extra meta: duplicate key " + quoteForMessage(*dup));
       custom = extra.find("custom");
       // Both sequences are sorted: merge them. An extra key that shadows a typed one (only a
       // hand-built extra_json can have one) loses to the typed field.
@@ -1812,7 +1812,7 @@ class JsonReader : public TreeBuilder {
     Scope at(this, u.index);
     Scope k(this, "name");
     node_name_ = u.node->name();  // where() names the node
-    fail("duplicate node name '" + node_name_ + "'");
+    fail("duplicate node name " + quoteForMessage(node_name_));
   }
   void claimAll() {
     while (unclaimed_count_ > 0)
@@ -2202,8 +2202,8 @@ class JsonReader : public TreeBuilder {
                                                  "outputs", "constants", "meta",           "nodes"};
     if (std::find(std::begin(kKeys), std::end(kKeys), key) != std::end(kKeys)) return;
     Scope at(this, key);
-    fail("unexpected header key '" + std::string(key) +
-         "' (expected format, version, process_groups, inputs, outputs, constants, meta, "
+    fail("unexpected header key " + quoteForMessage(key) +
+         " (expected format, version, process_groups, inputs, outputs, constants, meta, "
          "nodes)");
   }
 
@@ -2248,7 +2248,7 @@ class JsonReader : public TreeBuilder {
     std::vector<JView>& members = members_pool_[members_depth_];
     if (auto dup = sortMembers(obj, members)) {
       Scope at(this, *dup);
-      fail("duplicate key '" + std::string(*dup) + "'");
+      fail("duplicate key " + quoteForMessage(*dup));
     }
     ++members_depth_;
     return Members(this, &members);
@@ -2328,7 +2328,7 @@ class JsonReader : public TreeBuilder {
   }
   // `m`, the member named `key` (from find or a Keyed), or the error for a missing key.
   JView present(JView m, std::string_view key, std::string_view what) const {
-    if (!m) fail("missing key '" + std::string(key) + "' (" + std::string(what) + ")");
+    if (!m) fail("missing key " + quoteForMessage(key) + " (" + std::string(what) + ")");
     return m;
   }
 
@@ -2346,11 +2346,11 @@ class JsonReader : public TreeBuilder {
         std::string list;
         for (auto k : keys)
           list += (list.empty() ? "" : ", ") + std::string(k);
-        fail("unexpected key '" + std::string(m.key()) + "' in " + std::string(what) +
+        fail("unexpected key " + quoteForMessage(m.key()) + " in " + std::string(what) +
              " (expected " + list + ")");
       }
       unsigned bit = 1u << (it - keys.begin());
-      if (seen & bit) fail("duplicate key '" + std::string(m.key()) + "'");
+      if (seen & bit) fail("duplicate key " + quoteForMessage(m.key()));
       seen |= bit;
     }
   }
@@ -2385,8 +2385,8 @@ class JsonReader : public TreeBuilder {
           present(k.at[4], "op", "placeholder, call_function, get_attr or output"), "the op kind");
       auto k = opKindFromName(s);
       if (!k)
-        fail("unknown op kind '" + std::string(s) +
-             "' (expected placeholder, call_function, get_attr, output)");
+        fail("unknown op kind " + quoteForMessage(s) +
+             " (expected placeholder, call_function, get_attr, output)");
       op = *k;
     }
     Symbol target;
@@ -2394,7 +2394,7 @@ class JsonReader : public TreeBuilder {
       Scope at(this, "target");
       std::string_view s = str(present(k.at[5], "target", "the op's target"), "the target");
       if (op == OpKind::Output && s != "output")
-        fail("the output node's target must be \"output\", got \"" + std::string(s) + "\"");
+        fail("the output node's target must be \"output\", got " + quoteForMessage(s));
       if (op == OpKind::CallFunction && s.empty()) fail("empty call_function target");
       // A placeholder's target is its own name: caching it would only evict the op targets.
       target = op == OpKind::CallFunction ? symbols_.intern(s) : Symbol::intern(s);
@@ -2430,7 +2430,7 @@ class JsonReader : public TreeBuilder {
     Node* n = g_->create(op, target, std::move(args), std::move(kwargs), node_name_);
     if (n->name() != node_name_) {  // create() renames a taken name; here that is an error
       Scope at(this, "name");
-      fail("duplicate node name '" + node_name_ + "'");
+      fail("duplicate node name " + quoteForMessage(node_name_));
     }
     recent_.add(n);
     if (JView m = k.at[2]) {
@@ -2515,12 +2515,12 @@ class JsonReader : public TreeBuilder {
       if (s == "inf") return Arg::ofFloat(std::numeric_limits<double>::infinity());
       if (s == "-inf") return Arg::ofFloat(-std::numeric_limits<double>::infinity());
       if (s == "nan") return Arg::ofFloat(std::numeric_limits<double>::quiet_NaN());
-      fail("expected \"inf\", \"-inf\" or \"nan\", got \"" + std::string(s) + "\"");
+      fail("expected \"inf\", \"-inf\" or \"nan\", got " + quoteForMessage(s));
     }
     if (key == "dtype") {
       std::string_view s = str(v, "a dtype name");
       auto t = dtypeFromName(s);
-      if (!t) fail("unknown dtype '" + std::string(s) + "'");
+      if (!t) fail("unknown dtype " + quoteForMessage(s));
       return Arg::ofDtype(*t);
     }
     if (key == "device") return Arg::ofDevice(str(v, "a device"));
@@ -2552,7 +2552,7 @@ class JsonReader : public TreeBuilder {
       }
       return Arg::ofOpaque(type, repr);
     }
-    fail("unknown argument object key '" + std::string(key) + "' " + std::string(kExpected));
+    fail("unknown argument object key " + quoteForMessage(key) + " " + std::string(kExpected));
   }
 
   ValueMeta val(JView j) {
@@ -2606,13 +2606,13 @@ class JsonReader : public TreeBuilder {
     {
       Scope k(this, "name");
       info.name = str(member(c, "name", "the get_attr target"), "the constant's name");
-      if (g_->findConstant(info.name)) fail("duplicate constant '" + info.name + "'");
+      if (g_->findConstant(info.name)) fail("duplicate constant " + quoteForMessage(info.name));
     }
     {
       Scope k(this, "dtype");
       std::string_view s = str(member(c, "dtype", "a constant needs a dtype"), "a dtype name");
       auto d = dtypeFromName(s);
-      if (!d) fail("unknown dtype '" + std::string(s) + "'");
+      if (!d) fail("unknown dtype " + quoteForMessage(s));
       info.meta.dtype = *d;
     }
     {
@@ -2641,7 +2641,7 @@ class JsonReader : public TreeBuilder {
       std::string_view s =
           str(present(k.at[1], "dtype", "a tensor meta needs a dtype"), "a dtype name");
       auto d = dtypeFromName(s);
-      if (!d) fail("unknown dtype '" + std::string(s) + "'");
+      if (!d) fail("unknown dtype " + quoteForMessage(s));
       t.dtype = *d;
     }
     {
@@ -2686,7 +2686,7 @@ class JsonReader : public TreeBuilder {
         std::string_view s = str(v, "a phase");
         auto p = phaseFromName(s);
         if (!p || *p == Phase::Unknown)
-          fail("unknown phase '" + std::string(s) + "' (expected forward, loss or backward)");
+          fail("unknown phase " + quoteForMessage(s) + " (expected forward, loss or backward)");
         m.phase = *p;
       } else if (key == "recompute") {
         int64_t r = integer(v, "a CheckpointPolicy value 0..3");
@@ -2747,7 +2747,7 @@ class JsonReader : public TreeBuilder {
     // Already checked while streaming when present; here only whether they are missing.
     for (std::string_view key : {"format", "version"}) {
       if (!doc.find(key))
-        fail("missing key '" + std::string(key) + "' (expected " +
+        fail("missing key " + quoteForMessage(key) + " (expected " +
              (key == "format" ? "\"format\": \"jointfx.graph\"" : "\"version\": 1") + ")");
     }
     JView nodes = doc.find("nodes");
@@ -2774,7 +2774,8 @@ class JsonReader : public TreeBuilder {
         {
           Scope k(this, "name");
           info.name = str(member(pg, "name", "the group_name collectives carry"), "the group name");
-          if (g_->findProcessGroup(info.name)) fail("duplicate process group '" + info.name + "'");
+          if (g_->findProcessGroup(info.name))
+            fail("duplicate process group " + quoteForMessage(info.name));
         }
         {
           Scope k(this, "size");
@@ -2801,9 +2802,9 @@ class JsonReader : public TreeBuilder {
           Scope k(this, "name");
           std::string_view name = str(member(in, "name", "the placeholder's name"), "a name");
           n = g_->findNode(name);
-          if (!n) fail("input '" + std::string(name) + "' names no node");
+          if (!n) fail("input " + quoteForMessage(name) + " names no node");
           if (n->op() != OpKind::Placeholder)
-            fail("input '" + std::string(name) + "' is not a placeholder");
+            fail("input " + quoteForMessage(name) + " is not a placeholder");
         }
         InputKind kind;
         {
@@ -2812,8 +2813,8 @@ class JsonReader : public TreeBuilder {
               str(member(in, "kind", "parameter, buffer, user_input, mesh or opaque"), "a kind");
           auto ik = inputKindFromName(s);
           if (!ik)
-            fail("unknown input kind '" + std::string(s) +
-                 "' (expected parameter, buffer, user_input, mesh, opaque)");
+            fail("unknown input kind " + quoteForMessage(s) +
+                 " (expected parameter, buffer, user_input, mesh, opaque)");
           kind = *ik;
         }
         std::string fqn;
@@ -2841,8 +2842,8 @@ class JsonReader : public TreeBuilder {
                   "a kind");
           auto ok = outputKindFromName(s);
           if (!ok)
-            fail("unknown output kind '" + std::string(s) +
-                 "' (expected loss, gradient, buffer_mutation, other, mesh, opaque)");
+            fail("unknown output kind " + quoteForMessage(s) +
+                 " (expected loss, gradient, buffer_mutation, other, mesh, opaque)");
           spec.kind = *ok;
         }
         if (JView f = out.find("fqn")) {
@@ -2875,13 +2876,13 @@ class JsonReader : public TreeBuilder {
     const BadRef& b = *bad_ref_;
     std::string msg;
     if (bad_ref_defined_at_ && *bad_ref_defined_at_ == b.node_index)
-      msg = "node '" + b.target + "' refers to itself (a cycle)";
+      msg = "node " + quoteForMessage(b.target) + " refers to itself (a cycle)";
     else if (bad_ref_defined_at_)
-      msg = "node '" + b.target + "' is used before its definition at /nodes/" +
+      msg = "node " + quoteForMessage(b.target) + " is used before its definition at /nodes/" +
             std::to_string(*bad_ref_defined_at_) +
             " (a forward reference or cycle: nodes must be in topological order)";
     else
-      msg = "dangling reference to undefined node '" + b.target + "'";
+      msg = "dangling reference to undefined node " + quoteForMessage(b.target);
     throw JfxError(b.loc, msg);
   }
 
@@ -3043,8 +3044,8 @@ std::string canonicalExtraMeta(std::string_view text, bool has_module) {
     if (k == "custom" || !root.find(k)) continue;
     // Except an integer the typed field cannot hold, which has no other spelling.
     if ((k == "seq_nr" || k == "ac_graph_id") && root.find(k).isWideInteger()) continue;
-    throw JfxError({}, "extra must not hold the typed key '" + std::string(k) +
-                           "' (write it as a meta key or a type)");
+    throw JfxError({}, "extra must not hold the typed key " + quoteForMessage(k) +
+                           " (write it as a meta key or a type)");
   }
   if (JView custom = root.find("custom")) {
     JView fqn = custom.isObject() ? custom.find("module_fqn") : JView();

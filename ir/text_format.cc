@@ -519,7 +519,7 @@ class Parser {
     const char* at = p_;
     if (word(isTargetChar) != w) {
       p_ = at;
-      fail("expected '" + std::string(w) + "'");
+      fail("expected " + quoteForMessage(w));
     }
   }
 
@@ -923,7 +923,8 @@ class Parser {
 
     Node* n = g_->create(op, target, std::move(args), std::move(kwargs), node_name_);
     if (n->name() != node_name_) {  // create() renames a taken name; here that is an error
-      failAt(name_at, "duplicate node name %" + node_name_ + " (first defined at line " +
+      failAt(name_at, "duplicate node name %" + clipForMessage(node_name_) +
+                          " (first defined at line " +
                           std::to_string(def_line_[g_->findNode(node_name_)->id()]) + ")");
     }
     recent_.add(n);
@@ -1043,8 +1044,7 @@ class Parser {
         skipSpaces();
         Symbol k = symbols_.intern(key);
         for (const auto& kv : kwargs)
-          if (kv.first == k)
-            failAt(item_at, "duplicate keyword argument '" + std::string(key) + "'");
+          if (kv.first == k) failAt(item_at, "duplicate keyword argument " + quoteForMessage(key));
         kwargs.emplace_back(k, arg(0));
       } else {
         if (!kwargs.empty()) failAt(item_at, "positional argument after keyword arguments");
@@ -1124,8 +1124,8 @@ class Parser {
       if (contains(kLayouts, w)) return Arg::ofLayout(w);
       if (contains(kMemoryFormats, w)) return Arg::ofMemoryFormat(w);
       if (auto t = dtypeFromName(w)) return Arg::ofDtype(*t);
-      failAt(at, "unknown torch constant '" + std::string(w) +
-                     "' (expected a dtype, layout or memory format; write others as "
+      failAt(at, "unknown torch constant " + quoteForMessage(w) +
+                     " (expected a dtype, layout or memory format; write others as "
                      "layout(\"...\") or memory_format(\"...\"))");
     }
     p_ = at;
@@ -1141,11 +1141,12 @@ class Parser {
     if (Node* n = recent_.find(name, [&](std::string_view s) { return g_->findNode(s); }))
       return Arg::ofNode(n);
     std::string ref(name);
-    if (ref == node_name_) failAt(at, "%" + ref + " refers to itself (a cycle)");
+    if (ref == node_name_) failAt(at, "%" + clipForMessage(ref) + " refers to itself (a cycle)");
     if (int later = definitionLineAfterThisOne(ref))
-      failAt(at, "%" + ref + " is used before its definition at line " + std::to_string(later) +
+      failAt(at, "%" + clipForMessage(ref) + " is used before its definition at line " +
+                     std::to_string(later) +
                      " (a forward reference or cycle: nodes must be in topological order)");
-    failAt(at, "undefined node %" + ref + " (dangling reference)");
+    failAt(at, "undefined node %" + clipForMessage(ref) + " (dangling reference)");
   }
 
   // For error messages only: scans the rest of the file for a line defining %name.
@@ -1197,7 +1198,7 @@ class Parser {
             "expected a meta key (phase, recompute, ac_graph_id, seq_nr, module, input, fqn, "
             "stack, extra)");
       }
-      if (seen & (1u << idx)) failAt(key_at, "duplicate meta key '" + std::string(key) + "'");
+      if (seen & (1u << idx)) failAt(key_at, "duplicate meta key " + quoteForMessage(key));
       seen |= 1u << idx;
       skipSpaces();
       expect('=');

@@ -8,19 +8,20 @@
 #include <unordered_set>
 #include <utility>
 
+#include "ir/error.h"
 #include "ir/mutation.h"
 
 namespace jfx {
 
 std::string VerifyIssue::str() const {
-  std::string s = node.empty() ? "" : "node '" + node + "': ";
+  std::string s = node.empty() ? "" : "node " + quoteForMessage(node) + ": ";
   return s + "[" + rule + "] " + message;
 }
 
 namespace {
 
 std::string quoted(const Node* n) {
-  return "'" + std::string(n->name()) + "'";
+  return quoteForMessage(n->name());
 }
 
 std::string shapeStr(std::span<const int64_t> shape) {

@@ -68,8 +68,8 @@ void AnalysisManager::throwCycle(std::string_view name) const {
   std::string chain;
   for (std::string_view s : stack_)
     chain += std::string(s) + " -> ";
-  throw JfxError({}, "internal error: analysis '" + std::string(name) +
-                         "' asks for itself while being computed (" + chain + std::string(name) +
+  throw JfxError({}, "internal error: analysis " + quoteForMessage(name) +
+                         " asks for itself while being computed (" + chain + std::string(name) +
                          ")");
 }
 

@@ -148,8 +148,8 @@ std::string resolveHardwareProfilePath(const std::string& spec) {
   std::error_code ec;
   if (path.empty() && fs::is_regular_file(spec, ec)) return spec;  // a file named like a name
   if (path.empty())
-    throw JfxError({}, "unknown hardware profile '" + spec +
-                           "': " + describeDataNames(DataKind::Hardware) +
+    throw JfxError({}, "unknown hardware profile " + quoteForMessage(spec) + ": " +
+                           describeDataNames(DataKind::Hardware) +
                            "; a path (with a '/' or ending in .json) is read as a file");
   return path;
 }

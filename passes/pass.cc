@@ -13,8 +13,8 @@ namespace {
 
 [[noreturn]] void badOption(const std::string& pass, const std::string& key,
                             const std::string& value, const std::string& expected) {
-  throw JfxError({},
-                 "pass '" + pass + "': option '" + key + "=" + value + "': expected " + expected);
+  throw JfxError({}, "pass " + quoteForMessage(pass) + ": option " +
+                         quoteForMessage(key + "=" + value) + ": expected " + expected);
 }
 
 }  // namespace
@@ -122,7 +122,8 @@ void PassOptions::use(const std::string& key, std::initializer_list<std::string_
   for (const OptionDecl& d : decls_)
     if (d.name == key) decl = &d;
   auto internal = [&](const std::string& what) {
-    throw JfxError({}, "internal error: pass '" + pass_ + "' reads option '" + key + "' " + what);
+    throw JfxError({}, "internal error: pass " + quoteForMessage(pass_) + " reads option " +
+                           quoteForMessage(key) + " " + what);
   };
   if (!decl) internal("that its options() does not declare");
   bool ok = false;
@@ -134,7 +135,7 @@ void PassOptions::use(const std::string& key, std::initializer_list<std::string_
       joined += (i ? "|" : "") + (*choices)[i];
     ok = decl->type == joined;
   }
-  if (!ok) internal("as another type than its declared '" + std::string(decl->type) + "'");
+  if (!ok) internal("as another type than its declared " + quoteForMessage(decl->type));
 }
 
 bool statisticMatches(std::string_view pattern, std::string_view stat) {

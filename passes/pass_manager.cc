@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "ir/clone.h"
+#include "ir/error.h"
 #include "ir/hash.h"
 #include "ir/io.h"
 #include "ir/text_format.h"
@@ -118,7 +119,9 @@ class PipelineParser {
     bool known = false;
     for (const auto& r : passRegistry())
       known = known || r.name == name;
-    if (!known) fail("unknown pass '" + name + "' (known passes: " + knownPasses() + ")", start);
+    if (!known)
+      fail("unknown pass " + quoteForMessage(name) + " (known passes: " + knownPasses() + ")",
+           start);
     skipSpace();
     std::map<std::string, std::string> values;
     if (pos_ < s_.size() && s_[pos_] == '{') options(name, values);
@@ -133,10 +136,11 @@ class PipelineParser {
     for (;;) {
       size_t start = pos_;
       while (pos_ < s_.size() && s_[pos_] != ',' && s_[pos_] != '}') {
-        if (s_[pos_] == '{') fail("unexpected '{' inside the options of '" + pass + "'");
+        if (s_[pos_] == '{') fail("unexpected '{' inside the options of " + quoteForMessage(pass));
         ++pos_;
       }
-      if (pos_ == s_.size()) fail("unterminated '{' for the options of '" + pass + "'", open);
+      if (pos_ == s_.size())
+        fail("unterminated '{' for the options of " + quoteForMessage(pass), open);
       std::string_view item = s_.substr(start, pos_ - start);
       size_t item_col = start;
       while (item_col < pos_ && isSpace(s_[item_col]))
@@ -146,20 +150,24 @@ class PipelineParser {
       std::string text = trim(item);
       if (text.empty()) {
         if (close && last_key.empty() && values.empty()) return;  // `{}`
-        fail("empty option in the options of '" + pass + "'", item_col);
+        fail("empty option in the options of " + quoteForMessage(pass), item_col);
       }
       size_t eq = text.find('=');
       if (eq == std::string::npos) {
-        if (last_key.empty()) fail("expected key=value in the options of '" + pass + "'", item_col);
+        if (last_key.empty())
+          fail("expected key=value in the options of " + quoteForMessage(pass), item_col);
         values[last_key] += "," + text;
       } else {
         std::string key = trim(std::string_view(text).substr(0, eq));
         bool ok = !key.empty();
         for (char c : key)
           ok = ok && isNameChar(c);
-        if (!ok) fail("bad option name '" + key + "' for '" + pass + "'", item_col);
+        if (!ok)
+          fail("bad option name " + quoteForMessage(key) + " for " + quoteForMessage(pass),
+               item_col);
         if (values.count(key))
-          fail("option '" + key + "' given twice for '" + pass + "'", item_col);
+          fail("option " + quoteForMessage(key) + " given twice for " + quoteForMessage(pass),
+               item_col);
         values[key] = trim(std::string_view(text).substr(eq + 1));
         last_key = key;
       }
@@ -340,8 +348,8 @@ std::vector<PipelineEntry> loadPipelineFile(const std::string& path) {
       throw fail(ptr + "/name", "expected the pass name as a string");
     std::string name = e["name"].get<std::string>();
     if (!createPass(name))
-      throw fail(ptr + "/name",
-                 "unknown pass '" + name + "' (known passes: " + knownPasses() + ")");
+      throw fail(ptr + "/name", "unknown pass " + quoteForMessage(name) +
+                                    " (known passes: " + knownPasses() + ")");
     std::map<std::string, std::string> values;
     if (e.contains("options")) {
       const auto& opts = e["options"];
@@ -369,13 +377,16 @@ std::vector<PipelineEntry> resolvePipeline(const std::string& spec_or_path) {
   std::error_code ec;
   bool json_name =
       spec_or_path.size() > 5 && spec_or_path.compare(spec_or_path.size() - 5, 5, ".json") == 0;
-  bool path_like = json_name || spec_or_path.find('/') != std::string::npos;
+  // A spec's options may hold paths ("schedule{hardware=/x/h.json}"): braces make it a spec
+  // unless a file has that name.
+  bool path_like = spec_or_path.find('{') == std::string::npos &&
+                   (json_name || spec_or_path.find('/') != std::string::npos);
   // A bare word is a pass when one has that name, else a shipped pipeline (passes/data_files.h).
   if (!path_like && isDataName(spec_or_path) && !createPass(spec_or_path)) {
     std::string file = findDataFile(DataKind::Pipeline, spec_or_path);
     if (!file.empty()) return loadPipelineFile(file);
     if (!std::filesystem::is_regular_file(spec_or_path, ec))
-      throw JfxError({}, "unknown pass or pipeline '" + spec_or_path + "': " +
+      throw JfxError({}, "unknown pass or pipeline " + quoteForMessage(spec_or_path) + ": " +
                              describeDataNames(DataKind::Pipeline) + "; passes: " + knownPasses() +
                              "; a path (with a '/' or ending in .json) is read as a file");
   }
@@ -396,7 +407,7 @@ void applyOptionOverrides(std::vector<PipelineEntry>& pipeline,
   for (const std::string& s : sets) {
     const size_t eq = s.find('=');
     if (eq == std::string::npos || eq == 0)
-      throw JfxError({}, "--set '" + s + "': expected KEY=VALUE or PASS.KEY=VALUE");
+      throw JfxError({}, "--set " + quoteForMessage(s) + ": expected KEY=VALUE or PASS.KEY=VALUE");
     std::string key = s.substr(0, eq);
     const std::string value = s.substr(eq + 1);
     std::string pass;
@@ -411,9 +422,10 @@ void applyOptionOverrides(std::vector<PipelineEntry>& pipeline,
       matched = true;
     }
     if (!matched)
-      throw JfxError({}, "--set '" + s + "': " +
-                             (pass.empty() ? "no pass in the pipeline has option '" + key + "'"
-                                           : "no pass '" + pass + "' in the pipeline"));
+      throw JfxError(
+          {}, "--set " + quoteForMessage(s) + ": " +
+                  (pass.empty() ? "no pass in the pipeline has option " + quoteForMessage(key)
+                                : "no pass " + quoteForMessage(pass) + " in the pipeline"));
   }
 }
 
@@ -423,7 +435,8 @@ std::vector<ConfiguredPass> buildPipeline(const std::vector<PipelineEntry>& pipe
   for (const PipelineEntry& e : pipeline) {
     std::unique_ptr<Pass> pass = createPass(e.name);
     if (!pass)
-      throw JfxError({}, "unknown pass '" + e.name + "' (known passes: " + knownPasses() + ")");
+      throw JfxError(
+          {}, "unknown pass " + quoteForMessage(e.name) + " (known passes: " + knownPasses() + ")");
     PassOptions options = e.options;
     options.declare(pass->options());
     // Keys the pass does not declare fail before configure() reads anything; a declared key
@@ -440,12 +453,13 @@ std::vector<ConfiguredPass> buildPipeline(const std::vector<PipelineEntry>& pipe
     }
     if (!unknown.empty()) {
       std::string keys;
-      for (const auto& k : unknown)
-        keys += (keys.empty() ? "'" : ", '") + k + "'";
+      for (size_t i = 0; i < unknown.size() && i < 10; ++i)
+        keys += (i ? ", " : "") + quoteForMessage(unknown[i]);
+      if (unknown.size() > 10) keys += " and " + std::to_string(unknown.size() - 10) + " more";
       std::string known;
       for (const auto& k : declared)
         known += (known.empty() ? "" : ", ") + k;
-      throw JfxError({}, "pass '" + e.name + "' has no option " + keys +
+      throw JfxError({}, "pass " + quoteForMessage(e.name) + " has no option " + keys +
                              (known.empty() ? " (it takes none)" : " (it takes: " + known + ")"));
     }
     out.push_back({std::move(pass), options.str()});
@@ -473,7 +487,8 @@ PipelineResult runPasses(Graph& g, std::vector<ConfiguredPass>& passes,
     bool found = false;
     for (const auto& p : passes)
       found = found || p.pass->name() == name;
-    if (!found) throw JfxError({}, "print-ir-after: no pass '" + name + "' in the pipeline");
+    if (!found)
+      throw JfxError({}, "print-ir-after: no pass " + quoteForMessage(name) + " in the pipeline");
   }
 
   PipelineResult result;
@@ -544,7 +559,7 @@ PipelineResult runPasses(Graph& g, std::vector<ConfiguredPass>& passes,
   for (size_t i = 0; i < count; ++i) {
     Pass& pass = *passes[i].pass;
     std::string name(pass.name());
-    std::string label = "pass '" + name + "' (#" + std::to_string(i + 1) + ")";
+    std::string label = "pass " + quoteForMessage(name) + " (#" + std::to_string(i + 1) + ")";
     if (opts.check_unchanged_hash && !hash_known) {
       hash = hashGraph();
       hash_known = true;
@@ -594,8 +609,9 @@ PipelineResult runPasses(Graph& g, std::vector<ConfiguredPass>& passes,
         for (const StatisticDecl& d : decls)
           ok = ok || statisticMatches(d.name, stat);
         if (!ok)
-          throw JfxError({}, label + " failed: internal error: it reports statistic '" + stat +
-                                 "', which its statistics() does not declare" + repro());
+          throw JfxError({}, label + " failed: internal error: it reports statistic " +
+                                 quoteForMessage(stat) +
+                                 ", which its statistics() does not declare" + repro());
       }
     }
 

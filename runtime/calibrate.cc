@@ -115,7 +115,7 @@ void localizeCollectives(Graph& g) {
     bool tensors = x && n->val().kind == ValueMeta::Kind::Tensor &&
                    x->val().kind == ValueMeta::Kind::Tensor && !x->val().tensor.shape.empty();
     auto noStandIn = [&] {
-      return JfxError({}, "workload collective '" + std::string(n->name()) + "' (" +
+      return JfxError({}, "workload collective " + quoteForMessage(n->name()) + " (" +
                               std::string(n->target().str()) + ") has no local stand-in");
     };
     if (!tensors) throw noStandIn();
@@ -268,7 +268,7 @@ struct Rank {
     std::vector<c10::IValue> inputs;
     for (const Node* p : g.placeholders()) {
       if (p->val().kind != ValueMeta::Kind::Tensor)
-        throw JfxError({}, "workload input '" + std::string(p->name()) + "' is not a tensor");
+        throw JfxError({}, "workload input " + quoteForMessage(p->name()) + " is not a tensor");
       const TensorMeta& m = p->val().tensor;
       auto opts = at::TensorOptions().dtype(atenDtype(m.dtype)).device(device);
       at::Tensor t = at::empty_strided(atenSizes(m.shape), atenSizes(m.stride), opts);

@@ -133,7 +133,7 @@ c10::Layout layoutFromName(std::string_view s) {
   if (s == "sparse_coo") return c10::kSparse;
   if (s == "sparse_csr") return c10::kSparseCsr;
   if (s == "_mkldnn") return c10::kMkldnn;
-  throw ConvertError{"unknown layout '" + std::string(s) + "'"};
+  throw ConvertError{"unknown layout " + quoteForMessage(s)};
 }
 
 c10::MemoryFormat memoryFormatFromName(std::string_view s) {
@@ -142,7 +142,7 @@ c10::MemoryFormat memoryFormatFromName(std::string_view s) {
   if (s == "preserve_format") return c10::MemoryFormat::Preserve;
   if (s == "channels_last") return c10::MemoryFormat::ChannelsLast;
   if (s == "channels_last_3d") return c10::MemoryFormat::ChannelsLast3d;
-  throw ConvertError{"unknown memory format '" + std::string(s) + "'"};
+  throw ConvertError{"unknown memory format " + quoteForMessage(s)};
 }
 
 // A constant (no node inside) as an IValue of schema type `t`.
@@ -314,10 +314,10 @@ std::string inputProblem(const GraphInput& in) {
        in.meta.kind == K::Bool))
     return {};
   if (in.kind == InputKind::Opaque)
-    return "input '" + in.name +
-           "' is a non-tensor value of unknown content (kind opaque): the executor can supply "
+    return "input " + quoteForMessage(in.name) +
+           " is a non-tensor value of unknown content (kind opaque): the executor can supply "
            "meshes, None, ints, floats and bools only";
-  return "input '" + in.name + "' (" + std::string(inputKindName(in.kind)) +
+  return "input " + quoteForMessage(in.name) + " (" + std::string(inputKindName(in.kind)) +
          ") has no tensor meta (shape and dtype)" +
          (in.meta.kind == K::Absent ? "" : "; its value meta is not a tensor") +
          ": mark a non-tensor placeholder as kind mesh or opaque in the header";
@@ -427,7 +427,7 @@ std::string deviceKernelProblem(const Graph& g, c10::DeviceType device) {
   std::string ops;
   for (std::string_view t : targets)
     ops += (ops.empty() ? "" : ", ") + std::string(t);
-  std::string message = "node '" + std::string(first->name()) + "': " + std::to_string(count) +
+  std::string message = "node " + quoteForMessage(first->name()) + ": " + std::to_string(count) +
                         " node" + (count == 1 ? "" : "s") + " call ops with no " + device_name +
                         " kernel (" + ops + "): the graph cannot run on " + device_name + ".";
   if (ops.find("_for_cpu") != std::string::npos)
@@ -465,7 +465,8 @@ struct Executor::Planner {
   uint32_t slotOf(const Node& user, const Node* producer) const {
     auto it = slot_of.find(producer);
     if (it == slot_of.end())
-      failAt(user, "reads '" + std::string(producer->name()) + "', which is not defined before it");
+      failAt(user,
+             "reads " + quoteForMessage(producer->name()) + ", which is not defined before it");
     return it->second;
   }
   uint32_t newSlot(const Node* n) {
@@ -477,7 +478,7 @@ struct Executor::Planner {
 
   // Why a collective's group is missing on this rank, and what would give it one.
   std::string unregisteredGroup(std::string_view name) const {
-    std::string msg = "process group '" + std::string(name) + "' is not registered on this rank";
+    std::string msg = "process group " + quoteForMessage(name) + " is not registered on this rank";
     for (const ProcessGroupInfo& pg : g.processGroups()) {
       if (pg.name != name) continue;
       if (pg.ranks.empty()) return msg + " (is this rank in it?)";
@@ -546,12 +547,12 @@ void Executor::Planner::addConstant(const Node& n) {
     // for PyTorch (docs/pytorch-bridge.md), and no higher-order op runs here.
     for (Use u : n.uses())
       if (u.user->target().str().starts_with("higher_order."))
-        failAt(n, "get_attr '" + std::string(n.target().str()) + "' is a subgraph of " +
-                      std::string(u.user->target().str()) + " '" + std::string(u.user->name()) +
-                      "': higher-order ops cannot run in the C++ executor (run the graph in "
+        failAt(n, "get_attr " + quoteForMessage(n.target().str()) + " is a subgraph of " +
+                      std::string(u.user->target().str()) + " " + quoteForMessage(u.user->name()) +
+                      ": higher-order ops cannot run in the C++ executor (run the graph in "
                       "PyTorch: jointfx.import_graph rebuilds its subgraphs)");
-    failAt(n, "get_attr '" + std::string(n.target().str()) +
-                  "' has no value: the graph's header lists no such constant (export the graph "
+    failAt(n, "get_attr " + quoteForMessage(n.target().str()) +
+                  " has no value: the graph's header lists no such constant (export the graph "
                   "with its GraphModule's attributes)");
   }
   at::Tensor t =
@@ -645,10 +646,10 @@ std::vector<const Arg*> Executor::Planner::bindArguments(const Node& n,
     auto it = std::find_if(sargs.begin(), sargs.end(),
                            [&](const c10::Argument& a) { return a.name() == key.str(); });
     if (it == sargs.end())
-      failAt(n, "unknown keyword argument '" + std::string(key.str()) + "' for " +
+      failAt(n, "unknown keyword argument " + quoteForMessage(key.str()) + " for " +
                     c10::toString(schema));
     size_t i = static_cast<size_t>(it - sargs.begin());
-    if (bound[i]) failAt(n, "argument '" + std::string(key.str()) + "' given twice");
+    if (bound[i]) failAt(n, "argument " + quoteForMessage(key.str()) + " given twice");
     bound[i] = &value;
   }
   return bound;
@@ -666,7 +667,7 @@ void Executor::Planner::planArgument(const Node& n, const c10::FunctionSchema& s
     else if (type->kind() == c10::TypeKind::OptionalType)
       step.stack[i] = c10::IValue();
     else
-      failAt(n, "missing argument '" + sa.name() + "' of " + c10::toString(schema));
+      failAt(n, "missing argument " + quoteForMessage(sa.name()) + " of " + c10::toString(schema));
     return;
   }
   const Arg& a = *bound;
@@ -691,7 +692,7 @@ void Executor::Planner::planArgument(const Node& n, const c10::FunctionSchema& s
     d.pos = i;
     step.dynamic.push_back(std::move(d));
   } catch (const ConvertError& e) {
-    failAt(n, "argument '" + sa.name() + "': " + e.message);
+    failAt(n, "argument " + quoteForMessage(sa.name()) + ": " + e.message);
   }
 }
 
@@ -1027,7 +1028,7 @@ std::string Executor::runningNode() const {
   int64_t k = running_.load(std::memory_order_relaxed);
   if (k < 0 || static_cast<size_t>(k) >= steps_.size()) return "";
   const Step& s = steps_[static_cast<size_t>(k)];  // planned once, never written by run()
-  return "'" + s.name + "' (" + s.target + ")";
+  return quoteForMessage(s.name) + " (" + s.target + ")";
 }
 
 std::vector<OpProfile> Executor::profile() const {

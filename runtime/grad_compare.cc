@@ -189,7 +189,7 @@ bool compareGradDirs(const std::string& dir_a, const std::string& dir_b, int npr
       for (const std::string& name : names) {
         const SafetensorsEntry* ea = fa->find(name);
         const SafetensorsEntry* eb = fb->find(name);
-        std::string what = where + " '" + name + "': ";
+        std::string what = where + " " + quoteForMessage(name) + ": ";
         if (!ea || !eb) {
           report.push_back(what + "only in " + (ea ? "A" : "B"));
           note(step, name, -1);

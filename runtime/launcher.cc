@@ -64,7 +64,7 @@ int bindFreePort(const std::string& addr, int& port) {
   if (::inet_pton(AF_INET, host.c_str(), &sa.sin_addr) != 1) {
     ::close(fd);
     errno = EINVAL;
-    fail("MASTER_ADDR '" + addr + "' is not an IPv4 address");
+    fail("MASTER_ADDR " + quoteForMessage(addr) + " is not an IPv4 address");
   }
   if (::bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0 || ::listen(fd, 1024) != 0) {
     int e = errno;

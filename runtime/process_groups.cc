@@ -38,8 +38,8 @@ int envInt(const char* name, const std::string& value, int lo, int hi) {
   int out = 0;
   auto [p, ec] = std::from_chars(value.data(), value.data() + value.size(), out);
   if (ec != std::errc() || p != value.data() + value.size() || out < lo || out > hi)
-    fail(std::string(name) + "='" + value + "' is not an integer in [" + std::to_string(lo) + ", " +
-         std::to_string(hi) + "]");
+    fail(std::string(name) + "=" + quoteForMessage(value) + " is not an integer in [" +
+         std::to_string(lo) + ", " + std::to_string(hi) + "]");
   return out;
 }
 
@@ -193,7 +193,7 @@ std::string worldSizeProblem(const std::vector<ProcessGroupInfo>& groups,
       for (int64_t r : pg.ranks)
         span = std::max(span, r + 1);
       if (span != want) continue;
-      why = "process group '" + pg.name + "' has " +
+      why = "process group " + quoteForMessage(pg.name) + " has " +
             (pg.ranks.empty() ? "size " + std::to_string(pg.size) : "ranks " + ranksText(pg.ranks));
       break;
     }
@@ -263,23 +263,25 @@ ProcessGroups::ProcessGroups(const std::vector<ProcessGroupInfo>& groups, const 
   std::set<std::string> names;
   std::vector<std::pair<const ProcessGroupInfo*, std::vector<int64_t>>> plan;
   for (const ProcessGroupInfo& info : groups) {
-    if (!names.insert(info.name).second) fail("process group '" + info.name + "' listed twice");
+    if (!names.insert(info.name).second)
+      fail("process group " + quoteForMessage(info.name) + " listed twice");
     std::vector<int64_t> ranks = info.ranks;
     if (ranks.empty() && info.size == env.world_size)
       for (int r = 0; r < env.world_size; ++r)
         ranks.push_back(r);
     if (static_cast<int64_t>(ranks.size()) != info.size)
-      fail("process group '" + info.name + "': size " + std::to_string(info.size) + " but " +
-           std::to_string(ranks.size()) + " ranks");
+      fail("process group " + quoteForMessage(info.name) + ": size " + std::to_string(info.size) +
+           " but " + std::to_string(ranks.size()) + " ranks");
     std::set<int64_t> seen;
     for (int64_t r : ranks) {
       if (r < 0 || r >= env.world_size)
-        fail("process group '" + info.name + "' needs rank " + std::to_string(r) +
+        fail("process group " + quoteForMessage(info.name) + " needs rank " + std::to_string(r) +
              " but the world has " + std::to_string(env.world_size) +
              (env.world_size == 1 ? " rank" : " ranks") + " (run with --nproc " +
              std::to_string(std::max<int64_t>(r + 1, info.size)) + ")");
       if (!seen.insert(r).second)
-        fail("process group '" + info.name + "' lists rank " + std::to_string(r) + " twice");
+        fail("process group " + quoteForMessage(info.name) + " lists rank " + std::to_string(r) +
+             " twice");
     }
     plan.emplace_back(&info, std::move(ranks));
   }
@@ -331,12 +333,13 @@ ProcessGroups::ProcessGroups(const std::vector<ProcessGroupInfo>& groups, const 
                    : makeGroup(info->name, prefixed, g->my_rank, size, env, backend, timeout, gloo);
     } catch (const std::exception& e) {
       const auto* ce = dynamic_cast<const c10::Error*>(&e);
-      throw CommError("creating process group '" + info->name + "' (rank " +
+      throw CommError("creating process group " + quoteForMessage(info->name) + " (rank " +
                       std::to_string(g->my_rank) + " of " + std::to_string(size) +
                       ") failed: " + (ce ? ce->what_without_backtrace() : e.what()));
     }
     if (groupRegistered(info->name))
-      fail("a process group named '" + info->name + "' is already registered in this process");
+      fail("a process group named " + quoteForMessage(info->name) +
+           " is already registered in this process");
     c10d::register_process_group(info->name, g->pg);
     groups_.push_back(std::move(g));
   }
@@ -393,7 +396,7 @@ void ProcessGroups::worldBarrier(std::string_view tag) {
     if (store_->add(key, 1) == env_.world_size) store_->set(key + "/done", std::vector<uint8_t>{1});
     store_->wait({key + "/done"}, timeout_);
   } catch (const c10::Error& e) {
-    throw CommError("barrier '" + std::string(tag) + "' timed out or failed on rank " +
+    throw CommError("barrier " + quoteForMessage(tag) + " timed out or failed on rank " +
                     std::to_string(env_.rank) + ": " + e.what_without_backtrace());
   }
 }

@@ -126,12 +126,12 @@ SafetensorsFile SafetensorsFile::parse(std::string bytes, const std::string& fil
       if (!v.is_object()) fail(filename, "__metadata__ must be an object of strings");
       for (auto m = v.begin(); m != v.end(); ++m) {
         if (!m.value().is_string())
-          fail(filename, "__metadata__['" + m.key() + "'] must be a string");
+          fail(filename, "__metadata__[" + quoteForMessage(m.key()) + "] must be a string");
         f.metadata_[m.key()] = m.value().get<std::string>();
       }
       continue;
     }
-    auto where = "tensor '" + name + "': ";
+    auto where = "tensor " + quoteForMessage(name) + ": ";
     if (!v.is_object()) fail(filename, where + "entry must be an object");
     auto dt = v.find("dtype");
     auto sh = v.find("shape");
@@ -143,7 +143,8 @@ SafetensorsFile SafetensorsFile::parse(std::string bytes, const std::string& fil
     SafetensorsEntry e;
     e.name = name;
     auto dtype = dtypeFromSafetensorsName(dt->get<std::string>());
-    if (!dtype) fail(filename, where + "unsupported dtype '" + dt->get<std::string>() + "'");
+    if (!dtype)
+      fail(filename, where + "unsupported dtype " + quoteForMessage(dt->get<std::string>()));
     e.dtype = *dtype;
     for (const auto& d : *sh) {
       if (!d.is_number_unsigned()) fail(filename, where + "shape must hold non-negative integers");
@@ -177,8 +178,8 @@ SafetensorsFile SafetensorsFile::parse(std::string bytes, const std::string& fil
   });
   for (size_t i = 1; i < by_offset.size(); ++i)
     if (by_offset[i]->begin < by_offset[i - 1]->end && by_offset[i]->begin != by_offset[i]->end)
-      fail(filename,
-           "tensors '" + by_offset[i - 1]->name + "' and '" + by_offset[i]->name + "' overlap");
+      fail(filename, "tensors " + quoteForMessage(by_offset[i - 1]->name) + " and " +
+                         quoteForMessage(by_offset[i]->name) + " overlap");
 
   std::sort(f.entries_.begin(), f.entries_.end(),
             [](const auto& a, const auto& b) { return a.name < b.name; });
@@ -199,15 +200,17 @@ std::string_view SafetensorsFile::bytes(const SafetensorsEntry& e) const {
 void SafetensorsWriter::add(std::string name, ScalarType dtype, std::vector<int64_t> shape,
                             std::string bytes) {
   if (name.empty() || name == "__metadata__")
-    fail("<safetensors writer>", "invalid tensor name '" + name + "'");
-  if (tensors_.count(name)) fail("<safetensors writer>", "duplicate tensor name '" + name + "'");
+    fail("<safetensors writer>", "invalid tensor name " + quoteForMessage(name));
+  if (tensors_.count(name))
+    fail("<safetensors writer>", "duplicate tensor name " + quoteForMessage(name));
   if (!safetensorsDtypeName(dtype))
-    fail("<safetensors writer>", "tensor '" + name + "': dtype " + std::string(dtypeName(dtype)) +
-                                     " has no safetensors name");
+    fail("<safetensors writer>", "tensor " + quoteForMessage(name) + ": dtype " +
+                                     std::string(dtypeName(dtype)) + " has no safetensors name");
   auto want = byteCount(dtype, shape);
   if (!want || *want != bytes.size())
-    fail("<safetensors writer>", "tensor '" + name + "': " + std::to_string(bytes.size()) +
-                                     " bytes do not match shape " + shapeStr(shape));
+    fail("<safetensors writer>", "tensor " + quoteForMessage(name) + ": " +
+                                     std::to_string(bytes.size()) + " bytes do not match shape " +
+                                     shapeStr(shape));
   tensors_.emplace(std::move(name), Pending{dtype, std::move(shape), std::move(bytes)});
 }
 

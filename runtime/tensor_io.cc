@@ -87,7 +87,7 @@ std::string cpuBytes(const at::Tensor& t) {
 void addTensor(SafetensorsWriter& w, const std::string& name, const at::Tensor& t) {
   auto dtype = jfxDtype(t.scalar_type());
   if (!dtype)
-    throw JfxError({}, "tensor '" + name + "': dtype " +
+    throw JfxError({}, "tensor " + quoteForMessage(name) + ": dtype " +
                            std::string(c10::toString(t.scalar_type())) + " cannot be saved");
   w.add(name, *dtype, t.sizes().vec(), cpuBytes(t));
 }

@@ -170,7 +170,7 @@ int64_t inferIntBound(const Node* ph, bool embeddings_only = false) {
 std::string namesText(const std::vector<std::string>& names) {
   std::string s;
   for (size_t i = 0; i < names.size() && i < 8; ++i)
-    s += (i ? ", " : "") + ("'" + names[i] + "'");
+    s += (i ? ", " : "") + quoteForMessage(names[i]);
   if (names.size() > 8) s += ", ... (" + std::to_string(names.size() - 8) + " more)";
   return s.empty() ? "none" : s;
 }
@@ -222,20 +222,21 @@ std::string checkWeight(const GraphInput& in, const SafetensorsFile& params, con
     std::vector<std::string> have;
     for (const auto& x : params.entries())
       have.push_back(x.name);
-    return o.params + ": no tensor '" + in.fqn + "' (input '" + in.name + "'); the file has " +
-           namesText(have);
+    return o.params + ": no tensor " + quoteForMessage(in.fqn) + " (input " +
+           quoteForMessage(in.name) + "); the file has " + namesText(have);
   }
   used.insert(e->name);
   bool warn = false;
   if (std::string d = dtypeMismatch(e->dtype, m.dtype, &warn); !d.empty()) {
-    if (!warn) return o.params + ": tensor '" + in.fqn + "' is " + d;
-    warnings.push_back(o.params + ": tensor '" + in.fqn + "' is " + d);
+    if (!warn) return o.params + ": tensor " + quoteForMessage(in.fqn) + " is " + d;
+    warnings.push_back(o.params + ": tensor " + quoteForMessage(in.fqn) + " is " + d);
   }
   if (e->shape.size() != m.shape.size())
-    return o.params + ": tensor '" + in.fqn + "' has " + std::to_string(e->shape.size()) +
-           " dimensions, the graph's input '" + in.name + "' " + std::to_string(m.shape.size());
+    return o.params + ": tensor " + quoteForMessage(in.fqn) + " has " +
+           std::to_string(e->shape.size()) + " dimensions, the graph's input " +
+           quoteForMessage(in.name) + " " + std::to_string(m.shape.size());
   if (int64_t bad = nonFinite(readTensor(params, *e)); bad > 0)
-    return o.params + ": tensor '" + in.fqn + "' holds " + std::to_string(bad) +
+    return o.params + ": tensor " + quoteForMessage(in.fqn) + " holds " + std::to_string(bad) +
            " NaN or infinite value" + (bad == 1 ? "" : "s") +
            "; parameters and buffers must be finite";
   return {};
@@ -252,13 +253,13 @@ std::string checkBatchInput(const GraphInput& in, int64_t rows, const Safetensor
     std::vector<std::string> have;
     for (const auto& x : batch.entries())
       have.push_back(x.name);
-    return o.batch + ": no tensor '" + in.name + "' (a user input of the graph); the file has " +
-           namesText(have);
+    return o.batch + ": no tensor " + quoteForMessage(in.name) +
+           " (a user input of the graph); the file has " + namesText(have);
   }
   used.insert(e->name);
   bool warn = false;
   if (std::string d = dtypeMismatch(e->dtype, m.dtype, &warn); !d.empty()) {
-    std::string what = o.batch + ": input '" + in.name + "' is " + d;
+    std::string what = o.batch + ": input " + quoteForMessage(in.name) + " is " + d;
     if (!warn)
       return what + (isIntegral(m.dtype) ? " (token ids and labels must be integers)" : "");
     warnings.push_back(what);
@@ -275,18 +276,19 @@ std::string checkBatchInput(const GraphInput& in, int64_t rows, const Safetensor
       have += (d ? ", " : "") + std::to_string(e->shape[d]);
     for (size_t d = 0; d < m.shape.size(); ++d)
       want += (d ? ", " : "") + std::to_string(m.shape[d]);
-    return o.batch + ": input '" + in.name + "' has shape " + have + "], not the graph's " + want +
-           "] (or a multiple of it along dim 0)";
+    return o.batch + ": input " + quoteForMessage(in.name) + " has shape " + have +
+           "], not the graph's " + want + "] (or a multiple of it along dim 0)";
   }
   at::Tensor t = readTensor(batch, *e);
   if (int64_t bad = nonFinite(t); bad > 0)
-    return o.batch + ": input '" + in.name + "' holds " + std::to_string(bad) +
+    return o.batch + ": input " + quoteForMessage(in.name) + " holds " + std::to_string(bad) +
            " NaN or infinite value" + (bad == 1 ? "" : "s");
   if (rows > 0 && isIntegral(e->dtype) && t.numel() > 0) {
     int64_t lo = t.min().item<int64_t>(), hi = t.max().item<int64_t>();
     if (lo < 0 || hi >= rows)
-      return o.batch + ": input '" + in.name + "' holds " + std::to_string(lo < 0 ? lo : hi) +
-             ", outside [0, " + std::to_string(rows) + "): the rows of the embedding it indexes";
+      return o.batch + ": input " + quoteForMessage(in.name) + " holds " +
+             std::to_string(lo < 0 ? lo : hi) + ", outside [0, " + std::to_string(rows) +
+             "): the rows of the embedding it indexes";
   }
   return {};
 }
@@ -310,8 +312,8 @@ std::string checkInputData(const Graph& g, const std::vector<GraphInput>& inputs
     const TensorMeta& m = in.meta.tensor;
     const bool weight = in.kind == InputKind::Parameter || in.kind == InputKind::Buffer;
     if (in.kind == InputKind::Parameter && !dtypeIsFloatingPoint(m.dtype))
-      return "parameter '" + in.fqn + "' (input '" + in.name + "') is " +
-             std::string(dtypeName(m.dtype)) +
+      return "parameter " + quoteForMessage(in.fqn) + " (input " + quoteForMessage(in.name) +
+             ") is " + std::string(dtypeName(m.dtype)) +
              " in the graph; only floating-point parameters can be trained";
     if (weight && params)
       if (std::string e = checkWeight(in, *params, o, used_params, warnings); !e.empty()) return e;
@@ -321,7 +323,7 @@ std::string checkInputData(const Graph& g, const std::vector<GraphInput>& inputs
     if (!batch) {
       if (rows > 0 && o.int_high > rows && isIntegral(m.dtype))
         return "--int-high " + std::to_string(o.int_high) + " exceeds the " + std::to_string(rows) +
-               " rows of the embedding input '" + in.name + "' indexes";
+               " rows of the embedding input " + quoteForMessage(in.name) + " indexes";
       continue;
     }
     if (std::string e = checkBatchInput(in, rows, *batch, o, used_batch, warnings); !e.empty())
@@ -375,10 +377,10 @@ at::Tensor shard(const at::Tensor& full, const Input& in, const ProcessGroups& p
   const Layout& l = in.layout;
   const int64_t G = l.group_size;
   auto mismatch = [&] {
-    inputError("'" + in.info.fqn + "': full shape " + shapeStr(full.sizes()) +
+    inputError(quoteForMessage(in.info.fqn) + ": full shape " + shapeStr(full.sizes()) +
                " does not shard to the graph's " + shapeStr(l.local_shape) + " over " +
                std::to_string(G) + " FSDP rank(s)" +
-               (tp_group.empty() ? "" : " and group '" + tp_group + "'"));
+               (tp_group.empty() ? "" : " and group " + quoteForMessage(tp_group)));
   };
   if (full.dim() != static_cast<int64_t>(l.local_shape.size())) mismatch();
   at::Tensor t = full;
@@ -482,7 +484,9 @@ std::string replaceRank(std::string path, int rank) {
 void makeDirs(const std::string& dir) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
-  if (ec) inputError("cannot create directory '" + dir + "': " + ec.message());
+  if (ec)
+    inputError("cannot create directory " + quoteForMessage(dir, kPathQuoteLimit) + ": " +
+               ec.message());
 }
 
 void debugFail(const ExecOptions& o, int rank, int step) {
@@ -684,8 +688,8 @@ class RankRun {
     auto r = pgs_->rankIn(in.layout.group);
     auto n = pgs_->sizeOf(in.layout.group);
     if (!r || !n)
-      inputError("'" + in.info.fqn + "' is " + how + " over group '" + in.layout.group +
-                 "', which this rank is not in");
+      inputError(quoteForMessage(in.info.fqn) + " is " + how + " over group " +
+                 quoteForMessage(in.layout.group) + ", which this rank is not in");
     in.layout.group_rank = *r;
     in.layout.group_size = *n;
   }
@@ -757,8 +761,8 @@ class RankRun {
     if (!bi.is_object()) inputError(o_.graph + ": meta.buffer_init is not an object");
     for (auto it = bi.begin(); it != bi.end(); ++it) {
       if (!it.value().is_string() || (it.value() != "zeros" && it.value() != "ones"))
-        inputError(o_.graph + ": meta.buffer_init['" + it.key() +
-                   "'] is not \"zeros\" or \"ones\"");
+        inputError(o_.graph + ": meta.buffer_init[" + quoteForMessage(it.key()) +
+                   "] is not \"zeros\" or \"ones\"");
       buffer_init[it.key()] = it.value().get<std::string>();
     }
     return buffer_init;
@@ -772,7 +776,8 @@ class RankRun {
     if (params_file_) {
       const SafetensorsEntry* e = params_file_->find(in.info.fqn);
       if (!e)
-        inputError(o_.params + ": no tensor '" + in.info.fqn + "' (input '" + in.info.name + "')");
+        inputError(o_.params + ": no tensor " + quoteForMessage(in.info.fqn) + " (input " +
+                   quoteForMessage(in.info.name) + ")");
       return readTensor(*params_file_, *e);
     }
     if (in.info.kind == InputKind::Buffer && init != buffer_init.end()) {
@@ -821,14 +826,14 @@ class RankRun {
         } else if (specs[k].kind == OutputKind::Gradient) {
           auto it = param_by_fqn.find(specs[k].fqn);
           if (it == param_by_fqn.end())
-            inputError("output " + std::to_string(k) + " is the gradient of '" + specs[k].fqn +
-                       "', which is no parameter input");
+            inputError("output " + std::to_string(k) + " is the gradient of " +
+                       quoteForMessage(specs[k].fqn) + ", which is no parameter input");
           grad_outputs_.emplace_back(k, it->second);
         } else if (specs[k].kind == OutputKind::BufferMutation) {
           auto it = buffer_by_fqn.find(specs[k].fqn);
           if (it == buffer_by_fqn.end())
-            inputError("output " + std::to_string(k) + " updates buffer '" + specs[k].fqn +
-                       "', which is no buffer input");
+            inputError("output " + std::to_string(k) + " updates buffer " +
+                       quoteForMessage(specs[k].fqn) + ", which is no buffer input");
           buffer_outputs_.emplace_back(k, it->second);
           buffer_inputs_.push_back(it->second);
         }
@@ -879,7 +884,7 @@ class RankRun {
         if (auto parent = std::filesystem::path(path).parent_path(); !parent.empty())
           makeDirs(parent.string());
         log_file_ = std::make_unique<std::ofstream>(path, std::ios::trunc);
-        if (!*log_file_) inputError("cannot write log '" + path + "'");
+        if (!*log_file_) inputError("cannot write log " + quoteForMessage(path, kPathQuoteLimit));
         log_ = log_file_.get();
       }
     }
@@ -942,7 +947,7 @@ class RankRun {
     at::Tensor t;
     if (batch_file_) {
       const SafetensorsEntry* e = batch_file_->find(in.info.name);
-      if (!e) inputError(o_.batch + ": no tensor '" + in.info.name + "'");
+      if (!e) inputError(o_.batch + ": no tensor " + quoteForMessage(in.info.name));
       t = readTensor(*batch_file_, *e);
     } else {
       std::vector<int64_t> global = m.shape;
@@ -961,9 +966,9 @@ class RankRun {
           t.size(0) == m.shape[0] * dp_size_)
         t = t.narrow(0, dp_rank_ * m.shape[0], m.shape[0]);
       else
-        inputError("input '" + in.info.name + "': batch shape " + shapeStr(t.sizes()) +
-                   " is neither the graph's " + shapeStr(atenSizes(m.shape)) + " nor " +
-                   std::to_string(dp_size_) + " of them along dim 0");
+        inputError("input " + quoteForMessage(in.info.name) + ": batch shape " +
+                   shapeStr(t.sizes()) + " is neither the graph's " + shapeStr(atenSizes(m.shape)) +
+                   " nor " + std::to_string(dp_size_) + " of them along dim 0");
     }
     return t.to(device_, atenDtype(m.dtype)).contiguous();
   }
@@ -974,8 +979,9 @@ class RankRun {
   void updateBuffers(const std::vector<c10::IValue>& outs) {
     for (auto [k, i] : buffer_outputs_) {
       if (!outs[k].isTensor() || outs[k].toTensor().sizes() != inputs_[i].value.sizes())
-        throw RankError{kExecRankFailed, "output " + std::to_string(k) + " (update of buffer '" +
-                                             inputs_[i].info.fqn + "') is not a tensor of shape " +
+        throw RankError{kExecRankFailed, "output " + std::to_string(k) + " (update of buffer " +
+                                             quoteForMessage(inputs_[i].info.fqn) +
+                                             ") is not a tensor of shape " +
                                              shapeStr(inputs_[i].value.sizes())};
       inputs_[i].value.copy_(outs[k].toTensor());
     }
@@ -1023,8 +1029,8 @@ class RankRun {
       at::Tensor grad = outs[k].toTensor();
       at::Tensor& p = inputs_[i].value;
       if (grad.sizes() != p.sizes())
-        throw RankError{kExecRankFailed, "gradient of '" + inputs_[i].info.fqn + "' is " +
-                                             shapeStr(grad.sizes()) + ", its shard " +
+        throw RankError{kExecRankFailed, "gradient of " + quoteForMessage(inputs_[i].info.fqn) +
+                                             " is " + shapeStr(grad.sizes()) + ", its shard " +
                                              shapeStr(p.sizes())};
       p.mutable_grad() = grad.to(p.scalar_type());
     }
@@ -1113,7 +1119,8 @@ class RankRun {
 
 std::string deviceProblem(const std::string& device) {
   if (device == "cpu") return {};
-  if (device != "cuda") return "unknown device '" + device + "' (expected cpu or cuda)";
+  if (device != "cuda")
+    return "unknown device " + quoteForMessage(device) + " (expected cpu or cuda)";
 #if JFX_WITH_CUDA
   if (!at::hasCUDA() || at::getNumGPUs() == 0)
     return "--device cuda: no CUDA device is visible to this process";

@@ -5,22 +5,27 @@ usage: bad_inputs.py JOINTFX CORPUS_DIR
 
 1. Every case in CORPUS_DIR/MANIFEST.tsv gets its expected exit code and message substring (the
    command is `jointfx verify FILE` unless the case names another), no output anywhere carries a
-   library's raw exception text (nlohmann's "[json.exception...]", a C++ backtrace) or a
-   CLI11 range of hundreds of digits, and no file in the folder is left out of the manifest.
+   library's raw exception text (nlohmann's "[json.exception...]", a C++ backtrace), a
+   CLI11 range of hundreds of digits, a doubled "error:" prefix or an inf/nan figure, and no
+   file in the folder is left out of the manifest.
    inputs/gen_inputs.py still writes the safetensors inputs byte for byte.
 2. Generated inputs too large to keep as fixtures (deep nesting, /dev/zero, over the input
-   limit) get a clean error, not a crash or an exhausted memory.
+   limit, 100 MB values) get a clean error, not a crash or an exhausted memory; a long value is
+   quoted clipped, in a message of at most 1000 characters; so are a long --device and tensor
+   name in `jointfx exec` (when built with the LibTorch runtime).
 3. `opt` and `convert` never overwrite their input, and a failed run leaves an existing output
    file untouched; outputs through symlinks, FIFOs, character devices and /dev/stdout are
    written, never replaced.
 4. Usage errors (bad pipeline, unknown flag) exit 2.
 """
 import filecmp
+import json
 import os
 import re
 import shlex
 import shutil
 import stat
+import struct
 import subprocess
 import sys
 import tempfile
@@ -30,9 +35,11 @@ TIMEOUT_S = 60
 
 
 # What a user must never see: a library's exception id, a C++ stack, CLI11's full-precision
-# double range (PositiveNumber prints DBL_MAX as 309 digits).
+# double range (PositiveNumber prints DBL_MAX as 309 digits), an error wrapped in another one's
+# prefix ("out.json: error: out.json: error: ..."), a number that is not one.
 LEAKS = [re.compile(r"\[json\.exception"), re.compile(r"Exception raised from"),
-         re.compile(r"frame #\d"), re.compile(r"\d{30}")]
+         re.compile(r"frame #\d"), re.compile(r"error: .*error: "),
+         re.compile(r"(?<![\w.'])-?(inf|nan)(?![\w.'])"), re.compile(r"\d{30}")]
 
 
 def run(jointfx, *args, stdin=None):
@@ -48,17 +55,20 @@ class Checker:
         self.failures = []
         self.count = 0
 
-    def expect(self, label, args, code, substring, stdin=None, allow_digits=False):
+    def expect(self, label, args, code, substring, stdin=None, allow_digits=False, max_len=None):
         self.count += 1
         rc, out = run(self.jointfx, *args, stdin=stdin)
         problems = []
+        if max_len is not None and len(out) > max_len:
+            problems.append(f"{len(out)} characters of output, expected at most {max_len}")
         if rc < 0:
             problems.append(f"crashed with signal {-rc}")
         elif rc != code:
             problems.append(f"exit {rc}, expected {code}")
-        if substring not in out:
-            problems.append(f"output lacks {substring!r}")
-        for leak in LEAKS[:3] if allow_digits else LEAKS:
+        for part in substring if isinstance(substring, tuple) else (substring,):
+            if part not in out:
+                problems.append(f"output lacks {part!r}")
+        for leak in LEAKS[:-1] if allow_digits else LEAKS:
             if leak.search(out):
                 problems.append(f"output leaks /{leak.pattern}/")
         if problems:
@@ -69,6 +79,9 @@ class Checker:
         if not ok:
             self.failures.append(f"{label}: {detail}")
 
+
+GOOD_JFX = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "bad", "inputs",
+                        "good.jfx")
 
 GOOD_GRAPH = """jointfx.graph 1
 %x : f32[4] = placeholder
@@ -160,6 +173,50 @@ def check_generated(c, tmp):
         f.write("jointfx.graph 1\n%" + "x" * 1000000 + " = placeholder\n%output = output([])\n")
     c.expect("million-character name", ["verify", long_name], 0, "ok (2 nodes)")
     c.expect("stdin, garbage", ["verify", "-"], 2, "error", stdin="\x01\x02 not a graph")
+
+    # A 100 MB value is quoted as its first 200 bytes and its length, wherever it comes from: a
+    # pipeline file's option, a hardware profile's key, a graph's string, an option on the
+    # command line (at most 128 KiB there: the kernel's limit on one argument).
+    huge = "a" * (100 << 20)
+    big_pipeline = os.path.join(tmp, "huge_option.json")
+    with open(big_pipeline, "w") as f:
+        f.write('{"passes": [{"name": "bucket", "options": {"memory-limit": "' + huge + 'x"}}]}')
+    c.expect("100 MB pipeline option value", ["opt", GOOD_JFX, "-o", "-", "-p", big_pipeline], 2,
+             ("option 'memory-limit': bad byte size 'aaaa",
+              "aaa...' (104857601 bytes) (expected e.g. 80GiB"), max_len=1000)
+    big_profile = os.path.join(tmp, "huge_key.json")
+    with open(big_profile, "w") as f:
+        f.write('{"' + huge + '": 1}')
+    c.expect("100 MB hardware profile key", ["analyze", GOOD_JFX, "--hardware", big_profile], 2,
+             "unknown key 'aaa", max_len=1000)
+    big_graph = os.path.join(tmp, "huge_dtype.json")
+    with open(big_graph, "w") as f:
+        f.write('{"format": "jointfx.graph", "version": 1, "nodes": [{"name": "x", "op": '
+                '"placeholder", "target": "x", "args": [], "kwargs": {}, "meta": {"val": '
+                '{"dtype": "' + huge + '", "shape": [1]}}}]}')
+    c.expect("100 MB dtype name", ["verify", big_graph], 2, "unknown dtype 'aaa", max_len=1000)
+    del huge
+    for path in (big_pipeline, big_profile, big_graph):
+        os.remove(path)
+    arg = "a" * (100 << 10)
+    c.expect("100 KB --set value", ["opt", GOOD_JFX, "-o", "-", "-p", "tag-fsdp{reshard=budget}",
+                                    "--set", "tag-fsdp.memory-limit=" + arg + "x"], 2,
+             "(102401 bytes)", max_len=1000)
+    c.expect("100 KB --top value", ["analyze", GOOD_JFX, "--top", arg], 2,
+             "(102400 bytes)", max_len=1000)
+    c.expect("100 KB pipeline spec", ["opt", GOOD_JFX, "-o", "-", "-p", "dce,x" + arg], 2,
+             "unknown pass 'xaaa", max_len=1000)
+    # CLI11's own messages, clipped word by word.
+    runtime_graph = os.path.join(os.path.dirname(GOOD_JFX), "..", "..", "..", "runtime", "data",
+                                 "linear_w1.jfx")
+    c.expect("100 KB --device", ["exec", runtime_graph, "--device", arg], 2,
+             ("--device: aaa", "aaa... (102400 bytes) not in {cpu,cuda}"), max_len=1000)
+    c.expect("100 KB --lr", ["exec", runtime_graph, "--lr", arg], 2,
+             "Could not convert: --lr = aaa", max_len=1000)
+    c.expect("100 KB --format", ["convert", GOOD_JFX, "-o", "-", "--format", arg], 2,
+             "(102400 bytes) not in {json,text}", max_len=1000)
+    c.expect("100 KB extra argument", ["verify", GOOD_JFX, arg], 2,
+             "The following argument was not expected: aaa", max_len=1000)
     c.expect("missing file", ["verify", os.path.join(tmp, "nope.json")], 2, "nope.json")
     c.expect("unknown extension", ["verify", os.path.join(tmp, "graph.txt")], 2, "graph.txt")
 
@@ -314,6 +371,33 @@ def check_output_paths(c, tmp):
     c.check("no temporary files left (output paths)", not leftovers, f"found {leftovers}")
 
 
+def write_safetensors(path, tensors):
+    """A safetensors file of float32 tensors: {name: (shape, values)}."""
+    header, data = {}, b""
+    for name, (shape, values) in tensors.items():
+        raw = struct.pack(f"<{len(values)}f", *values)
+        header[name] = {"dtype": "F32", "shape": shape,
+                        "data_offsets": [len(data), len(data) + len(raw)]}
+        data += raw
+    text = json.dumps(header).encode()
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text + data)
+
+
+def check_runtime_values(c, corpus, tmp):
+    """`exec` clips a long value as the core does: a tensor name of 100 KB in --params. Returns how many checks were skipped for want of the runtime."""
+    if not has_runtime(c.jointfx):
+        return 2
+    graph = os.path.join(corpus, "..", "..", "runtime", "data", "linear_w1.jfx")
+    arg = "a" * (100 << 10)
+    params = os.path.join(tmp, "long_name.safetensors")
+    write_safetensors(params, {arg: ([1], [1.0])})
+    c.expect("100 KB tensor name in --params", ["exec", graph, "--params", params], 2,
+             ("no tensor 'w' (input 'w'); the file has 'aaa", "aaa...' (102400 bytes)"),
+             max_len=1000)
+    return 0
+
+
 def check_usage(c, tmp):
     c.expect("no subcommand", [], 2, "A subcommand is required")
     c.expect("unknown flag", ["verify", "--frobnicate", "x.jfx"], 2, "--frobnicate")
@@ -336,6 +420,7 @@ def main():
             step(c, sub)
         check_no_overwrite(c, corpus, tmp)
         check_usage(c, tmp)
+        runtime_skipped = check_runtime_values(c, corpus, tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     if cases + skipped < 100:
@@ -344,7 +429,8 @@ def main():
     for failure in c.failures:
         print("FAIL", failure)
     print(f"{c.count - len(c.failures)}/{c.count} checks passed ({cases} corpus cases run"
-          + (f", {skipped} skipped: this jointfx has no LibTorch runtime" if skipped else "") +
+          + (f", {skipped + runtime_skipped} skipped: this jointfx has no LibTorch runtime"
+             if skipped + runtime_skipped else "") +
           ")")
     return 1 if c.failures else 0
 

@@ -1,6 +1,7 @@
 #include "passes/analysis/cost_model.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -25,20 +26,78 @@ using nlohmann::json;
   throw JfxError(loc, message);
 }
 
-// A positive number at obj[key] (or a default when the key is absent and `required` is false).
+// The physical range of a profile's number, in the file's unit. The bounds are generous (any
+// machine built or planned is far inside them) and keep every figure the cost model and the
+// simulator derive finite: a denormal rate, a zero bandwidth or a latency of 1e308 would give
+// infinite or NaN step times (docs/passes.md, "Ranges").
+struct Range {
+  double lo;
+  double hi;
+  const char* text;                 // the range as the error message states it
+  bool zero_means_unknown = false;  // 0 is accepted below lo (memory capacity)
+};
+
+constexpr Range kRateTflops{1e-6, 1e8, "1e-6 to 1e8 TFLOP/s (1 MFLOP/s to 10^20 FLOP/s)"};
+constexpr Range kBandwidthGbps{1e-3, 1e6, "0.001 to 1e6 GB/s (1 MB/s to 1 PB/s)"};
+constexpr Range kLatencyUs{0, 1e7, "0 to 1e7 us (10 s)"};
+constexpr Range kEfficiency{1e-3, 1, "0.001 to 1 (a fraction of the peak)"};
+constexpr Range kCapacityGib{1.0 / 1024, 1 << 20,
+                             "1/1024 to 1048576 GiB (1 MiB to 1 PiB), or 0 for unknown", true};
+constexpr Range kRailBytes{1, 1e15, "1 to 1e15 bytes (1 PB)"};
+constexpr Range kExponent{0, 1, "0 to 1"};
+
+// The shortest text that reads back as `v` (1e-320, not 9.99989e-321).
+std::string shortest(double v) {
+  char buf[32];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);
+  return ec == std::errc() ? std::string(buf, end) : std::string("?");
+}
+
+[[noreturn]] void outOfRange(const std::string& file, const std::string& pointer, double v,
+                             const Range& r) {
+  profileError(file, pointer, shortest(v) + " is outside the physical range: expected " + r.text);
+}
+
+// The number `value` (at `pointer`), within `range`.
+double inRange(const json& value, const std::string& file, const std::string& pointer,
+               const Range& range) {
+  if (!value.is_number()) profileError(file, pointer, "expected a number");
+  // + 0.0 turns -0 into 0, so no figure prints as "-0".
+  double v = value.get<double>() + 0.0;
+  if (range.zero_means_unknown && v == 0) return 0;
+  if (!(v >= range.lo && v <= range.hi)) outOfRange(file, pointer, v, range);
+  return v;
+}
+
+// The number at obj[key] (a default when the key is absent and `required` is false), within
+// `range`.
 double number(const json& obj, const char* key, const std::string& file, const std::string& at,
-              bool required, double dflt = 0, bool allow_zero = false) {
+              bool required, double dflt, const Range& range) {
   auto it = obj.find(key);
   if (it == obj.end()) {
     if (required) profileError(file, at, std::string("missing key '") + key + "'");
     return dflt;
   }
-  if (!it->is_number()) profileError(file, at + "/" + key, "expected a number");
+  return inRange(*it, file, at + "/" + key, range);
+}
+
+// A whole number in [lo, hi] at obj[key] (a count: a fraction would truncate, and a huge double
+// does not fit an int64_t).
+int64_t count(const json& obj, const char* key, const std::string& file, const std::string& at,
+              bool required, int64_t dflt, int64_t lo, int64_t hi) {
+  auto it = obj.find(key);
+  if (it == obj.end()) {
+    if (required) profileError(file, at, std::string("missing key '") + key + "'");
+    return dflt;
+  }
+  const std::string pointer = at + "/" + key;
+  if (!it->is_number()) profileError(file, pointer, "expected a number");
   double v = it->get<double>();
-  if (!(v > 0) && !(allow_zero && v == 0))
-    profileError(file, at + "/" + key,
-                 allow_zero ? "expected a number >= 0" : "expected a number > 0");
-  return v;
+  if (!(v >= static_cast<double>(lo) && v <= static_cast<double>(hi)) || v != std::floor(v))
+    profileError(file, pointer,
+                 "expected a whole number from " + std::to_string(lo) + " to " +
+                     std::to_string(hi) + ", got " + shortest(v));
+  return static_cast<int64_t>(v);
 }
 
 void checkKeys(const json& obj, const std::set<std::string>& allowed, const std::string& file,
@@ -46,7 +105,7 @@ void checkKeys(const json& obj, const std::set<std::string>& allowed, const std:
   if (!obj.is_object()) profileError(file, at.empty() ? "/" : at, "expected an object");
   for (auto it = obj.begin(); it != obj.end(); ++it)
     if (!allowed.count(it.key()))
-      profileError(file, at + "/" + it.key(), "unknown key '" + it.key() + "'");
+      profileError(file, at + "/" + it.key(), "unknown key " + quoteForMessage(it.key()));
 }
 
 const TensorMeta* firstTensor(const ValueMeta& v) {
@@ -119,40 +178,34 @@ HardwareProfile parseHardwareProfile(std::string_view json_text, const std::stri
       profileError(filename, "/description", "expected a string");
     hw.description = doc["description"].get<std::string>();
   }
-  // A count: a fraction would truncate to 0 GPUs, and a huge double does not fit an int64_t.
-  double gpus_per_node = number(doc, "gpus_per_node", filename, "", true);
-  if (gpus_per_node != std::floor(gpus_per_node) || gpus_per_node > (1 << 20))
-    profileError(filename, "/gpus_per_node", "expected a whole number from 1 to 1048576");
-  hw.gpus_per_node = static_cast<int64_t>(gpus_per_node);
+  hw.gpus_per_node = count(doc, "gpus_per_node", filename, "", true, 1, 1, 1 << 20);
   if (!doc.contains("peak_tflops") || !doc["peak_tflops"].is_object())
     profileError(filename, "/peak_tflops", "expected an object of dtype -> TFLOP/s");
   // nlohmann's object iteration is key-sorted, so the table order is deterministic.
   for (auto it = doc["peak_tflops"].begin(); it != doc["peak_tflops"].end(); ++it) {
     std::string at = "/peak_tflops/" + it.key();
-    if (!it->is_number() || !(it->get<double>() > 0))
-      profileError(filename, at, "expected a number > 0");
-    double flops = it->get<double>() * 1e12;
+    double flops = inRange(*it, filename, at, kRateTflops) * 1e12;
     if (it.key() == "default") {
       hw.default_peak_flops = flops;
       continue;
     }
     auto dtype = dtypeFromName(it.key());
-    if (!dtype) profileError(filename, at, "unknown dtype '" + it.key() + "'");
+    if (!dtype) profileError(filename, at, "unknown dtype " + quoteForMessage(it.key()));
     hw.peak_flops.emplace_back(*dtype, flops);
   }
   if (hw.default_peak_flops == 0)
     profileError(filename, "/peak_tflops", "missing key 'default' (peak for unlisted dtypes)");
-  hw.compute_efficiency = number(doc, "compute_efficiency", filename, "", false, 1);
-  hw.memory_bandwidth = number(doc, "memory_bandwidth_gbps", filename, "", true) * 1e9;
-  hw.memory_efficiency = number(doc, "memory_efficiency", filename, "", false, 1);
-  if (hw.compute_efficiency > 1) profileError(filename, "/compute_efficiency", "expected <= 1");
-  if (hw.memory_efficiency > 1) profileError(filename, "/memory_efficiency", "expected <= 1");
-  hw.memory_capacity =
-      number(doc, "memory_capacity_gib", filename, "", false, 0, true) * 1024.0 * 1024 * 1024;
-  hw.kernel_overhead = number(doc, "kernel_overhead_us", filename, "", false, 0, true) * 1e-6;
-  hw.base_latency = number(doc, "base_latency_us", filename, "", false, 0, true) * 1e-6;
-  hw.host_overhead = number(doc, "host_overhead_us", filename, "", false, 0, true) * 1e-6;
-  hw.local_collective = number(doc, "local_collective_us", filename, "", false, 0, true) * 1e-6;
+  hw.compute_efficiency = number(doc, "compute_efficiency", filename, "", false, 1, kEfficiency);
+  hw.memory_bandwidth =
+      number(doc, "memory_bandwidth_gbps", filename, "", true, 0, kBandwidthGbps) * 1e9;
+  hw.memory_efficiency = number(doc, "memory_efficiency", filename, "", false, 1, kEfficiency);
+  hw.memory_capacity = number(doc, "memory_capacity_gib", filename, "", false, 0, kCapacityGib) *
+                       1024.0 * 1024 * 1024;
+  hw.kernel_overhead = number(doc, "kernel_overhead_us", filename, "", false, 0, kLatencyUs) * 1e-6;
+  hw.base_latency = number(doc, "base_latency_us", filename, "", false, 0, kLatencyUs) * 1e-6;
+  hw.host_overhead = number(doc, "host_overhead_us", filename, "", false, 0, kLatencyUs) * 1e-6;
+  hw.local_collective =
+      number(doc, "local_collective_us", filename, "", false, 0, kLatencyUs) * 1e-6;
   if (doc.contains("collective_streams")) {
     const json& v = doc["collective_streams"];
     if (!v.is_string() || (v != "per_group" && v != "per_rank_set"))
@@ -172,8 +225,8 @@ HardwareProfile parseHardwareProfile(std::string_view json_text, const std::stri
                 filename, at);
     else
       checkKeys(link, {"bus_bandwidth_gbps", "hop_latency_us", "notes"}, filename, at);
-    double bw = number(link, "bus_bandwidth_gbps", filename, at, true) * 1e9;
-    double hop = number(link, "hop_latency_us", filename, at, false, 0, true) * 1e-6;
+    double bw = number(link, "bus_bandwidth_gbps", filename, at, true, 0, kBandwidthGbps) * 1e9;
+    double hop = number(link, "hop_latency_us", filename, at, false, 0, kLatencyUs) * 1e-6;
     if (!inter) {
       hw.intra_node_bus_bw = bw;
       hw.intra_node_hop_latency = hop;
@@ -181,18 +234,11 @@ HardwareProfile parseHardwareProfile(std::string_view json_text, const std::stri
     }
     hw.inter_node_bus_bw = bw;
     hw.inter_node_hop_latency = hop;
-    hw.net_overhead = number(link, "net_overhead_us", filename, at, false, 0, true) * 1e-6;
-    hw.nic_efficiency_min = number(link, "nic_efficiency_min", filename, at, false, 1);
-    if (hw.nic_efficiency_min > 1)
-      profileError(filename, at + "/nic_efficiency_min", "expected a number in (0, 1]");
-    double full = number(link, "nic_full_nodes", filename, at, false, 8);
-    if (full < 2 || full > 1e6 || full != static_cast<double>(static_cast<int64_t>(full)))
-      profileError(filename, at + "/nic_full_nodes", "expected an integer in [2, 1000000]");
-    hw.nic_full_nodes = static_cast<int64_t>(full);
-    hw.multi_rail_bytes = number(link, "multi_rail_bytes", filename, at, false, 50e6);
-    hw.multi_rail_exponent = number(link, "multi_rail_exponent", filename, at, false, 0, true);
-    if (hw.multi_rail_exponent > 1)
-      profileError(filename, at + "/multi_rail_exponent", "expected a number in [0, 1]");
+    hw.net_overhead = number(link, "net_overhead_us", filename, at, false, 0, kLatencyUs) * 1e-6;
+    hw.nic_efficiency_min = number(link, "nic_efficiency_min", filename, at, false, 1, kEfficiency);
+    hw.nic_full_nodes = count(link, "nic_full_nodes", filename, at, false, 8, 2, 1000000);
+    hw.multi_rail_bytes = number(link, "multi_rail_bytes", filename, at, false, 50e6, kRailBytes);
+    hw.multi_rail_exponent = number(link, "multi_rail_exponent", filename, at, false, 0, kExponent);
   }
   return hw;
 }

@@ -1,12 +1,14 @@
 #include "passes/analysis/simulator.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <map>
 #include <unordered_map>
 
 #include "ir/checked.h"
 #include "ir/collectives.h"
+#include "ir/error.h"
 #include "passes/analysis/memory.h"
 #include "passes/analysis/phase.h"
 
@@ -15,11 +17,42 @@ namespace {
 
 std::string fmtMs(double seconds) {
   char buf[64];
-  std::snprintf(buf, sizeof buf, "%.3f ms", seconds * 1e3);
+  const double ms = seconds * 1e3;
+  // Beyond 10^15 ms (31,700 years) a fixed-point figure is a wall of digits; say it in powers.
+  std::snprintf(buf, sizeof buf, std::fabs(ms) < 1e15 ? "%.3f ms" : "%.3e ms", ms);
   return buf;
 }
 
+// A node's time must be a finite, non-negative number of seconds: a profile loaded from a file
+// cannot give another (parseHardwareProfile's ranges), one built in memory can.
+void checkDuration(const Node& n, double seconds, const CostModel& cost) {
+  if (std::isfinite(seconds) && seconds >= 0) return;
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%g", seconds);
+  throw JfxError(SourceLocation::atNode(std::string(n.name())),
+                 "simulation: the node takes " + std::string(buf) + " s on hardware " +
+                     quoteForMessage(cost.hardware().name) +
+                     " (its rates must be positive and its latencies finite: docs/passes.md, "
+                     "\"Cost model and hardware profiles\")");
+}
+
 }  // namespace
+
+std::string formatMicros(double seconds) {
+  char buf[64];
+  const double us = seconds * 1e6;
+  std::snprintf(buf, sizeof buf, std::fabs(us) < 1e15 ? "%.1f us" : "%.3e us", us);
+  return buf;
+}
+
+int64_t microsecondsStat(double seconds, const std::string& what) {
+  const double us = std::round(seconds * 1e6);
+  // 2^63 itself does not fit; every double below it does.
+  if (std::isfinite(us) && us >= 0 && us < 9223372036854775808.0) return static_cast<int64_t>(us);
+  throw JfxError({}, what + ": the simulated step, " + formatMicros(seconds) +
+                         ", does not fit a 64-bit count of microseconds (292,000 years): the "
+                         "graph's sizes or the hardware profile are beyond any real machine");
+}
 
 SimResult simulate(const Graph& g, const CostModel& cost, const SimOptions& opts) {
   SimResult r;
@@ -73,6 +106,7 @@ SimResult simulate(const Graph& g, const CostModel& cost, const SimOptions& opts
     }
     // Host dispatch of a node that launches no kernel (0 unless the profile sets it).
     const double host = cost.hostSeconds(*n);
+    checkDuration(*n, host, cost);
     auto hostTime = [&] {
       if (host <= 0) return;
       if (opts.record_trace) r.events.push_back({n, 0, now, host, false});
@@ -92,6 +126,7 @@ SimResult simulate(const Graph& g, const CostModel& cost, const SimOptions& opts
       uint32_t s = it->second;
       double start = std::max({now, operandsReady(n), stream_free[s]});
       double dur = cost.collectiveSeconds(*n, g);
+      checkDuration(*n, dur, cost);
       chainEnd(n, dur);
       ready[n->id()] = start + dur;
       stream_free[s] = start + dur;
@@ -115,6 +150,7 @@ SimResult simulate(const Graph& g, const CostModel& cost, const SimOptions& opts
     // A compute node reading an unwaited collective result stalls like a wait would.
     stall(n, operandsReady(n));
     double dur = cost.computeSeconds(*n) + host;
+    checkDuration(*n, dur, cost);
     chainEnd(n, dur);
     if (dur > 0) {
       if (opts.record_trace) r.events.push_back({n, 0, now, dur, false});
@@ -133,6 +169,12 @@ SimResult simulate(const Graph& g, const CostModel& cost, const SimOptions& opts
   r.lower_bound = r.critical_path;
   for (const SimStream& s : r.streams)
     r.lower_bound = std::max(r.lower_bound, s.busy);
+  // Finite node times can still add up past the largest double (each below 10^308 s).
+  for (double v : {r.step, r.compute, r.comm, r.exposed_comm, r.lower_bound})
+    if (!std::isfinite(v))
+      throw JfxError({},
+                     "simulation: the step's times add up past the largest double on hardware " +
+                         quoteForMessage(cost.hardware().name));
 
   if (opts.memory) {
     MemoryProfile mem =

@@ -77,6 +77,13 @@ struct SimResult {
 
 SimResult simulate(const Graph& g, const CostModel& cost, const SimOptions& opts = {});
 
+// `seconds` as "123.4 us" (in powers of ten from 10^15 us, so a huge but finite figure stays
+// short): how the planners' remarks print a simulated step.
+std::string formatMicros(double seconds);
+// `seconds` as a whole number of microseconds (the planners' `simulated-step-us` statistic);
+// a JfxError naming `what` when it does not fit an int64_t (no undefined conversion).
+int64_t microsecondsStat(double seconds, const std::string& what);
+
 // Human-readable table of the result (what `jointfx analyze --hardware` prints).
 std::string simulationTable(const SimResult& r, const HardwareProfile& hw);
 // The same as a JSON object (`jointfx analyze --hardware --json`).

@@ -282,7 +282,7 @@ std::optional<Candidate> Bucketer::candidate(Node* n) {
           glooRingChunkElems(tin.numel(), dtypeItemSize(tin.dtype), gsize) != tout.numel()) {
         ctx_.stat("unbucketed.rs-order");
         ctx_.remark(
-            "bucket: reduce-scatter '" + std::string(n->name()) + "' stays unbucketed: " +
+            "bucket: reduce-scatter " + quoteForMessage(n->name()) + " stays unbucketed: " +
             std::to_string(tout.numel()) + " elements per rank is not a gloo ring chunk (" +
             std::to_string(glooRingChunkElems(tin.numel(), dtypeItemSize(tin.dtype), gsize)) +
             "), so no bucket keeps its summation order");
@@ -525,8 +525,8 @@ bool Bucketer::run() {
         reject = blocks_seen.count({k, c->block}) ? "interleaved" : nullptr;
       if (reject) {
         ctx_.stat(std::string("split.") + reject);
-        ctx_.remark("bucket: " + std::string(collectiveKindName(keys_[k].kind)) + " '" +
-                    std::string(n->name()) + "' starts a new bucket (" + reject + ")");
+        ctx_.remark("bucket: " + std::string(collectiveKindName(keys_[k].kind)) + " " +
+                    quoteForMessage(n->name()) + " starts a new bucket (" + reject + ")");
       }
       if (reject || b->block != c->block) close(k);
     }
@@ -849,8 +849,8 @@ void BucketPass::configure(PassOptions& options) {
     else if (k == "ar")
       opts_.all_reduce = true;
     else
-      throw JfxError(
-          {}, "pass 'bucket': option 'kinds': unknown kind '" + k + "' (expected ag, rs, ar)");
+      throw JfxError({}, "pass 'bucket': option 'kinds': unknown kind " + quoteForMessage(k) +
+                             " (expected ag, rs, ar)");
   }
   opts_.fsdp_only = options.getBool("fsdp-only", true);
   opts_.head = options.getList("head", opts_.head);
@@ -1008,9 +1008,7 @@ bool bucketAuto(Graph& g, const BucketOptions& opts, PassContext& ctx) {
       report += "; " + cands[i].name + ": over the bound";
       continue;
     }
-    char buf[64];
-    std::snprintf(buf, sizeof buf, "%.1f", out.step * 1e6);
-    report += (report.empty() ? "" : ", ") + cands[i].name + " " + buf + " us";
+    report += (report.empty() ? "" : ", ") + cands[i].name + " " + formatMicros(out.step);
     if (out.step < best_step) {
       best = i, best_step = out.step, best_peak = out.peak;
       best_excluded = std::move(out.excluded);
@@ -1018,9 +1016,12 @@ bool bucketAuto(Graph& g, const BucketOptions& opts, PassContext& ctx) {
   }
   ctx.stat("auto-candidates", static_cast<int64_t>(cands.size()));
   ctx.stat("auto-plan", static_cast<int64_t>(best));
-  ctx.stat("simulated-step-us", static_cast<int64_t>(std::llround(best_step * 1e6)));
+  if (!(best_step < std::numeric_limits<double>::infinity()))  // cannot happen: see `over`
+    throw JfxError({}, "pass 'bucket': plan=auto: no candidate was simulated within the bound");
+  ctx.stat("simulated-step-us", microsecondsStat(best_step, "pass 'bucket': plan=auto"));
   ctx.stat("memory-peak-estimate", best_peak);
-  ctx.remark("bucket: plan=auto chose '" + cands[best].name + "' (simulated step with " +
+  ctx.remark("bucket: plan=auto chose " + quoteForMessage(cands[best].name) +
+             " (simulated step with " +
              "split-comm-groups and schedule{prefetch=1} under the bound " +
              (bound > 0 ? formatBytes(bound) : std::string("none")) + ", " +
              opts.cost->hardware().name + "): " + report);

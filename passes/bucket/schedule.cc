@@ -210,7 +210,7 @@ bool Scheduler::prefetch(const std::vector<Unit>& seq) {
     }
     if (limited) {
       ctx_.stat("prefetch-lowered");
-      ctx_.remark("schedule: prefetch of '" + std::string(coll->name()) + "' lowered from " +
+      ctx_.remark("schedule: prefetch of " + quoteForMessage(coll->name()) + " lowered from " +
                   std::to_string(opts_.prefetch) + " to " +
                   std::to_string(std::max<int64_t>(k, 0)) + " (memory-limit " +
                   formatBytes(limit_) + ")");
@@ -255,8 +255,8 @@ bool Scheduler::deferWaits(const std::vector<Unit>& seq) {
     size_t lo = idx_[wait->id()], hi = stepAt(at);
     if (!fits(lo, hi, delta)) {
       ctx_.stat("defer-skipped-memory");
-      ctx_.remark("schedule: wait of '" + std::string(seq[i].coll->name()) +
-                  "' not deferred (memory-limit " + formatBytes(limit_) + ")");
+      ctx_.remark("schedule: wait of " + quoteForMessage(seq[i].coll->name()) +
+                  " not deferred (memory-limit " + formatBytes(limit_) + ")");
       continue;
     }
     g_.placeBefore(movers, at);
@@ -385,10 +385,11 @@ int64_t parseByteSize(const std::string& text) {
     v = -1;
   }
   if (v < 0)
-    throw JfxError({}, "bad byte size '" + text + "' (expected e.g. 80GiB, 512M, 1000000)");
+    throw JfxError(
+        {}, "bad byte size " + quoteForMessage(text) + " (expected e.g. 80GiB, 512M, 1000000)");
   // 2^63 bytes and more do not fit int64 (and converting such a double is undefined).
   if (!(v * mult < 9223372036854775807.0))
-    throw JfxError({}, "byte size '" + text + "' is too large (at most 8 EiB)");
+    throw JfxError({}, "byte size " + quoteForMessage(text) + " is too large (at most 8 EiB)");
   return static_cast<int64_t>(v * mult);
 }
 
@@ -438,8 +439,8 @@ void SchedulePass::configure(PassOptions& options) {
     int64_t k = -1;
     auto [end, ec] = std::from_chars(prefetch.data(), prefetch.data() + prefetch.size(), k);
     if (ec != std::errc() || end != prefetch.data() + prefetch.size() || k < 0 || k > 1000000)
-      throw JfxError({}, "pass 'schedule': option 'prefetch=" + prefetch +
-                             "': expected an integer in [0, 1000000] or auto");
+      throw JfxError({}, "pass 'schedule': option " + quoteForMessage("prefetch=" + prefetch) +
+                             ": expected an integer in [0, 1000000] or auto");
     opts_.prefetch = k;
   }
   opts_.max_prefetch = options.getInt("max-prefetch", 3, 0, 64);
@@ -518,6 +519,7 @@ bool scheduleCollectives(Graph& g, const ScheduleOptions& opts, PassContext& ctx
   so.phases = in.phases;
   int64_t best = -1;
   double best_step = std::numeric_limits<double>::infinity();
+  double step_k0 = 0;
   std::string report;
   for (int64_t k = 0; k <= opts.max_prefetch; ++k) {
     ScheduleOptions fixed = opts;
@@ -529,20 +531,20 @@ bool scheduleCollectives(Graph& g, const ScheduleOptions& opts, PassContext& ctx
     sched.run();
     const SimResult sim = simulate(g, *opts.cost, so);
     restoreOrder(g, order, step_of, sched.movedNodes());
-    char buf[96];
-    std::snprintf(buf, sizeof buf, "%sK=%lld %.1f us", report.empty() ? "" : ", ",
-                  static_cast<long long>(k), sim.step * 1e6);
-    report += buf;
+    report += (report.empty() ? "K=" : ", K=") + std::to_string(k) + " " + formatMicros(sim.step);
+    if (k == 0) step_k0 = sim.step;
     if (limit > 0 && sim.peak_memory_bytes > limit) {
       report += " (over the limit)";
       continue;
     }
     if (sim.step < best_step) best = k, best_step = sim.step;
   }
-  if (best < 0) best = 0;  // K = 0 moves only within the limit; keep it regardless
+  // K = 0 moves only within the limit; keep it regardless (and report its step, not the
+  // infinity no candidate replaced).
+  if (best < 0) best = 0, best_step = step_k0;
   ctx.stat("auto-candidates", opts.max_prefetch + 1);
   ctx.stat("auto-prefetch", best);
-  ctx.stat("simulated-step-us", static_cast<int64_t>(std::llround(best_step * 1e6)));
+  ctx.stat("simulated-step-us", microsecondsStat(best_step, "pass 'schedule': prefetch=auto"));
   ctx.remark("schedule: prefetch=auto chose K=" + std::to_string(best) + " (simulated step, " +
              opts.cost->hardware().name + ", memory-limit " +
              (limit > 0 ? formatBytes(limit) : std::string("none")) + "): " + report);

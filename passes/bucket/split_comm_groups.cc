@@ -45,8 +45,8 @@ void SplitCommGroupsPass::configure(PassOptions& options) {
     if (k == "ar")
       move_all_reduce_ = true;
     else if (k != "rs")
-      throw JfxError({}, "pass 'split-comm-groups': option 'kinds': unknown kind '" + k +
-                             "' (expected rs, ar)");
+      throw JfxError({}, "pass 'split-comm-groups': option 'kinds': unknown kind " +
+                             quoteForMessage(k) + " (expected rs, ar)");
   }
 }
 
@@ -119,7 +119,8 @@ bool SplitCommGroupsPass::run(Graph& g, PassContext& ctx) {
     ctx.stat("groups-added");
     ctx.stat("collectives-moved", static_cast<int64_t>(it->second.moving.size()));
     ctx.remark("split-comm-groups: " + std::to_string(it->second.moving.size()) +
-               " collective(s) moved from group '" + name + "' to new group '" + fresh + "'");
+               " collective(s) moved from group " + quoteForMessage(name) + " to new group " +
+               quoteForMessage(fresh));
     changed = true;
   }
   // Only group names changed: no node, operand, tensor or phase did, and none of these analyses

@@ -4,6 +4,7 @@
 #include <functional>
 #include <vector>
 
+#include "ir/error.h"
 #include "passes/analysis/blocks.h"
 #include "passes/analysis/fsdp.h"
 #include "passes/analysis/mutation.h"
@@ -145,9 +146,9 @@ bool DedupFsdpUnshardPass::run(Graph& g, PassContext& ctx) {
       }
       if (!sameGather(keep, dup)) {
         ctx.stat("mismatched");
-        ctx.remark("dedup-fsdp-unshard: '" + std::string(dup.all_gather->name()) + "' gathers '" +
-                   std::string(keep.param->name()) + "' differently from '" +
-                   std::string(keep.all_gather->name()) + "'; left alone");
+        ctx.remark("dedup-fsdp-unshard: " + quoteForMessage(dup.all_gather->name()) + " gathers " +
+                   quoteForMessage(keep.param->name()) + " differently from " +
+                   quoteForMessage(keep.all_gather->name()) + "; left alone");
         continue;
       }
       for (Node* n : dup.post)

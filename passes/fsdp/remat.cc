@@ -167,10 +167,10 @@ bool RematPass::run(Graph& g, PassContext& ctx) {
       postOrder(p, recomputable, needed, stack, [&](Node* x) {
         auto refuse = [&](std::string_view why) {
           throw JfxError(SourceLocation::atNode(std::string(x->name())),
-                         "cannot recompute '" + std::string(x->name()) + "' (" +
+                         "cannot recompute " + quoteForMessage(x->name()) + " (" +
                              std::string(x->target().str()) + "): " + std::string(why) +
-                             " (needed by backward node '" + std::string(b->name()) +
-                             "'); tag it MUST_SAVE or drop its recompute tag");
+                             " (needed by backward node " + quoteForMessage(b->name()) +
+                             "); tag it MUST_SAVE or drop its recompute tag");
         };
         // In-place random ops (bernoulli_ in a traced dropout) included: the op-info table
         // marks every Tag.nondeterministic_seeded overload.

@@ -797,7 +797,7 @@ class GraphBuilder {
     jfx::Node* n = g_->create(op, *target, std::move(args), std::move(kwargs), name);
     // create() renames a taken name; the reader rejects it, and so does the caller's fallback.
     if (n->name() != name)
-      throw jfx::JfxError({}, "duplicate node name '" + std::string(name) + "'");
+      throw jfx::JfxError({}, "duplicate node name " + jfx::quoteForMessage(name));
     n->meta() = std::move(meta);
     n->val() = std::move(val);
     remember(node, n);

@@ -451,8 +451,8 @@ class EditScript {
       case K::Node: {
         const uint32_t s = slot_[a.node()->id()];
         if (s >= static_cast<size_t>(PyList_GET_SIZE(slots_.ptr())))
-          throw jfx::JfxError({}, "edit script: node '" + std::string(a.node()->name()) +
-                                      "' is used before it was made");
+          throw jfx::JfxError({}, "edit script: node " + jfx::quoteForMessage(a.node()->name()) +
+                                      " is used before it was made");
         return py::reinterpret_borrow<py::object>(PyList_GET_ITEM(slots_.ptr(), s));
       }
       case K::Dtype:

@@ -3,7 +3,9 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "ir/collectives.h"
 #include "ir/error.h"
@@ -272,4 +274,124 @@ TEST_CASE("cost model: multi-node keys are validated", "[sched]") {
               "\"hop_latency_us\": 5, \"nic_efficiency_min\": 1.5}");
   CHECK_THROWS_WITH(parseHardwareProfile(bad, "bad.json"),
                     Catch::Contains("/inter_node/nic_efficiency_min"));
+}
+
+namespace {
+
+// kProfile with the number at `path` (keys, outermost first) set to `value` (JSON text).
+std::string withNumber(const std::vector<std::string>& path, const std::string& value) {
+  nlohmann::json doc = nlohmann::json::parse(kProfile);
+  nlohmann::json* at = &doc;
+  for (const std::string& key : path)
+    at = &(*at)[key];
+  *at = nlohmann::json::parse(value);
+  return doc.dump();
+}
+
+std::string pointerOf(const std::vector<std::string>& path) {
+  std::string p;
+  for (const std::string& key : path)
+    p += "/" + key;
+  return p;
+}
+
+}  // namespace
+
+TEST_CASE("cost model: every number of a profile has a physical range", "[sched]") {
+  // One rule per row: the field, values just outside its range (and the degenerate ones a
+  // profile used to pass with: a denormal rate, a latency of 1e308, a zero bandwidth), and the
+  // edges, which are accepted. docs/passes.md lists the same ranges.
+  struct Rule {
+    std::vector<std::string> path;
+    std::vector<std::string> bad;
+    std::vector<std::string> edges;
+  };
+  const std::vector<Rule> rules = {
+      {{"peak_tflops", "bfloat16"},
+       {"1e-320", "0", "-1", "9e-7", "1.1e8", "1e308"},
+       {"1e-6", "1e8"}},
+      {{"peak_tflops", "default"}, {"1e-320", "0", "2e8"}, {"1e-6", "1e8"}},
+      {{"compute_efficiency"}, {"0", "1e-320", "9e-4", "1.01", "-0.5"}, {"0.001", "1"}},
+      {{"memory_bandwidth_gbps"}, {"0", "1e-320", "9e-4", "1.1e6", "1e308"}, {"0.001", "1e6"}},
+      {{"memory_efficiency"}, {"0", "1.5"}, {"0.001", "1"}},
+      {{"memory_capacity_gib"},
+       {"-1", "1e-320", "0.0009", "1048577"},
+       {"0", "0.0009765625", "1048576"}},
+      {{"kernel_overhead_us"}, {"-1", "1e308", "10000001"}, {"0", "1e7"}},
+      {{"base_latency_us"}, {"-0.001", "1e308"}, {"0", "1e7"}},
+      {{"host_overhead_us"}, {"-1", "1e8"}, {"0", "1e7"}},
+      {{"local_collective_us"}, {"-1", "1e8"}, {"0", "1e7"}},
+      {{"gpus_per_node"}, {"0", "0.5", "1048577", "9e94"}, {"1", "1048576"}},
+      {{"intra_node", "bus_bandwidth_gbps"}, {"0", "1e-320", "1e7"}, {"0.001", "1e6"}},
+      {{"intra_node", "hop_latency_us"}, {"-1", "1e308"}, {"0", "1e7"}},
+      {{"inter_node", "bus_bandwidth_gbps"}, {"0", "1e-320", "1e7"}, {"0.001", "1e6"}},
+      {{"inter_node", "hop_latency_us"}, {"-1", "1e308"}, {"0", "1e7"}},
+      {{"inter_node", "net_overhead_us"}, {"-1", "1e308"}, {"0", "1e7"}},
+      {{"inter_node", "nic_efficiency_min"}, {"0", "1e-320", "1.01"}, {"0.001", "1"}},
+      {{"inter_node", "nic_full_nodes"}, {"1", "2.5", "1000001"}, {"2", "1000000"}},
+      {{"inter_node", "multi_rail_bytes"}, {"0", "0.5", "1.1e15"}, {"1", "1e15"}},
+      {{"inter_node", "multi_rail_exponent"}, {"-0.1", "1.1"}, {"0", "1"}},
+  };
+  for (const Rule& rule : rules) {
+    const std::string pointer = pointerOf(rule.path);
+    for (const std::string& v : rule.bad) {
+      INFO(pointer << " = " << v);
+      try {
+        parseHardwareProfile(withNumber(rule.path, v), "range.json");
+        FAIL("accepted");
+      } catch (const JfxError& e) {
+        INFO(e.what());
+        CHECK(e.location().file == "range.json");
+        CHECK(e.location().json_pointer == pointer);
+        const std::string what = e.what();
+        CHECK(what.find("expected") != std::string::npos);
+        // The message names the range, so the fix is in the message.
+        CHECK(what.find(" to ") != std::string::npos);
+      }
+    }
+    for (const std::string& v : rule.edges) {
+      INFO(pointer << " = " << v);
+      CHECK_NOTHROW(parseHardwareProfile(withNumber(rule.path, v), "range.json"));
+    }
+  }
+  // The value is quoted as it reads back (1e-320, not 9.99989e-321), with the range in words.
+  try {
+    parseHardwareProfile(withNumber({"memory_bandwidth_gbps"}, "1e-320"), "denormal.json");
+    FAIL("accepted");
+  } catch (const JfxError& e) {
+    CHECK(std::string(e.what()) ==
+          "denormal.json at /memory_bandwidth_gbps: error: 1e-320 is outside the physical range: "
+          "expected 0.001 to 1e6 GB/s (1 MB/s to 1 PB/s)");
+  }
+  // -0 is 0, so no figure prints as "-0".
+  HardwareProfile hw = parseHardwareProfile(withNumber({"kernel_overhead_us"}, "-0.0"), "z.json");
+  CHECK(!std::signbit(hw.kernel_overhead));
+}
+
+TEST_CASE("cost model: an in-range profile keeps every cost finite at any size", "[sched]") {
+  // Both corners of the ranges, with the largest byte count a tensor can have and the largest
+  // group: every time stays a finite, non-negative number of seconds.
+  const std::string slow = R"({"name": "slow", "gpus_per_node": 1,
+    "peak_tflops": {"default": 1e-6}, "compute_efficiency": 0.001,
+    "memory_bandwidth_gbps": 0.001, "memory_efficiency": 0.001, "kernel_overhead_us": 1e7,
+    "base_latency_us": 1e7, "host_overhead_us": 1e7, "local_collective_us": 1e7,
+    "intra_node": {"bus_bandwidth_gbps": 0.001, "hop_latency_us": 1e7},
+    "inter_node": {"bus_bandwidth_gbps": 0.001, "hop_latency_us": 1e7, "net_overhead_us": 1e7,
+                   "nic_efficiency_min": 0.001, "nic_full_nodes": 1000000, "multi_rail_bytes": 1,
+                   "multi_rail_exponent": 1}})";
+  const std::string fast = R"({"name": "fast", "gpus_per_node": 1048576,
+    "peak_tflops": {"default": 1e8}, "memory_bandwidth_gbps": 1e6,
+    "intra_node": {"bus_bandwidth_gbps": 1e6}, "inter_node": {"bus_bandwidth_gbps": 1e6}})";
+  for (const std::string& text : {slow, fast}) {
+    CostModel cm(parseHardwareProfile(text, "corner.json"));
+    for (CollectiveKind kind : {CollectiveKind::AllGather, CollectiveKind::ReduceScatter,
+                                CollectiveKind::AllReduce, CollectiveKind::Broadcast})
+      for (int64_t group : {int64_t{1}, int64_t{2}, int64_t{1} << 20, int64_t{1} << 40})
+        for (double bytes : {0.0, 1.0, 9.2e18}) {
+          double t = cm.collectiveCost(kind, bytes, group).seconds;
+          INFO(cm.hardware().name << " group " << group << " bytes " << bytes);
+          CHECK(std::isfinite(t));
+          CHECK(t >= 0);
+        }
+  }
 }

@@ -3,9 +3,11 @@
 // with no latency and no kernel overhead.
 #include <catch2/catch.hpp>
 
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "ir/error.h"
 #include "passes/analysis/memory.h"
 #include "passes/analysis/phase.h"
 #include "passes/analysis/simulator.h"
@@ -18,7 +20,7 @@ const char* kProfile = R"({
   "name": "unit",
   "gpus_per_node": 8,
   "peak_tflops": {"default": 1},
-  "memory_bandwidth_gbps": 1e9,
+  "memory_bandwidth_gbps": 1e6,
   "intra_node": {"bus_bandwidth_gbps": 1},
   "inter_node": {"bus_bandwidth_gbps": 1}
 })";
@@ -321,7 +323,7 @@ TEST_CASE("simulator: host overhead and local collectives (host_overhead_us, loc
 
   // A group of one rank: the local copy (2 S / memory bandwidth) plus the fixed part.
   double bytes = 2e6;
-  double copy = 2 * bytes / 1e18;
+  double copy = 2 * bytes / 1e15;
   CHECK(s.cm.collectiveCost(CollectiveKind::AllGather, bytes, 1).seconds == Approx(copy));
   CollectiveCost local = host.collectiveCost(CollectiveKind::AllGather, bytes, 1);
   CHECK(local.seconds == Approx(copy + 25e-6));
@@ -329,4 +331,59 @@ TEST_CASE("simulator: host overhead and local collectives (host_overhead_us, loc
   // Groups of two are not affected.
   CHECK(host.collectiveCost(CollectiveKind::AllGather, bytes, 2).seconds ==
         Approx(s.cm.collectiveCost(CollectiveKind::AllGather, bytes, 2).seconds));
+}
+
+TEST_CASE("simulator: a node time that is not a finite number is an error naming the node",
+          "[sched]") {
+  // A profile built in memory skips parseHardwareProfile's ranges: a zero FLOP rate makes the
+  // matmul infinite, a zero bandwidth 0/0 (NaN) for a kernel with no FLOPs; neither may reach
+  // the step time, where "inf ms" and "-nan%" used to be printed.
+  Sim s;
+  Node* w = s.input("w", f32({250, 1000}), InputKind::Parameter);
+  Node* x = s.input("x", f32({1000, 500}));
+  Node* full = s.wait(s.gather(w));
+  s.call("aten.mm.default", {Arg::ofNode(x), Arg::ofNode(full)}, f32({1000, 1000}), "the_mm");
+  s.output({});
+  HardwareProfile zero_rate = s.cm.hardware();
+  zero_rate.default_peak_flops = 0;
+  try {
+    simulate(s.g, CostModel(zero_rate));
+    FAIL("expected an error");
+  } catch (const JfxError& e) {
+    INFO(e.what());
+    CHECK(e.location().node == "the_mm");
+    CHECK(std::string(e.what()).find("takes inf s on hardware 'unit'") != std::string::npos);
+  }
+  // A link of zero bandwidth: the gather before it is the node named.
+  HardwareProfile no_link = s.cm.hardware();
+  no_link.intra_node_bus_bw = 0;
+  try {
+    simulate(s.g, CostModel(no_link));
+    FAIL("expected an error");
+  } catch (const JfxError& e) {
+    INFO(e.what());
+    CHECK(e.location().node.starts_with("all_gather_into_tensor"));
+  }
+}
+
+TEST_CASE("simulator: simulated steps print and convert without overflow", "[sched]") {
+  CHECK(formatMicros(273.94e-6) == "273.9 us");
+  CHECK(formatMicros(1e20) == "1.000e+26 us");  // not 27 digits
+  CHECK(microsecondsStat(273.94e-6, "x") == 274);
+  CHECK(microsecondsStat(0, "x") == 0);
+  CHECK(microsecondsStat(9.2e12, "x") == 9200000000000000000);
+  // Past 2^63 us, infinite, NaN or negative: an error that says why, never a wrapped count
+  // (the planners used to report simulated-step-us = -9223372036854775808).
+  for (double bad : {9.3e12, 1e300, std::numeric_limits<double>::infinity(),
+                     std::numeric_limits<double>::quiet_NaN(), -1.0}) {
+    try {
+      microsecondsStat(bad, "pass 'schedule': prefetch=auto");
+      FAIL("expected an error for " << bad);
+    } catch (const JfxError& e) {
+      CHECK(std::string(e.what()).find("pass 'schedule': prefetch=auto: the simulated step") !=
+            std::string::npos);
+      CHECK(std::string(e.what()).find("does not fit a 64-bit count of microseconds") !=
+            std::string::npos);
+    }
+  }
 }

@@ -261,13 +261,22 @@ int runAnalyze(const AnalyzeArgs& args) {
     SimOptions sopts;
     sopts.record_trace = !args.trace.empty();
     sopts.memory = sopts.record_trace;  // the trace's memory track; the peak is mem's either way
-    SimResult sim = simulate(*g, *cost, sopts);
+    SimResult sim;
+    try {
+      sim = simulate(*g, *cost, sopts);
+    } catch (const JfxError& e) {  // a node time that is not a finite number of seconds
+      printError("analyze", args.input + ": " + e.what());
+      return kInputError;
+    }
     sim.peak_memory_bytes = mem.peak_bytes;
     report["simulation"] = simulationJson(sim, cost->hardware());
     text << simulationTable(sim, cost->hardware());
     if (!args.trace.empty()) {
       try {
         writeFileAtomic(args.trace, chromeTrace(sim));
+      } catch (const JfxError& e) {  // names the file itself
+        printError("analyze", e.what());
+        return kInputError;
       } catch (const std::exception& e) {
         printError("analyze", args.trace + ": error: " + e.what());
         return kInputError;
@@ -278,6 +287,9 @@ int runAnalyze(const AnalyzeArgs& args) {
   if (!args.memory_csv.empty()) {
     try {
       writeFileAtomic(args.memory_csv, memoryCsv(*g, phases, mem));
+    } catch (const JfxError& e) {  // names the file itself
+      printError("analyze", e.what());
+      return kInputError;
     } catch (const std::exception& e) {
       printError("analyze", args.memory_csv + ": error: " + e.what());
       return kInputError;

@@ -43,7 +43,8 @@ int describePass(const std::string& name) {
     std::string known;
     for (const auto& r : passRegistry())
       known += (known.empty() ? "" : ", ") + std::string(r.name);
-    printError("passes", "error: unknown pass '" + name + "' (known passes: " + known + ")");
+    printError("passes",
+               "error: unknown pass " + quoteForMessage(name) + " (known passes: " + known + ")");
     return kInputError;
   }
   std::unique_ptr<Pass> pass = reg->create();

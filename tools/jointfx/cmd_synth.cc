@@ -93,7 +93,7 @@ void addSynthCommand(CLI::App& app, int& exit_code) {
       auto t = parseDtype(text);
       if (!t || !dtypeIsFloatingPoint(*t)) {
         printError("synth", opt->get_name() + ": expected a floating-point dtype (f32, bf16, " +
-                                "f16), got '" + text + "'");
+                                "f16), got " + quoteForMessage(text));
         return false;
       }
       out = *t;
@@ -107,8 +107,8 @@ void addSynthCommand(CLI::App& app, int& exit_code) {
     if (attention->count()) {
       auto a = synthAttentionFromName(args->attention);
       if (!a) {
-        printError("synth", "--attention: expected auto, cpu-flash, flash or efficient, got '" +
-                                args->attention + "'");
+        printError("synth", "--attention: expected auto, cpu-flash, flash or efficient, got " +
+                                quoteForMessage(args->attention));
         return;
       }
       cfg.attention = *a;
@@ -128,7 +128,7 @@ void addSynthCommand(CLI::App& app, int& exit_code) {
       // error here, not a file.
       for (const Node* n = g->first(); n; n = n->next())
         if (std::string p = n->val().sizeProblem(); !p.empty()) {
-          printError("synth", "node '" + std::string(n->name()) + "': " + p +
+          printError("synth", "node " + quoteForMessage(n->name()) + ": " + p +
                                   " (the configuration is too large: lower --batch, --seq, "
                                   "--vocab or --dim)");
           return;

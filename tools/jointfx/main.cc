@@ -61,6 +61,7 @@ int main(int argc, char** argv) {
                        "jointfx 0.1 (graph format 1; allocator: " + allocatorName() + ")");
   app.require_subcommand(1);
   app.footer("Exit codes: 0 ok, 1 verification failed, 2 usage or input error.");
+  clipParseErrors(app);
   // Given before or after the subcommand (fallthrough): `jointfx verify g.json --max-input-mib 8`.
   int64_t max_input_mib = static_cast<int64_t>(jfx::kDefaultInputLimitBytes >> 20);
   app.add_option("--max-input-mib", max_input_mib,

@@ -163,8 +163,8 @@ int runParity(const ParityOptions& o) {
     } else {
       for (size_t i = 0; i < graphs.size(); ++i) {
         std::string suffix = graphs.size() == 1 ? "" : std::to_string(i + 1);
-        Candidate c{"'" + pipelines[i] + "'", work + "/b" + suffix + ".json", work + "/b" + suffix,
-                    "; " + changes[i]};
+        Candidate c{quoteForMessage(pipelines[i]), work + "/b" + suffix + ".json",
+                    work + "/b" + suffix, "; " + changes[i]};
         saveGraph(*graphs[i], c.graph, GraphFormat::Json);
         bs.push_back(std::move(c));
       }

@@ -1027,7 +1027,8 @@ void validateSynthConfig(const SynthConfig& c) {
   std::string dev = normalizeDevice(c.device);
   bool cuda = dev.rfind("cuda:", 0) == 0 && dev.size() > 5 &&
               dev.find_first_not_of("0123456789", 5) == std::string::npos;
-  if (dev != "cpu" && !cuda) fail("device must be cpu or cuda[:N], got '" + c.device + "'");
+  if (dev != "cpu" && !cuda)
+    fail("device must be cpu or cuda[:N], got " + quoteForMessage(c.device));
   if (c.attention == SynthAttention::CpuFlash && cuda) fail("attention cpu-flash needs device cpu");
   if ((c.attention == SynthAttention::Flash || c.attention == SynthAttention::Efficient) && !cuda)
     fail("attention " + std::string(synthAttentionName(c.attention)) + " needs a cuda device");
