@@ -16,6 +16,7 @@
 #include "ir/hash.h"
 #include "ir/io.h"
 #include "ir/text_format.h"
+#include "passes/data_files.h"
 #include "passes/registry.h"
 
 namespace jfx {
@@ -350,9 +351,11 @@ std::vector<PipelineEntry> loadPipelineFile(const std::string& path) {
     }
     // A file the pipeline names is found beside it, wherever the command runs: a relative path
     // option is joined to the pipeline file's folder (a shipped pipeline works from any folder).
+    // A bare name (hardware=h100) stays a name, looked up when the pass loads it.
     for (const OptionDecl& d : createPass(name)->options()) {
       auto it = values.find(std::string(d.name));
-      if (d.type != "path" || it == values.end() || it->second.empty()) continue;
+      if (d.type != "path" || it == values.end() || it->second.empty() || isDataName(it->second))
+        continue;
       std::filesystem::path p(it->second);
       if (p.is_relative())
         it->second = (std::filesystem::path(path).parent_path() / p).lexically_normal().string();
@@ -366,7 +369,17 @@ std::vector<PipelineEntry> resolvePipeline(const std::string& spec_or_path) {
   std::error_code ec;
   bool json_name =
       spec_or_path.size() > 5 && spec_or_path.compare(spec_or_path.size() - 5, 5, ".json") == 0;
-  if (json_name || std::filesystem::is_regular_file(spec_or_path, ec)) {
+  bool path_like = json_name || spec_or_path.find('/') != std::string::npos;
+  // A bare word is a pass when one has that name, else a shipped pipeline (passes/data_files.h).
+  if (!path_like && isDataName(spec_or_path) && !createPass(spec_or_path)) {
+    std::string file = findDataFile(DataKind::Pipeline, spec_or_path);
+    if (!file.empty()) return loadPipelineFile(file);
+    if (!std::filesystem::is_regular_file(spec_or_path, ec))
+      throw JfxError({}, "unknown pass or pipeline '" + spec_or_path + "': " +
+                             describeDataNames(DataKind::Pipeline) + "; passes: " + knownPasses() +
+                             "; a path (with a '/' or ending in .json) is read as a file");
+  }
+  if (path_like || std::filesystem::is_regular_file(spec_or_path, ec)) {
     if (!std::filesystem::exists(spec_or_path, ec))
       throw JfxError({spec_or_path, 0, 0, "", ""}, "pipeline file not found");
     return loadPipelineFile(spec_or_path);

@@ -29,7 +29,9 @@ struct PipelineEntry {
 std::vector<PipelineEntry> parsePipeline(std::string_view spec);
 // configs/pipelines/*.json: {"passes": [{"name": "dce"}, {"name": "bucket", "options": {...}}]}.
 std::vector<PipelineEntry> loadPipelineFile(const std::string& path);
-// A spec naming an existing .json file loads it; otherwise it is parsed as text.
+// A spec with a '/' or ending in .json, or naming an existing file, loads that file; a bare name
+// that is no pass is a shipped pipeline (default, auto: passes/data_files.h); otherwise it is
+// parsed as text.
 std::vector<PipelineEntry> resolvePipeline(const std::string& spec_or_path);
 
 // Instrumentation: called around each pass with its name, its 0-based index in the pipeline and

@@ -10,6 +10,7 @@
 #include "ir/collectives.h"
 #include "ir/error.h"
 #include "ir/io.h"
+#include "passes/data_files.h"
 
 namespace jfx {
 namespace {
@@ -197,7 +198,8 @@ HardwareProfile parseHardwareProfile(std::string_view json_text, const std::stri
 }
 
 HardwareProfile loadHardwareProfile(const std::string& path) {
-  return parseHardwareProfile(readInputFile(path, "hardware profile"), path);
+  const std::string file = resolveHardwareProfilePath(path);  // a bare name: a shipped profile
+  return parseHardwareProfile(readInputFile(file, "hardware profile"), file);
 }
 
 bool CostModel::isFree(const Node& n) {

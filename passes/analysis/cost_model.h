@@ -80,6 +80,7 @@ struct HardwareProfile {
 // Throws JfxError naming the file and the key on a missing or bad value; unknown keys are errors
 // too (a typo must not silently fall back to a default). "sources" and "notes" are free-form.
 HardwareProfile parseHardwareProfile(std::string_view json_text, const std::string& filename);
+// `path` may be a bare name, a shipped profile (h100; passes/data_files.h).
 HardwareProfile loadHardwareProfile(const std::string& path);
 
 struct CollectiveCost {

@@ -1,4 +1,4 @@
-// export_nodes and graph_from_fx for _jointfx_C: torch.fx nodes -> the JSON v1 "nodes" array,
+// export_nodes and graph_from_fx for jointfx._C: torch.fx nodes -> the JSON v1 "nodes" array,
 // or straight to a jfx::Graph (fx_export.cc).
 #pragma once
 
@@ -11,7 +11,7 @@
 
 namespace jfx::python {
 
-// A graph made by _jointfx_C.graph_from_fx, and how its nodes were built.
+// A graph made by jointfx._C.graph_from_fx, and how its nodes were built.
 struct FxGraph {
   std::unique_ptr<jfx::Graph> graph;  // null once an EditScript took it
   size_t direct = 0;                  // nodes built from the FX objects

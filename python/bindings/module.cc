@@ -1,4 +1,4 @@
-// _jointfx_C: the in-process bridge from Python to the C++ pass manager. Graphs go in as JSON
+// jointfx._C: the in-process bridge from Python to the C++ pass manager. Graphs go in as JSON
 // strings in the interchange format (docs/graph-format.md), or built from the torch.fx objects
 // into the graph reading that JSON would give (graph_from_fx, fx_export.cc): no files and no
 // subprocesses, and the exporter stays the single definition of the mapping from torch.fx. They
@@ -677,7 +677,7 @@ std::vector<std::string> passNames() {
 
 }  // namespace
 
-PYBIND11_MODULE(_jointfx_C, m) {
+PYBIND11_MODULE(_C, m) {
   m.doc() = "jointfx C++ pass manager, in process";
   // JfxError carries the located message; surface it as ValueError (bad graph or pipeline).
   py::register_exception<jfx::JfxError>(m, "JointfxError", PyExc_ValueError);

@@ -9,7 +9,13 @@ jointfx.models). Tracing imports torch.distributed lazily, so `import jointfx` s
 """
 
 import importlib
+import pkgutil
 from typing import Any
+
+# The extension jointfx._C sits in this folder when the package is installed; a build from the
+# checkout puts it in <build>/python/jointfx/ (python/CMakeLists.txt), found with <build>/python
+# on sys.path as pkgutil-style packages find their portions.
+__path__ = pkgutil.extend_path(__path__, __name__)
 
 from jointfx._version import __version__
 from jointfx.export import (

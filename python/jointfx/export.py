@@ -613,7 +613,7 @@ class ExportedText:
     phases: Mapping[fx.Node, str]
     include_stack_trace: bool
 
-    graph: Any = None  # _jointfx_C.FxGraph, from export_native
+    graph: Any = None  # jointfx._C.FxGraph, from export_native
 
     def node_meta(self, node: fx.Node) -> dict[str, Any]:
         """The exported meta of `node` (call before changing its meta)."""
@@ -621,7 +621,7 @@ class ExportedText:
 
     @property
     def document(self) -> Any:
-        """What _jointfx_C.EditScript reads: the graph, else the text."""
+        """What jointfx._C.EditScript reads: the graph, else the text."""
         return self.graph if self.graph is not None else self.text
 
 
@@ -680,7 +680,7 @@ def export_text(gm: fx.GraphModule, *, extension: Any = None, include_stack_trac
     """export_graph(gm, **header) as JSON text (any key order, not the canonical dumps_graph
     form), for the C++ reader in this process.
 
-    With the extension (_jointfx_C), its export_nodes writes the nodes straight from the FX
+    With the extension (jointfx._C), its export_nodes writes the nodes straight from the FX
     graph, the same JSON as _node_to_json; the header is written by orjson (or json). Any failure
     there falls back to export_graph, which gives the same document or the ExportError."""
     head, phases = _export_head(gm, stacklevel=stacklevel, **header)
@@ -706,7 +706,7 @@ def _exported_text(head: dict[str, Any], phases: Mapping[fx.Node, str], nodes: l
 
 
 def _native_hooks() -> dict[str, Any]:
-    """What _jointfx_C.export_nodes calls back into: the Python definitions of each mapping,
+    """What jointfx._C.export_nodes calls back into: the Python definitions of each mapping,
     for the values it does not write itself."""
     from torch._subclasses.fake_tensor import FakeTensor
 

@@ -1,7 +1,7 @@
 """Running C++ pass pipelines on torch.fx graphs in process.
 
 `run_pipeline(gm, "dce,tag-fsdp{reshard=always},remat")` exports the GraphModule to the JSON
-interchange format in memory, runs the C++ pass manager through the `_jointfx_C` extension (no
+interchange format in memory, runs the C++ pass manager through the `jointfx._C` extension (no
 files, no subprocess), and applies the result to `gm` itself as an edit script
 (docs/pytorch-bridge.md, "In place"): nodes the pipeline left alone stay the same `fx.Node`
 objects with their meta untouched, changed nodes get new args or meta keys, new nodes are created
@@ -48,11 +48,11 @@ class PipelineError(ValueError):
 
 def _extension() -> Any:
     try:
-        import _jointfx_C
-    except ImportError as e:  # built by scripts/build into build/python, or by `pip install .`
-        raise ImportError("the extension _jointfx_C is not on sys.path: run scripts/build and add "
+        from jointfx import _C
+    except ImportError as e:  # built by scripts/build into build/python/jointfx, or by pip
+        raise ImportError("the extension jointfx._C is not found: run scripts/build and add "
                           "build/python to PYTHONPATH, or `pip install .`") from e
-    return _jointfx_C
+    return _C
 
 
 def run_pipeline_doc(doc: Mapping[str, Any], pipeline: str, *, verify: bool = True,

@@ -17,3 +17,7 @@ config.environment["PATH"] = os.pathsep.join(
 # use-list check) are off by default in `jointfx opt`; every test runs with them.
 config.environment["JOINTFX_EXPENSIVE_CHECKS"] = "1"
 config.substitutions.append(("%data", os.path.join(config.jfx_source_dir, "tests", "data")))
+# `REQUIRES: jfx-runtime` / `UNSUPPORTED: jfx-runtime`: built with the LibTorch runtime (exec,
+# parity, calibrate) or without it (the sanitizer build, a wheel built without torch).
+if getattr(config, "jfx_with_torch", "OFF").upper() in ("ON", "1", "TRUE", "YES"):
+    config.available_features.add("jfx-runtime")

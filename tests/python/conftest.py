@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -78,24 +77,28 @@ def fixture_variant(path: Path) -> str:
     return path.stem.rsplit("_w", 1)[0]
 
 
-@pytest.fixture(scope="session")
-def gloo_world1() -> Iterator[None]:
-    """A real gloo process group of one rank over 127.0.0.1, for running graphs on real tensors.
+def ensure_gloo_world1() -> None:
+    """Makes the default process group a real gloo group of one rank over 127.0.0.1, for running
+    graphs on real tensors.
 
-    Shared by the whole session: torch.distributed has one default group per process. Nothing
-    else in this test process initializes torch.distributed (fixture regeneration runs in a
-    subprocess), so the group is created here once.
+    torch.distributed has one default group per process, and tests that trace in process replace
+    it with the fake group (jointfx.titan.init_fake_world, any world size): so a gloo world of one
+    is made again whenever the default group is anything else, and one already there is kept.
     """
     import torch.distributed as dist
 
     if dist.is_initialized():
+        if dist.get_backend() == "gloo" and dist.get_world_size() == 1:
+            return
         dist.destroy_process_group()
     store = dist.TCPStore("127.0.0.1", 0, 1, True)  # port 0: any free port
     dist.init_process_group("gloo", store=store, rank=0, world_size=1)
-    try:
-        yield
-    finally:
-        dist.destroy_process_group()
+
+
+@pytest.fixture
+def gloo_world1() -> None:
+    """The default process group is a gloo world of one for this test (ensure_gloo_world1)."""
+    ensure_gloo_world1()
 
 
 def jfx_bin_path() -> Path:

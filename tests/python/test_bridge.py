@@ -29,7 +29,7 @@ from jointfx.export import (
 )
 
 if os.environ.get("CI") != "true":
-    pytest.importorskip("_jointfx_C", reason="_jointfx_C not built (scripts/build builds it)")
+    pytest.importorskip("jointfx._C", reason="jointfx._C not built (scripts/build builds it)")
 
 from jointfx.passes import graph_pass, run_pipeline, run_pipeline_doc  # noqa: E402
 
@@ -173,7 +173,7 @@ def test_tensor_constant_survives_in_place_and_rebuild() -> None:
 
 
 def test_constants_round_trip_through_cpp_text() -> None:
-    import _jointfx_C  # noqa: F401
+    import jointfx._C  # noqa: F401
 
     gm, _ = _constant_model_graph()
     doc = export_graph(gm)

@@ -27,9 +27,9 @@ from conftest import REPO, all_traced_fixture_paths
 from jointfx.export import dumps_graph, export_text, import_graph, load_graph
 
 if os.environ.get("CI") != "true":
-    pytest.importorskip("_jointfx_C", reason="_jointfx_C not built (scripts/build builds it)")
+    pytest.importorskip("jointfx._C", reason="jointfx._C not built (scripts/build builds it)")
 
-import _jointfx_C as ext  # noqa: E402
+import jointfx._C as ext  # noqa: E402
 
 from jointfx.passes import apply_edits, apply_script, run_pipeline  # noqa: E402
 

@@ -1,6 +1,6 @@
 """The extension's export_nodes writes the same document as the Python exporter.
 
-run_pipeline exports through _jointfx_C.export_nodes (jointfx.export.export_text); export_graph
+run_pipeline exports through jointfx._C.export_nodes (jointfx.export.export_text); export_graph
 is the definition. Compared as canonical text, so an int written where the Python exporter
 writes a float (or any other difference a value comparison would hide) fails.
 """
@@ -29,7 +29,7 @@ from jointfx.export import (
 
 from test_export import _all_kinds_graph, _fake
 
-ext = pytest.importorskip("_jointfx_C")
+ext = pytest.importorskip("jointfx._C")
 # The hand-made graphs have collectives and no parameter specs; the exporter says so each time.
 pytestmark = pytest.mark.filterwarnings("ignore:export_graph. no input specs")
 REPO = Path(__file__).resolve().parents[2]

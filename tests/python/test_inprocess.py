@@ -1,4 +1,4 @@
-"""The in-process bridge: torch.fx -> C++ pass manager (_jointfx_C) -> torch.fx, no files.
+"""The in-process bridge: torch.fx -> C++ pass manager (jointfx._C) -> torch.fx, no files.
 
 For every traced fixture the empty pipeline and `dce` keep nodes, targets, args and meta; the
 GraphTrainer-style pass callable works; C++ errors arrive as Python exceptions carrying the C++
@@ -19,7 +19,7 @@ from jointfx.export import dumps_graph, export_graph, import_graph, load_graph
 from jointfx.trace import VARIANTS, real_inputs, trace_joint, variant_config
 
 if os.environ.get("CI") != "true":  # in CI the extension is built: a missing one must fail
-    pytest.importorskip("_jointfx_C", reason="_jointfx_C not built (scripts/build builds it)")
+    pytest.importorskip("jointfx._C", reason="jointfx._C not built (scripts/build builds it)")
 
 from jointfx.passes import PipelineError, graph_pass, pass_names, run_pipeline  # noqa: E402
 

@@ -483,7 +483,7 @@ def test_cli_verifies_and_runs_default_pipeline(jfx_bin: Path, path: Path,
 
 @pytest.mark.parametrize("path", PATHS, ids=IDS)
 def test_inprocess_default_pipeline(path: Path) -> None:
-    pytest.importorskip("_jointfx_C", reason="_jointfx_C not built (scripts/build builds it)")
+    pytest.importorskip("jointfx._C", reason="jointfx._C not built (scripts/build builds it)")
     from jointfx.passes import run_pipeline
 
     doc = json.loads(path.read_text())

@@ -17,13 +17,19 @@ from dataclasses import replace
 import pytest
 import torch
 
+from conftest import ensure_gloo_world1
 from jointfx.export import dumps_graph, import_graph
 from jointfx.model import cross_entropy_loss
 from jointfx.trace import VARIANTS, TracedGraph, build_model, real_inputs, trace_joint, variant_config
 
 
+# Every test runs its graph on the gloo world of one; the module-scoped trace needs it too.
+pytestmark = pytest.mark.usefixtures("gloo_world1")
+
+
 @pytest.fixture(scope="module", params=VARIANTS)
-def traced(request: pytest.FixtureRequest, gloo_world1: None) -> TracedGraph:
+def traced(request: pytest.FixtureRequest) -> TracedGraph:
+    ensure_gloo_world1()
     return trace_joint(variant_config(request.param, world_size=1))
 
 

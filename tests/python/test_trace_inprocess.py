@@ -26,7 +26,7 @@ from jointfx.trace import TraceConfig, build_model, init_fake_world
 AG = torch.ops._c10d_functional.all_gather_into_tensor.default
 AR = torch.ops._c10d_functional.all_reduce.default
 WAIT = torch.ops._c10d_functional.wait_tensor.default
-DEFAULT_PIPELINE = str(REPO / "configs" / "pipelines" / "default.json")
+DEFAULT_PIPELINE = "default"  # the shipped pipeline, by name
 
 
 @pytest.fixture

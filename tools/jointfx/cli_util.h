@@ -18,6 +18,13 @@ inline void printError(const std::string& cmd, const std::string& message) {
   std::cerr << "jointfx " << cmd << ": " << message << "\n";
 }
 
+// What exec, parity and calibrate say in a build without the LibTorch runtime, where --help does
+// not list them.
+inline constexpr const char* kNoRuntimeMessage =
+    "this jointfx was built without the LibTorch runtime: in a checkout, scripts/build (or cmake "
+    "-DJFX_WITH_TORCH=ON); with pip, install torch first, then `pip install "
+    "--no-build-isolation .` (docs/python-api.md, \"Installing\")";
+
 // nullptr after printing the error.
 inline std::unique_ptr<Graph> loadInput(const std::string& cmd, const std::string& path) {
   try {

@@ -306,8 +306,9 @@ void addAnalyzeCommand(CLI::App& app, int& exit_code) {
   cmd->add_option("--top", args->top, "Largest live tensors to list at the peak (default 10)")
       ->check(IntRange(0, 1000000000));
   cmd->add_option("--hardware", args->hardware,
-                  "Simulate the step on this hardware profile (configs/hardware/*.json): step "
-                  "time, compute, communication, exposed communication");
+                  "Simulate the step on this hardware profile (a shipped one by name, e.g. "
+                  "h100, or a .json file): step time, compute, communication, exposed "
+                  "communication");
   cmd->add_option("--trace", args->trace,
                   "With --hardware: write a Chrome/Perfetto trace of the simulated step")
       ->needs("--hardware");

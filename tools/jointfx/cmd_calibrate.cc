@@ -5,6 +5,7 @@
 #include <string>
 
 #include "passes/analysis/cost_model.h"
+#include "passes/data_files.h"
 #include "runtime/calibrate.h"
 #include "tools/jointfx/cli_range.h"
 #include "tools/jointfx/cli_util.h"
@@ -66,8 +67,10 @@ void addCalibrateCommand(CLI::App& app, int& exit_code) {
   cmd->add_option("--world", o->world, "Ranks (processes on this host) for the collectives")
       ->check(IntRange(1, 4096));
   cmd->add_option("-o,--output", o->output, "Profile to write (atomically); - for stdout");
-  cmd->add_option("--base", o->base,
-                  "Start from this profile: fields calibrate does not measure are kept");
+  cmd->add_option(
+      "--base", o->base,
+      "Start from this profile (a file, or a shipped one by name: h100): fields calibrate does "
+      "not measure are kept");
   cmd->add_option("--device", o->device, "cpu (gloo) or cuda (NCCL)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
   cmd->add_option("--name", o->name, "Profile name (default: calibrated-<host>)");
@@ -87,7 +90,17 @@ void addCalibrateCommand(CLI::App& app, int& exit_code) {
       ->check(IntRange(1, 86400));
   cmd->add_flag("-v,--verbose", o->verbose, "Print each figure on stderr as it is measured");
   cmd->add_option("--rank-dir", o->rank_dir)->group("");  // set by the launcher for its ranks
+#if !JFX_HAVE_RUNTIME
+  cmd->group("");  // absent from --help; running it says how to get it (kNoRuntimeMessage)
+#endif
   cmd->callback([o, &exit_code] {
+    try {
+      if (!o->base.empty()) o->base = resolveHardwareProfilePath(o->base);  // --base h100
+    } catch (const JfxError& e) {
+      printError("calibrate", e.what());
+      exit_code = kInputError;
+      return;
+    }
     if (!o->base.empty() && wouldOverwriteInput("calibrate", o->base, o->output)) {
       exit_code = kInputError;
       return;
@@ -96,9 +109,7 @@ void addCalibrateCommand(CLI::App& app, int& exit_code) {
     const RuntimeApi* rt = runtimeFor("calibrate");
     exit_code = rt ? rt->run_calibrate(*o, costModelForCalibrate()) : kInputError;
 #else
-    printError("calibrate",
-               "this jointfx was built without the LibTorch runtime (configure with "
-               "-DJFX_WITH_TORCH=ON)");
+    printError("calibrate", kNoRuntimeMessage);
     exit_code = kInputError;
 #endif
   });

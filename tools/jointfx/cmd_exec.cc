@@ -1,5 +1,6 @@
 // jointfx exec IN [--nproc N] [--steps S] ...: runs a graph on LibTorch (docs/executor.md).
-// Without the runtime (configured without -DJFX_WITH_TORCH=ON) the subcommand only says so.
+// Without the runtime (configured without -DJFX_WITH_TORCH=ON) --help leaves it out and running it
+// says how to get it.
 #include <memory>
 #include <string>
 
@@ -31,14 +32,15 @@ void addExecCommand(CLI::App& app, int& exit_code) {
   cmd->add_option("--progress", o->progress, "Progress bar on stderr: auto (a TTY), always, never")
       ->check(CLI::IsMember({"auto", "always", "never"}));
   cmd->add_flag("-q,--quiet", o->quiet, "No loss lines on stdout");
+#if !JFX_HAVE_RUNTIME
+  cmd->group("");  // absent from --help; running it says how to get it (kNoRuntimeMessage)
+#endif
   cmd->callback([o, &exit_code] {
 #if JFX_HAVE_RUNTIME
     const RuntimeApi* rt = runtimeFor("exec");
     exit_code = rt ? rt->run_exec(*o) : kInputError;
 #else
-    printError("exec",
-               "this jointfx was built without the LibTorch runtime (configure with "
-               "-DJFX_WITH_TORCH=ON)");
+    printError("exec", kNoRuntimeMessage);
     exit_code = kInputError;
 #endif
   });

@@ -101,7 +101,8 @@ void addOptCommand(CLI::App& app, int& exit_code) {
                   "Output file (.json, .jfx, or - for stdout); never the input file")
       ->required();
   cmd->add_option("-p,--pipeline", args->pipeline,
-                  "Passes, e.g. 'dce,bucket{cap-mb=64, kinds=ag,rs}', or a pipeline .json file")
+                  "Passes, e.g. 'dce,bucket{cap-mb=64, kinds=ag,rs}', a shipped pipeline by "
+                  "name (e.g. default, auto), or a pipeline .json file")
       ->required();
   cmd->add_option("--format", args->format, "Output format, overriding the extension")
       ->check(CLI::IsMember({"json", "text"}));
@@ -125,7 +126,7 @@ void addOptCommand(CLI::App& app, int& exit_code) {
       ->delimiter(',');
   cmd->add_option("--set", args->set,
                   "KEY=VALUE: replace option KEY in every pass that gives it (e.g. "
-                  "memory-limit=40GiB for configs/pipelines/auto.json); PASS.KEY=VALUE: set it on "
+                  "memory-limit=40GiB for -p auto, hardware=a100); PASS.KEY=VALUE: set it on "
                   "every pass named PASS (repeatable)")
       ->allow_extra_args(false);
   cmd->add_flag("--timing", args->timing, "Print a table of pass times to stderr");

@@ -22,19 +22,21 @@ void addParityCommand(CLI::App& app, int& exit_code) {
   cmd->add_option("a", o->a, "Reference graph (.json or .jfx)")->required();
   cmd->add_option("b", o->b, "Graph to compare (default: A after --pipeline)");
   cmd->add_option("-p,--pipeline", o->pipelines,
-                  "Pass pipeline that turns A into B (text or configs/pipelines/*.json); repeat "
+                  "Pass pipeline that turns A into B (passes, a shipped pipeline by name, or a "
+                  ".json file); repeat "
                   "it to compare several pipelines against one run of A; none: A itself, "
                   "round-tripped through JSON")
       ->allow_extra_args(false);
   cmd->add_option("--keep", o->keep, "Keep the run directories (graphs, gradients, logs) here");
   addRunOptions(cmd, o->exec);
+#if !JFX_HAVE_RUNTIME
+  cmd->group("");  // absent from --help; running it says how to get it (kNoRuntimeMessage)
+#endif
   cmd->callback([o, &exit_code] {
 #if JFX_HAVE_RUNTIME
     exit_code = runParity(*o);
 #else
-    printError("parity",
-               "this jointfx was built without the LibTorch runtime (configure with "
-               "-DJFX_WITH_TORCH=ON)");
+    printError("parity", kNoRuntimeMessage);
     exit_code = kInputError;
 #endif
   });

@@ -2,19 +2,27 @@
 
 #include <dlfcn.h>
 
+#include <cstring>
 #include <filesystem>
 #include <system_error>
 
+#include "passes/data_files.h"
 #include "tools/jointfx/cli_util.h"
 
 namespace jfx::cli {
 namespace {
 
+// Beside the executable (a build from the checkout), else in the installed package that the
+// wheel put it in, beside torch (passes/data_files.h finds the package from the command).
 std::string modulePath() {
+  constexpr const char* kName = "libjointfx_runtime.so";
   std::error_code ec;
   std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
-  std::filesystem::path dir = ec ? std::filesystem::path(".") : exe.parent_path();
-  return (dir / "libjointfx_runtime.so").string();
+  std::filesystem::path beside = (ec ? std::filesystem::path(".") : exe.parent_path()) / kName;
+  if (std::filesystem::exists(beside, ec)) return beside.string();
+  for (const std::filesystem::path& pkg : installedPackageDirs())
+    if (std::filesystem::exists(pkg / kName, ec)) return (pkg / kName).string();
+  return beside.string();  // dlopen's error names it
 }
 
 const RuntimeApi* load(std::string& error) {
@@ -24,6 +32,10 @@ const RuntimeApi* load(std::string& error) {
   if (!handle) {
     const char* why = ::dlerror();
     error = "cannot load the LibTorch runtime " + path + ": " + (why ? why : "unknown error");
+    if (why && (std::strstr(why, "libtorch") || std::strstr(why, "libc10")))
+      error +=
+          " (an installed jointfx takes LibTorch from the torch package beside it, in the "
+          "same site-packages: install the torch version it was built with there)";
     return nullptr;
   }
   auto fn = reinterpret_cast<RuntimeApiFn>(::dlsym(handle, kRuntimeApiSymbol));

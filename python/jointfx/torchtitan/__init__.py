@@ -147,17 +147,17 @@ def _post_init(trainer: Any) -> None:
 
 # ----------------------------------------------------------------------------- the pass list
 
-def _repo_root() -> Path:
-    return Path(__file__).resolve().parents[3]
-
-
-def pipeline_file(stem: str) -> Path:
-    """configs/pipelines/<stem>.json of this checkout."""
-    path = _repo_root() / "configs" / "pipelines" / f"{stem}.json"
-    if not path.is_file():
-        raise FileNotFoundError(f"jointfx pipeline file {path} not found (jointfx.torchtitan "
-                                "reads configs/pipelines/ of the jointfx checkout)")
-    return path
+def pipeline_file(name: str) -> Path:
+    """The shipped pipeline `name` (configs/pipelines/NAME.json): the installed package's copy
+    (jointfx/configs/, as pip installs it), else the checkout's own, the order `jointfx opt -p
+    NAME` searches (docs/passes.md, "Pipelines and profiles by name")."""
+    package = Path(__file__).resolve().parents[1]
+    for configs in (package / "configs", package.parents[1] / "configs"):
+        path = configs / "pipelines" / f"{name}.json"
+        if path.is_file():
+            return path
+    raise FileNotFoundError(f"jointfx pipeline {name!r} not found in {package / 'configs'} "
+                            "(installed package) nor in the checkout's configs/")
 
 
 def default_memory_limit() -> int:

@@ -1,4 +1,4 @@
-"""Type stubs for _jointfx_C, the in-process bridge to the C++ pass manager (module.cc)."""
+"""Type stubs for jointfx._C, the in-process bridge to the C++ pass manager (module.cc)."""
 
 from collections.abc import Sequence
 from typing import Any
