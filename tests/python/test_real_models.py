@@ -497,7 +497,7 @@ def test_auto_pipeline_under_a_memory_limit(fixture: tuple[Path, dict[str, Any]]
 def test_inprocess_default_pipeline_on_a_fresh_trace(jfx_bin: Path, opt_dir: Path) -> None:
     """jointfx.trace of the Hugging Face Llama by keyword goes straight into run_pipeline with
     no other argument and does the same FSDP work as the CLI on the committed fixture."""
-    pytest.importorskip("_jointfx_C", reason="_jointfx_C not built (scripts/build builds it)")
+    pytest.importorskip("jointfx._C", reason="jointfx._C not built (scripts/build builds it)")
     if not _have_libraries():
         pytest.skip("transformers/timm/torchvision are not installed: run scripts/setup")
     import warnings
