@@ -377,10 +377,19 @@ std::vector<PipelineEntry> resolvePipeline(const std::string& spec_or_path) {
   std::error_code ec;
   bool json_name =
       spec_or_path.size() > 5 && spec_or_path.compare(spec_or_path.size() - 5, 5, ".json") == 0;
-  // A spec's options may hold paths ("schedule{hardware=/x/h.json}"): braces make it a spec
-  // unless a file has that name.
-  bool path_like = spec_or_path.find('{') == std::string::npos &&
-                   (json_name || spec_or_path.find('/') != std::string::npos);
+  // A '/' inside a pass's braces is an option's value (hardware=configs/hardware/h100.json), not
+  // a path to a pipeline file: pass names have none.
+  bool slash_outside_braces = false;
+  int depth = 0;
+  for (char c : spec_or_path) {
+    if (c == '{')
+      ++depth;
+    else if (c == '}' && depth > 0)
+      --depth;
+    else if (c == '/' && depth == 0)
+      slash_outside_braces = true;
+  }
+  bool path_like = json_name || slash_outside_braces;
   // A bare word is a pass when one has that name, else a shipped pipeline (passes/data_files.h).
   if (!path_like && isDataName(spec_or_path) && !createPass(spec_or_path)) {
     std::string file = findDataFile(DataKind::Pipeline, spec_or_path);

@@ -6,9 +6,12 @@ fsdp_tp at 2 (a 2 x 1 mesh: TP groups of one rank) and 4 (a 2 x 2 mesh), padding
 and 4 (world 1 pads nothing; tied is there for dedup-fsdp-unshard). Then the other model families
 (jointfx.models.MODEL_FIXTURES: gpt2, encoder, convbn, moe, vit, uneven, uneven_bf16, t5, albert,
 lstm, sequential, tvvit, mixer), traced with
-jointfx.trace. Then graph_trainer model families traced by torchtitan's own tracer
-(jointfx.titan, TITAN_FIXTURES: titan_qwen3_w2, qwen3's debugmodel with 2 layers). All traced on
-a fake process group as rank 0. Output is deterministic: running this twice gives byte-identical
+jointfx.trace. Then models of real model libraries (jointfx.models.real.REAL_FIXTURES: hf_llama,
+hf_t5, hf_qwen3_moe from Hugging Face transformers, timm_vit, timm_convnext, timm_resnet18 from
+timm; tiny configs, seeded random weights, nothing downloaded), traced with jointfx.trace, the
+Hugging Face ones called by keyword. Then graph_trainer model families traced by torchtitan's own
+tracer (jointfx.titan, TITAN_FIXTURES: titan_qwen3_w2, qwen3's debugmodel with 2 layers). All
+traced on a fake process group as rank 0. Output is deterministic: running this twice gives byte-identical
 files (tests/python/test_fixtures.py checks it).
 
     python scripts/gen_fixtures.py [--out DIR] [--only fsdp_w2 ...]
@@ -55,8 +58,15 @@ def model_fixtures() -> tuple[tuple[str, int], ...]:
     return MODEL_FIXTURES
 
 
+def real_fixtures() -> tuple[tuple[str, int], ...]:
+    """(case, world size) of the real model libraries' models (jointfx.models.real)."""
+    from jointfx.models.real import REAL_FIXTURES
+
+    return REAL_FIXTURES
+
+
 def all_fixture_names() -> list[str]:
-    return [fixture_name(v, w) for v, w in (*FIXTURES, *model_fixtures())] + [
+    return [fixture_name(v, w) for v, w in (*FIXTURES, *model_fixtures(), *real_fixtures())] + [
         titan_fixture_name(f, w) for f, w in TITAN_FIXTURES]
 
 
@@ -70,6 +80,7 @@ def generate(out_dir: Path, only: set[str] | None = None) -> list[Path]:
 
     from jointfx.export import write_graph
     from jointfx.models import trace_case
+    from jointfx.models.real import trace_real_case
     from jointfx.trace import init_fake_world, trace_variant
 
     torch.manual_seed(0)
@@ -78,6 +89,8 @@ def generate(out_dir: Path, only: set[str] | None = None) -> list[Path]:
     jobs = ([(fixture_name(v, w), partial(trace_variant, v, w)) for v, w in FIXTURES]
             + [(fixture_name(c, w), partial(_trace_model, init_fake_world, trace_case, c, w))
                for c, w in model_fixtures()]
+            + [(fixture_name(c, w), partial(_trace_model, init_fake_world, trace_real_case, c, w))
+               for c, w in real_fixtures()]
             + [(titan_fixture_name(f, w), partial(_trace_titan, f, w)) for f, w in TITAN_FIXTURES])
     for name, run in jobs:
         if only and name not in only:

@@ -446,7 +446,8 @@ def _phases(graph: fx.Graph, outputs: Sequence[OutputSpec],
     3. loss: non-backward nodes with custom.module_fqn == "loss" (or starting "loss."); if there
        are none: find the nodes that feed the loss output and come after the last node that
        reads a parameter-derived value (the FSDP unshard chain); loss is every non-backward node
-       from the first of them to the loss output in program order;
+       from the first of them to the loss output in program order, and every non-backward
+       node after the loss output that reads only loss nodes (a loss op's side result);
     4. forward: the rest.
     """
     nodes = [n for n in graph.nodes if n.op in ("call_function", "get_attr")]
@@ -534,7 +535,14 @@ def _loss_nodes(graph: fx.Graph, nodes: list[fx.Node], backward: set[fx.Node],
     # values computed in between (saved activations, aliases) are loss too and phases stay
     # monotone: forward, then loss, then backward.
     start, end = min(order[n] for n in feeding), order[loss]
-    return {n for n in nodes if start <= order[n] <= end and n not in backward}
+    result = {n for n in nodes if start <= order[n] <= end and n not in backward}
+    # A side result of a loss op that the graph takes after the loss output (the total weight
+    # of a model's own nll_loss_forward, read by its backward) is loss too, not forward.
+    for n in nodes:
+        if (order[n] > end and n not in backward and n.all_input_nodes
+                and all(i in result for i in n.all_input_nodes)):
+            result.add(n)
+    return result
 
 
 def _is_loss_fqn(node: fx.Node) -> bool:

@@ -107,8 +107,8 @@ def run(graph: str | Path, *, nproc: int, params: str | Path, batch: str | Path,
 
 def write_fixture_data(fixture: str | Path, out_dir: str | Path) -> tuple[Path, Path]:
     """Full parameters and buffers (seed 0) and one batch (seed 1) for a traced fixture
-    `<variant>_w<N>.json` (a tiny-Llama variant, a jointfx.models case or a jointfx.titan
-    graph_trainer trace), as safetensors:
+    `<variant>_w<N>.json` (a tiny-Llama variant, a jointfx.models case, a real model library's
+    model of jointfx.models.real or a jointfx.titan graph_trainer trace), as safetensors:
     (params, batch). The batch is the graph's own shape, so every rank sees the same data."""
     import re
 
@@ -124,6 +124,8 @@ def write_fixture_data(fixture: str | Path, out_dir: str | Path) -> tuple[Path, 
         return _write_titan_fixture_data(Path(fixture), Path(out_dir))
     if m and m.group(1) in CASES:
         return _write_model_fixture_data(m.group(1), Path(out_dir))
+    if m and m.group(1).startswith(("hf_", "timm_")):
+        return _write_real_fixture_data(m.group(1), Path(out_dir))
     if not m or m.group(1) not in trace.VARIANTS:
         raise ValueError(f"{fixture}: not a traced fixture <variant>_w<N>.json")
     cfg = trace.variant_config(m.group(1), int(m.group(2)))
@@ -180,6 +182,27 @@ def _write_model_fixture_data(case_name: str, out: Path) -> tuple[Path, Path]:
     out.mkdir(parents=True, exist_ok=True)
     save_file(state, out / "params.safetensors")
     save_file({n: t.contiguous() for n, t in zip(names, [*inputs, *targets])},
+              out / "batch.safetensors")
+    return out / "params.safetensors", out / "batch.safetensors"
+
+
+def _write_real_fixture_data(case_name: str, out: Path) -> tuple[Path, Path]:
+    """write_fixture_data for a jointfx.models.real fixture: the library model's seeded weights
+    and buffers by FQN, the seeded batch by graph input name (a Hugging Face batch by keyword).
+    Needs the library (ImportError without it)."""
+    from safetensors.torch import save_file
+
+    from jointfx.models.real import BATCH_SEED, REAL_CASES, WEIGHT_SEED, user_inputs_by_name
+
+    if case_name not in REAL_CASES:
+        raise ValueError(f"{case_name}: no such case in jointfx.models.real")
+    case = REAL_CASES[case_name]
+    model = case.build(WEIGHT_SEED)
+    state = {k: v.detach().contiguous() for k, v in model.named_parameters()}
+    state.update({k: v.detach().contiguous() for k, v in model.named_buffers()})
+    out.mkdir(parents=True, exist_ok=True)
+    save_file(state, out / "params.safetensors")
+    save_file({n: t.contiguous() for n, t in user_inputs_by_name(case, case.batch(BATCH_SEED))},
               out / "batch.safetensors")
     return out / "params.safetensors", out / "batch.safetensors"
 

@@ -22,10 +22,19 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("JOINTFX_EXPENSIVE_CHECKS", "1")
 
 
+# Model code of the real model libraries (jointfx.models.real) must never download: every model is
+# built from a config with random weights, and this makes an attempt fail instead.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+
 # The tiny-Llama variants (jointfx.trace.VARIANTS); the other fixtures are model families
-# (jointfx.models.MODEL_FIXTURES) with tests of their own (test_models.py), and graph_trainer
-# model families traced by torchtitan's tracer (titan_*, test_graph_trainer.py).
+# (jointfx.models.MODEL_FIXTURES) with tests of their own (test_models.py), models of real model
+# libraries (jointfx.models.real.REAL_FIXTURES: hf_*, timm_*, test_real_models.py), and
+# graph_trainer model families traced by torchtitan's tracer (titan_*, test_graph_trainer.py).
 LLAMA_VARIANTS = ("fsdp", "fsdp_tp", "sac", "bf16", "padding", "tied")
+# Fixture name prefixes of the real model libraries' models (jointfx.models.real).
+REAL_PREFIXES = ("hf_", "timm_")
 
 
 def all_traced_fixture_paths() -> list[Path]:
@@ -40,7 +49,17 @@ def traced_fixture_paths() -> list[Path]:
 def model_fixture_paths() -> list[Path]:
     """The fixtures of the other model families jointfx.models builds."""
     return [p for p in all_traced_fixture_paths()
-            if fixture_variant(p) not in LLAMA_VARIANTS and not is_titan_fixture(p)]
+            if fixture_variant(p) not in LLAMA_VARIANTS and not is_titan_fixture(p)
+            and not is_real_fixture(p)]
+
+
+def real_fixture_paths() -> list[Path]:
+    """The fixtures of models from real model libraries (jointfx.models.real): hf_*, timm_*."""
+    return [p for p in all_traced_fixture_paths() if is_real_fixture(p)]
+
+
+def is_real_fixture(path: Path) -> bool:
+    return path.name.startswith(REAL_PREFIXES)
 
 
 def titan_fixture_paths() -> list[Path]:

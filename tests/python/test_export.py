@@ -213,6 +213,36 @@ def test_phase_fallback_rules_without_autograd_backward() -> None:
     assert all("phase" not in n["meta"] for n in doc["nodes"] if n["op"] != "call_function")
 
 
+def test_phase_of_a_loss_side_result_taken_after_the_loss() -> None:
+    """A model computing its own loss (no loss annotation) by nll_loss_forward: the total weight
+    (its second result, read by nll_loss_backward) comes after the loss output in program order
+    and is not backward; it is loss, so the phases stay forward, loss, backward."""
+    def step(w: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> list[torch.Tensor]:
+        loss = torch.nn.functional.cross_entropy(x @ w.t(), y)
+        return [loss, *torch.autograd.grad(loss, [w])]
+
+    gm = make_fx(step, tracing_mode="fake")(torch.randn(4, 8, requires_grad=True),
+                                            torch.randn(3, 8), torch.tensor([0, 3, 1]))
+    backward = False
+    for n in gm.graph.nodes:  # what jointfx.trace's hooks record: autograd's own nodes
+        backward = backward or n.target is aten.ones_like.default
+        if n.op == "call_function":
+            n.meta["autograd_backward"] = backward
+    nll = gm.graph.find_nodes(op="call_function", target=aten.nll_loss_forward.default)[0]
+    loss_out, total_weight = sorted(nll.users, key=lambda u: u.args[1])
+    order = list(gm.graph.nodes)
+    assert order.index(total_weight) > order.index(loss_out)  # after the loss output
+    doc = export_graph(gm, inputs=[InputSpec("parameter", "w"), InputSpec("user_input"),
+                                   InputSpec("user_input")],
+                       outputs=[OutputSpec("loss"), OutputSpec("gradient", "w")])
+    by_name = {n["name"]: n for n in doc["nodes"]}
+    assert by_name[total_weight.name]["meta"]["phase"] == "loss"
+    assert by_name[nll.name]["meta"]["phase"] == "loss"
+    assert by_name["mm"]["meta"]["phase"] == "forward"
+    phases = [n["meta"]["phase"] for n in doc["nodes"] if n["op"] == "call_function"]
+    assert phases == sorted(phases, key=["forward", "loss", "backward"].index)
+
+
 def test_phase_from_annotations_and_import_wins() -> None:
     gm = _plain_joint()
     for n in gm.graph.nodes:

@@ -26,7 +26,8 @@ REPO = HERE.parents[1]
 TRACED_DIR = REPO / "tests" / "data" / "traced"
 
 # Every world-2 fixture, plus the world-4 ones that add something (2 x 2 mesh, 4-way padding),
-# and every fixture of the other model families (jointfx.models).
+# and every fixture of the other model families (jointfx.models). The real model libraries'
+# fixtures (jointfx.models.real) run through the same worker from test_real_models.py (slow).
 CASES = ["fsdp_w2", "sac_w2", "bf16_w2", "padding_w2", "fsdp_tp_w4", "padding_w4",
          "gpt2_w2", "encoder_w2", "convbn_w2", "moe_w2", "uneven_w4", "uneven_bf16_w4"]
 TIMEOUT_S = 180
@@ -141,11 +142,55 @@ def _run_model_fixture(fixture: Path, rank: int, world: int) -> dict:
             "max_grad_err": max_err, "tol": 5e-2 if bf16 else 1e-5}
 
 
+def _run_real_fixture(fixture: Path, rank: int, world: int) -> dict:
+    """A jointfx.models.real fixture (a real model library's model): the case's seeded model and
+    batch, the same on every rank; eager is the library model's own step."""
+    import torch
+
+    from jointfx.export import grad_mode, import_graph, load_graph
+    from jointfx.models.real import (
+        BATCH_SEED,
+        REAL_CASES,
+        WEIGHT_SEED,
+        eager_loss,
+        flat_user_inputs,
+    )
+    from jointfx.trace import param_layouts, setup_groups, shard_param
+
+    doc = load_graph(fixture)
+    case = REAL_CASES[fixture.stem.rsplit("_w", 1)[0]]
+    groups = setup_groups(0)
+    assert [pg["name"] for pg in doc["process_groups"]] == [groups.fsdp.name]
+    model = case.build(WEIGHT_SEED)
+    batch = case.batch(BATCH_SEED)
+    layouts = param_layouts(model, world, 1)
+    params = dict(model.named_parameters())
+    shards = [shard_param(params[lay.fqn].detach(), lay, fsdp_rank=rank, fsdp_size=world,
+                          tp_rank=0, tp_size=1) for lay in layouts]
+    buffers = [b.detach().clone() for _, b in model.named_buffers()]
+    gm = import_graph(doc)
+    with grad_mode(gm), torch.no_grad():
+        outputs = gm(*shards, *buffers, *flat_user_inputs(batch))
+    loss = eager_loss(case, model, batch)
+    grads = torch.autograd.grad(loss, list(model.parameters()))
+    max_err = 0.0
+    for lay, got, want in zip(layouts, outputs[1:], grads):
+        expected = shard_param(want * world, lay, fsdp_rank=rank, fsdp_size=world, tp_rank=0,
+                               tp_size=1)
+        assert got.shape == expected.shape and got.dtype == expected.dtype, lay.fqn
+        scale = max(expected.abs().max().item(), 1e-3)
+        max_err = max(max_err, (got - expected).abs().max().item() / scale)
+    return {"rank": rank, "loss": outputs[0].item(), "loss_err": abs(outputs[0].item() - loss.item()),
+            "max_grad_err": max_err, "tol": 1e-5}
+
+
 def _run_fixture(fixture: Path, rank: int, world: int) -> dict:
     from dataclasses import replace
 
     from jointfx.trace import VARIANTS
 
+    if fixture.name.startswith(("hf_", "timm_")):
+        return _run_real_fixture(fixture, rank, world)
     if fixture.stem.rsplit("_w", 1)[0] not in VARIANTS:
         return _run_model_fixture(fixture, rank, world)
 

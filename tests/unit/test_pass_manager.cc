@@ -96,6 +96,12 @@ TEST_CASE("pipeline: JSON files", "[pass-manager]") {
 
   std::string missing = errorOf([] { resolvePipeline("/nonexistent/p.json"); });
   CHECK(missing.find("pipeline file not found") != std::string::npos);
+  CHECK(errorOf([] { resolvePipeline("/nonexistent/p"); }).find("pipeline file not found") !=
+        std::string::npos);
+  // A path in an option's value leaves the spec a pass list.
+  auto with_path = resolvePipeline("dce,schedule{prefetch=auto, hardware=/no/such/h100.json}");
+  REQUIRE(with_path.size() == 2);
+  CHECK(with_path[1].options.values().at("hardware") == "/no/such/h100.json");
 
   std::string bad_key = tempFile("badkey.json", R"({"passes": [{"name": "dce", "opts": {}}]})");
   CHECK(errorOf([&] { loadPipelineFile(bad_key); }).find("at /passes/0/opts") != std::string::npos);
