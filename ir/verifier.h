@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "ir/graph.h"
+#include "ir/identifier.h"
 
 namespace jfx {
 
@@ -30,16 +31,6 @@ struct VerifyOptions {
   bool ir_invariants = true;
   size_t max_issues = 100;
 };
-
-// A Python identifier as the rule `identifier` accepts it: ASCII letters, digits and '_', not
-// starting with a digit, not one of Python's keywords (keyword.kwlist). Non-ASCII identifiers,
-// which Python would take, are refused: no traced graph has them, and ASCII leaves no doubt
-// about what Python's tokenizer makes of a name (docs/graph-format.md, "Names are data").
-bool isPythonIdentifier(std::string_view s);
-// Identifiers or decimal numbers (nn.Sequential's children: `layers.0.weight`) joined by single
-// dots, at least one part: a get_attr target, which torch.fx writes as `self.layers` or, for a
-// part that is no identifier, `getattr(self, "0")`.
-bool isAttributePath(std::string_view s);
 
 // Rules: identifier (node names, placeholder targets and kwargs keys are Python identifiers,
 // get_attr targets attribute paths (isAttributePath): torch.fx writes them into Python source, so a
