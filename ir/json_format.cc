@@ -5,6 +5,7 @@
 #include <bit>
 #include <charconv>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <functional>
@@ -218,7 +219,9 @@ void appendHex(JsonOut& out, std::string_view bytes) {
 // are reused from value to value, so reading allocates nothing once they are warm; a nlohmann
 // DOM (a std::map per object) made reading ~3x slower.
 struct JsonTree {
-  enum class Type : uint8_t { Null, Bool, Int, Unsigned, Float, String, Array, Object };
+  // BigInt: an integer literal past 64 bits (Python writes any int), kept as its decimal text so
+  // that meta the formats carry verbatim comes back unchanged rather than rounded to a double.
+  enum class Type : uint8_t { Null, Bool, Int, Unsigned, BigInt, Float, String, Array, Object };
   struct Value {
     Type type = Type::Null;
     uint32_t key_off = 0;  // the member's key (in chars) when the parent is an object
@@ -230,7 +233,7 @@ struct JsonTree {
       int64_t i;   // every integer that fits int64
       uint64_t u;  // the others
       double f;
-      uint32_t str[2];  // offset and length in chars
+      uint32_t str[2];  // offset and length in chars (strings, BigInt's digits)
     };
   };
   std::vector<Value> values;
@@ -262,8 +265,17 @@ class JView {
   bool boolean() const { return v().b; }
   int64_t integer() const { return v().i; }
   uint64_t unsignedInteger() const { return v().u; }
-  double floating() const { return v().f; }
+  // A BigInt reads as the nearest double, as JSON readers without big integers read it.
+  double floating() const {
+    return type() == Type::BigInt ? std::strtod(std::string(str()).c_str(), nullptr) : v().f;
+  }
   std::string_view str() const { return t_->at(v().str[0], v().str[1]); }
+  // Whether this integer fits none of the typed integer fields (an int64 other than the
+  // OptionalInt64 reserved value): such a value in a typed meta key is carried as extra meta.
+  bool isWideInteger() const {
+    return type() == Type::Unsigned || type() == Type::BigInt ||
+           (type() == Type::Int && integer() == OptionalInt64::kReserved);
+  }
   std::string_view key() const { return t_->at(v().key_off, v().key_len); }
   uint32_t size() const { return v().size; }
   bool empty() const { return size() == 0; }
@@ -306,6 +318,7 @@ std::string_view describe(JView j) {
       return "a boolean";
     case JView::Type::Int:
     case JView::Type::Unsigned:
+    case JView::Type::BigInt:
       return "an integer";
     case JView::Type::Float:
       return "a float";
@@ -325,6 +338,8 @@ std::string scalarText(JView v) {
     appendUnsigned(s, v.unsignedInteger());
   else if (v.type() == JView::Type::Int)
     appendInt(s, v.integer());
+  else if (v.type() == JView::Type::BigInt)
+    s = v.str();
   else if (v.type() == JView::Type::Float)
     appendFloat(s, v.floating());
   else
@@ -366,6 +381,7 @@ void appendCanonical(Out& out, JView v) {
       return;
     case JView::Type::Int:
     case JView::Type::Unsigned:
+    case JView::Type::BigInt:
     case JView::Type::Float:
       out += scalarText(v);
       return;
@@ -477,8 +493,17 @@ class TreeBuilder : public nlohmann::json_sax<json> {
       add(JView::Type::Unsigned).u = u;
     return leafDone();
   }
-  bool number_float(number_float_t f, const string_t&) final {
-    add(JView::Type::Float).f = f;
+  bool number_float(number_float_t f, const string_t& text) final {
+    // nlohmann reads an integer literal past 64 bits as a double; its text keeps every digit.
+    const bool integer = !text.empty() && text.find_first_of(".eE") == std::string::npos;
+    if (!integer) {
+      add(JView::Type::Float).f = f;
+      return leafDone();
+    }
+    const uint32_t off = stringOffset(text);
+    JsonTree::Value& v = add(JView::Type::BigInt);
+    v.str[0] = off;
+    v.str[1] = static_cast<uint32_t>(text.size());
     return leafDone();
   }
   bool string(string_t& s) final {
@@ -1044,6 +1069,15 @@ bool isTypedMetaKey(std::string_view k) {
          std::end(kTypedMetaKeys);
 }
 
+// An extra seq_nr or ac_graph_id the typed field could not hold (the readers put it there), on a
+// node that does not have the typed one.
+bool isWideTypedInteger(const NodeMeta& m, JView member) {
+  if (!member.isWideInteger()) return false;
+  if (member.key() == "seq_nr") return !m.seq_nr;
+  if (member.key() == "ac_graph_id") return !m.ac_graph_id;
+  return false;
+}
+
 class JsonWriter {
  public:
   explicit JsonWriter(JsonOut& out) : out_(out) {}
@@ -1479,7 +1513,7 @@ class JsonWriter {
       // Both sequences are sorted: merge them. An extra key that shadows a typed one (only a
       // hand-built extra_json can have one) loses to the typed field.
       for (JView m : members_) {
-        if (isTypedMetaKey(m.key())) continue;
+        if (isTypedMetaKey(m.key()) && !isWideTypedInteger(n.meta(), m)) continue;
         while (next_typed < kNumTyped && kTypedMetaKeys[next_typed] < m.key())
           typedMember(n, next_typed++, custom, first);
         out_ += first ? ""sv : ","sv;
@@ -2229,6 +2263,8 @@ class JsonReader : public TreeBuilder {
   }
 
   int64_t integer(JView j, std::string_view what) const {
+    if (j.type() == JView::Type::BigInt)
+      fail("integer " + scalarText(j) + " is out of the int64 range");
     if (!j.isInteger())
       fail("expected " + std::string(what) + " (an integer), got " + std::string(describe(j)));
     if (j.type() == JView::Type::Unsigned)
@@ -2432,6 +2468,7 @@ class JsonReader : public TreeBuilder {
       case JView::Type::Int:
       case JView::Type::Unsigned:
         return Arg::ofInt(integer(j, "an integer"));
+      case JView::Type::BigInt:  // no op takes an integer past 64 bits: the double it reads as
       case JView::Type::Float:
         return Arg::ofFloat(j.floating());
       case JView::Type::String:
@@ -2533,6 +2570,7 @@ class JsonReader : public TreeBuilder {
         v.kind = ValueMeta::Kind::Int;
         v.i = integer(j, "an integer");
         return v;
+      case JView::Type::BigInt:  // as for arguments
       case JView::Type::Float:
         v.kind = ValueMeta::Kind::Float;
         v.f = j.floating();
@@ -2655,6 +2693,12 @@ class JsonReader : public TreeBuilder {
         if (r < 0 || r > 3)
           fail("recompute must be 0..3 (CheckpointPolicy), got " + std::to_string(r));
         m.recompute = static_cast<Recompute>(r);
+      } else if ((key == "ac_graph_id" || key == "seq_nr") && v.isWideInteger()) {
+        // Past what the typed field holds (seq_nr is 2^64-1 on nodes autograd numbers as
+        // "none", e.g. a chunked loss's backward): jointfx reads neither beyond its value, so
+        // the number rides along as extra meta, unchanged.
+        extraKey(key);
+        canonical(extra, v);
       } else if (key == "ac_graph_id") {
         m.ac_graph_id = optionalInteger(v, "the ac_graph_id");
       } else if (key == "seq_nr") {
@@ -2997,6 +3041,8 @@ std::string canonicalExtraMeta(std::string_view text, bool has_module) {
   // spellable two ways.
   for (std::string_view k : kTypedMetaKeys) {
     if (k == "custom" || !root.find(k)) continue;
+    // Except an integer the typed field cannot hold, which has no other spelling.
+    if ((k == "seq_nr" || k == "ac_graph_id") && root.find(k).isWideInteger()) continue;
     throw JfxError({}, "extra must not hold the typed key '" + std::string(k) +
                            "' (write it as a meta key or a type)");
   }

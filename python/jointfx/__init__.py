@@ -27,7 +27,14 @@ from jointfx.export import (
     write_graph,
 )
 from jointfx.groups import register_process_groups
-from jointfx.passes import PipelineError, graph_pass, pass_names, run_pipeline, run_pipeline_doc
+from jointfx.passes import (
+    JointfxPass,
+    PipelineError,
+    graph_pass,
+    pass_names,
+    run_pipeline,
+    run_pipeline_doc,
+)
 from jointfx.report import JointfxWarning, StrictCheckError
 
 __all__ = [
@@ -44,6 +51,7 @@ __all__ = [
     "infer_process_groups",
     "specs_from_traced",
     "write_graph",
+    "JointfxPass",
     "PipelineError",
     "graph_pass",
     "pass_names",

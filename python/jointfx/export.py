@@ -19,6 +19,7 @@ import keyword
 import math
 import operator
 import re
+import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -941,9 +942,16 @@ def export_graph(
     collectives when torch.distributed knows them. What cannot be inferred is reported with a
     warning. get_attr tensors go into the header's "constants" (include_constants).
     """
-    head, phases = _export_head(gm, process_groups=process_groups, inputs=inputs,
-                                outputs=outputs, graph_meta=graph_meta,
-                                include_constants=include_constants, stacklevel=2)
+    return _export_document(gm, process_groups=process_groups, inputs=inputs, outputs=outputs,
+                            graph_meta=graph_meta, include_stack_trace=include_stack_trace,
+                            include_constants=include_constants, stacklevel=3)
+
+
+def _export_document(gm: fx.GraphModule, *, include_stack_trace: bool = False,
+                     **head_kwargs: Any) -> dict[str, Any]:
+    """export_graph's document; `head_kwargs` go to _export_head (run_pipeline passes
+    warn_no_specs=False: its report says the same as a finding)."""
+    head, phases = _export_head(gm, **head_kwargs)
     targets: dict[Any, str] = {}
     head["nodes"] = [_node_to_json(n, phases.get(n), include_stack_trace, targets)
                      for n in gm.graph.nodes]
@@ -1128,10 +1136,12 @@ def _export_head(
     include_constants: bool = True,
     stacklevel: int = 1,
     lazy_phases: bool = False,
+    warn_no_specs: bool = True,
 ) -> tuple[dict[str, Any], Any]:
     """export_graph's document without "nodes", and every node's phase (a dict); with
     `lazy_phases`, a function that computes that dict instead. A warning names the code
-    `stacklevel` frames above this function's caller."""
+    `stacklevel` frames above this function's caller; `warn_no_specs=False` leaves out the one
+    about a graph with collectives and no input specs."""
     stored = gm.meta.get(GM_META_KEY, {}) if hasattr(gm, "meta") else {}
     placeholders = gm.graph.find_nodes(op="placeholder")  # FX keeps them indexed, in order
     if process_groups is None and "process_groups" not in stored:
@@ -1139,7 +1149,7 @@ def _export_head(
     pgs = [_as_spec(ProcessGroupSpec, p) for p in
            (process_groups if process_groups is not None else stored.get("process_groups", []))]
     given_in = inputs if inputs is not None else stored.get("inputs", [])
-    if not given_in and placeholders:
+    if not given_in and placeholders and warn_no_specs:
         _warn_no_specs(gm, len(placeholders), stacklevel + 1)
     in_specs = _fill_specs([_as_spec(InputSpec, s) for s in given_in],
                            [_value_kind(n.meta.get("val", _ABSENT)) for n in placeholders],
@@ -1223,10 +1233,14 @@ def _warn_no_specs(gm: fx.GraphModule, count: int, stacklevel: int) -> None:
 
 
 def specs_from_traced(traced: Any, module: torch.nn.Module | None = None) -> dict[str, Any]:
-    """Header specs for a graph that torchtitan's graph_trainer tracer produced
-    (`minimal_fx_tracer(step)(*args)`: a TracedResult with gm, state_fqns and the subclass
-    layouts), so that `export_graph(traced.gm, **specs_from_traced(traced, model))` or
-    `run_pipeline(traced.gm, p, **specs_from_traced(traced, model))` needs nothing by hand.
+    """Header specs for a traced graph, so that `export_graph(traced.gm, **specs)` or
+    `run_pipeline(traced.gm, p, **specs)` needs nothing by hand.
+
+    `traced` is what `jointfx.trace` returns (a TracedGraph: its own specs, returned as
+    {"inputs", "outputs", "process_groups", "graph_meta"}; `module` is not needed, and the same
+    header is already in `traced.gm.meta["jointfx"]`), or what torchtitan's graph_trainer tracer
+    produced (`minimal_fx_tracer(step)(*args)`: a TracedResult with gm, state_fqns and the
+    subclass layouts), read as follows.
 
     Flat inputs are the module state (parameters, then buffers, by FQN) and then the user's
     arguments; each DTensor flattens to its local tensor plus a DeviceMesh placeholder. Outputs
@@ -1234,6 +1248,14 @@ def specs_from_traced(traced: Any, module: torch.nn.Module | None = None) -> dic
     `module`, the first len(outputs) - 1 state entries are the parameters (every parameter gets
     a gradient) and the rest buffers. Returns {"inputs", "outputs", "process_groups"}.
     """
+    if not hasattr(traced, "state_fqns"):
+        if all(hasattr(traced, a) for a in ("gm", "inputs", "outputs", "process_groups",
+                                            "graph_meta")):  # jointfx.trace's TracedGraph
+            return {"inputs": list(traced.inputs), "outputs": list(traced.outputs),
+                    "process_groups": list(traced.process_groups),
+                    "graph_meta": dict(traced.graph_meta)}
+        raise TypeError(f"specs_from_traced takes what jointfx.trace or torchtitan's "
+                        f"minimal_fx_tracer returns, not a {type(traced).__name__}")
     gm = traced.gm
     placeholders = list(gm.graph.find_nodes(op="placeholder"))
     state = list(traced.state_fqns)
@@ -1693,8 +1715,9 @@ def _check_unicode(text: str) -> None:
 
 def _check_json(value: Any, level: int) -> None:
     """Plain JSON data (the format carries any other meta untouched): strings, booleans, null,
-    integers the C++ reader takes (-2^63 .. 2^64 - 1), finite numbers, arrays and objects with
-    string keys, nested at most _MAX_DEPTH deep. _Bad with the path below `value` otherwise."""
+    integers (any size: the C++ reader keeps the digits of one past 64 bits), finite numbers,
+    arrays and objects with string keys, nested at most _MAX_DEPTH deep. _Bad with the path below
+    `value` otherwise."""
     kind = type(value)
     if kind is str:
         _check_unicode(value)
@@ -1702,8 +1725,6 @@ def _check_json(value: Any, level: int) -> None:
     if kind is bool or value is None:
         return
     if kind is int:
-        if not _INT64_MIN <= value < (1 << 64):
-            raise _Bad(f"integer {value} is out of the 64-bit range")
         return
     if kind is float:
         if not math.isfinite(value):
@@ -1915,8 +1936,9 @@ def _import_node_meta(meta: Mapping[str, Any], vals: _ValFactory, at: str, name:
                     raise _Bad(f"recompute must be 0..3 (CheckpointPolicy), got {_describe(value)}")
                 out["recompute"] = _checkpoint_policies()[value]
             elif key in ("ac_graph_id", "seq_nr"):
-                if type(value) is not int or not _INT64_MIN < value <= _INT64_MAX:
-                    raise _Bad(f"expected the {key} (an int64 but -2^63), got {_describe(value)}")
+                # Any integer: one the typed field cannot hold (autograd's 2^64-1) is carried.
+                if type(value) is not int:
+                    raise _Bad(f"expected the {key} (an integer), got {_describe(value)}")
                 out[key] = value
             elif key == "stack_trace":
                 if type(value) is not str:
@@ -2190,7 +2212,7 @@ def load_graph(path: str | Path, *, max_input_bytes: int | None = None) -> dict[
         raise ExportError(f"{shown}:{line}:{column}: error: invalid UTF-8 at byte {e.start}: "
                           f"{e.reason}") from None
     try:
-        doc = json.loads(text, parse_constant=_refuse_json_constant,
+        doc = json.loads(text, parse_constant=_refuse_json_constant, parse_int=_json_int,
                          object_pairs_hook=_json_object)
     except json.JSONDecodeError as e:
         raise _text_error(shown, text, e.pos, f"JSON syntax error: {e.msg}") from None
@@ -2211,6 +2233,13 @@ def _refuse_json_constant(word: str) -> Any:
     raise _JsonRefused(f"{word} is not JSON")
 
 
+def _json_int(digits: str) -> int:
+    try:
+        return int(digits)
+    except ValueError:  # more digits than Python converts (sys.get_int_max_str_digits)
+        raise _JsonRefused(f"an integer of {len(digits.lstrip('-'))} digits") from None
+
+
 def _json_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     out = dict(pairs)
     if len(out) != len(pairs):
@@ -2225,7 +2254,10 @@ def _text_error(shown: str, text: str, pos: int, message: str) -> ExportError:
     return ExportError(f"{shown}:{line}:{column}: error: {message} (at byte {byte})")
 
 
-_JSON_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"\s*:?|[\[\]{}]|-?Infinity|NaN')
+# An integer literal longer than Python converts (a float's digits are no integer).
+_LONG_INT = (rf"|(?<![0-9.eE+-])-?[0-9]{{{sys.get_int_max_str_digits() + 1},}}(?![0-9.eE])"
+             if sys.get_int_max_str_digits() else "")
+_JSON_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"\s*:?|[\[\]{}]|-?Infinity|NaN' + _LONG_INT)
 
 
 def _json_problem(text: str) -> tuple[int, str]:
@@ -2249,6 +2281,9 @@ def _json_problem(text: str) -> tuple[int, str]:
                 if key in stack[-1]:
                     return m.start(), f"key {_shown(key)} repeated in an object"
                 stack[-1].add(key)
+        elif first in "-0123456789" and token != "-Infinity":
+            return m.start(), (f"an integer of {len(token.lstrip('-'))} digits, more than "
+                               f"Python converts (sys.get_int_max_str_digits)")
         else:
             return m.start(), f"{token} is not JSON (the format writes a non-finite number " \
                               '{"float": "nan"}, {"float": "inf"} or {"float": "-inf"})'

@@ -22,17 +22,18 @@ from typing import Any
 import torch
 import torch.fx as fx
 from torch._subclasses.fake_tensor import FakeTensor
+from torch.fx.passes.infra.pass_base import PassBase, PassResult
 
 from jointfx.export import (
     GM_META_KEY,
     Opaque,
     _checkpoint_policies,
+    _export_document,
     _get_attr,
     _import_meta,
     _parse_dtype,
     arg_from_json,
     document_bytes,
-    export_graph,
     export_native,
     fake_tensor,
     import_graph,
@@ -114,8 +115,9 @@ def _run_pipeline(gm: fx.GraphModule, pipeline: str, *, verify: bool,
     header = {"process_groups": process_groups, "inputs": inputs, "outputs": outputs,
               "graph_meta": graph_meta}
     ext = _extension()
+    # The report's finding about missing parameter specs replaces the exporter's warning.
     if not in_place:
-        doc = export_graph(gm, **header)
+        doc = _export_document(gm, stacklevel=4, warn_no_specs=False, **header)
         new_doc, report = run_pipeline_doc(doc, pipeline, verify=verify, timing=timing)
         finish_report(report, doc, pipeline, strict=strict)
         new_gm = import_graph(new_doc)
@@ -124,7 +126,7 @@ def _run_pipeline(gm: fx.GraphModule, pipeline: str, *, verify: bool,
         return new_gm
     start = time.perf_counter()
     # stacklevel: a warning names the code that called run_pipeline or the graph_pass.
-    exported = export_native(gm, extension=ext, stacklevel=4, **header)
+    exported = export_native(gm, extension=ext, stacklevel=4, warn_no_specs=False, **header)
     exported_at = time.perf_counter()
     try:
         script = ext.EditScript(exported.document, pipeline, verify, timing,
@@ -160,6 +162,26 @@ def graph_pass(pipeline: str, **export_kwargs: Any) -> Callable[..., fx.GraphMod
 
     jointfx_pass.__name__ = f"jointfx[{pipeline}]"
     return jointfx_pass
+
+
+class JointfxPass(PassBase):
+    """`pipeline` as a torch.fx pass (torch.fx.passes.infra): `JointfxPass(pipeline, **kwargs)(gm)`
+    runs `run_pipeline(gm, pipeline, **kwargs)` and returns `PassResult(gm, modified)`, modified
+    when any pass of the pipeline reported a change, so it goes into torch.fx's `PassManager`
+    like any PassBase. The report is in `result.graph_module.meta["jointfx_report"]`."""
+
+    def __init__(self, pipeline: str, **kwargs: Any) -> None:
+        super().__init__()
+        self.pipeline = pipeline
+        self.kwargs = kwargs
+
+    def call(self, graph_module: fx.GraphModule) -> PassResult:
+        gm = run_pipeline(graph_module, self.pipeline, **self.kwargs)
+        passes = gm.meta["jointfx_report"].get("passes", [])
+        return PassResult(gm, any(p.get("changed") for p in passes))
+
+    def __repr__(self) -> str:
+        return f"JointfxPass({self.pipeline!r})"
 
 
 def pass_names() -> list[str]:

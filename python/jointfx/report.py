@@ -7,12 +7,14 @@ statistics; the remarks log; total seconds) to `finish_report`, which
 - checks it against the graph's header: a graph with parameters on which `tag-fsdp` finds no
   FSDP unshard chain, or `bucket` forms no FSDP bucket, or whose input specs mark no parameter,
   is almost always a graph jointfx did not understand (missing or wrong header specs, an FSDP
-  flavour the analysis does not recognize), and the pipeline then changes nothing: each finding
-  becomes a `JointfxWarning` naming what was found and what was expected, or with
-  `strict=True` (for CI) a `StrictCheckError`;
-- logs a one-line summary per pass to the logger "jointfx" (INFO; remarks at DEBUG; findings at
-  WARNING), shown by `logging.basicConfig(level=logging.INFO)` or any handler on "jointfx"
-  (TORCH_LOGS accepts only torch's own log names, so it does not select this one);
+  flavour the analysis does not recognize), and the FSDP passes then do no FSDP work. Each
+  finding says what was found, what was expected and which passes of the run changed the graph
+  (their `changed` flags), and is reported once, on one channel: a `JointfxWarning` of its own
+  (Python warnings; `logging.captureWarnings(True)` sends them to the "py.warnings" logger),
+  or with `strict=True` (for CI) one `StrictCheckError` naming them all;
+- logs a one-line summary per pass to the logger "jointfx" at INFO (remarks at DEBUG), shown by
+  `TORCH_LOGS=jointfx` (`+jointfx` adds the remarks), `logging.basicConfig(level=logging.INFO)`
+  or any handler on "jointfx";
 - emits the whole report as a `jointfx_pipeline` artifact through
   `torch._logging.trace_structured`, so `TORCH_TRACE=<dir>` runs carry it for tlparse next to
   Inductor's own pass artifacts.
@@ -22,6 +24,8 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import sys
 import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -48,14 +52,15 @@ def check_report(report: Mapping[str, Any], header: Mapping[str, Any]) -> list[s
     inputs: Sequence[Mapping[str, Any]] = header.get("inputs", [])
     params = [i for i in inputs if i.get("kind") == "parameter"]
     findings: list[str] = []
-    ran = {p.get("name") for p in report.get("passes", [])}
-    fsdp_passes = ran & {"tag-fsdp", "bucket", "remat", "dedup-fsdp-unshard"}
+    ran = [p.get("name") for p in report.get("passes", [])]
+    fsdp_passes = [n for n in dict.fromkeys(ran) if n in _FSDP_PASSES]
     if fsdp_passes and not params:
         findings.append(
-            f"{len(inputs)} graph inputs, none marked as a parameter: {sorted(fsdp_passes)} "
-            "expect the parameter inputs in the header (InputSpec('parameter', fqn), or the "
-            "specs jointfx derives from the tracer); without them no FSDP chain is recognized "
-            "and the graph is left as it was")
+            f"{len(inputs)} graph inputs, none marked as a parameter: {_names(fsdp_passes)} "
+            "expect the parameter inputs in the header (InputSpec('parameter', fqn), the header "
+            "import_graph or jointfx.trace stores in gm.meta['jointfx'], or "
+            "jointfx.specs_from_traced(traced)); without them no FSDP unshard chain is "
+            "recognized, so no all-gather is tagged, resharded or re-gathered in backward")
     for stats in _stats(report, "tag-fsdp"):
         chains = stats.get("chains-kept", 0) + stats.get("chains-resharded", 0)
         other = stats.get("non-fsdp-collectives", 0)
@@ -75,7 +80,32 @@ def check_report(report: Mapping[str, Any], header: Mapping[str, Any]) -> list[s
                 f"bucket formed no bucket out of {stats.get('collectives-before', 0)} "
                 f"collectives on a graph with {len(params)} parameters (expected FSDP "
                 "all-gathers / reduce-scatters grouped per block)")
+    if findings:
+        what_changed = changes(report)
+        findings = [f"{f}; {what_changed}" for f in findings]
     return findings
+
+
+_FSDP_PASSES = ("tag-fsdp", "remat", "dedup-fsdp-unshard", "bucket")
+
+
+def _names(names: Sequence[str]) -> str:
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
+def changes(report: Mapping[str, Any]) -> str:
+    """Which passes of the run changed the graph, from their `changed` flags:
+    "dce and bucket changed the graph, tag-fsdp did not" / "no pass changed the graph"."""
+    passes = report.get("passes", [])
+    changed = list(dict.fromkeys(str(p.get("name")) for p in passes if p.get("changed")))
+    unchanged = [n for n in dict.fromkeys(str(p.get("name")) for p in passes)
+                 if n not in changed]
+    if not changed:
+        return "no pass changed the graph"
+    text = f"{_names(changed)} changed the graph"
+    if unchanged:
+        text += f", {_names(unchanged)} did not"
+    return text
 
 
 def _summary_line(p: Mapping[str, Any]) -> str:
@@ -90,9 +120,10 @@ def _summary_line(p: Mapping[str, Any]) -> str:
 
 
 def finish_report(report: dict[str, Any], header: Mapping[str, Any], pipeline: str, *,
-                  strict: bool = False, stacklevel: int = 3) -> dict[str, Any]:
-    """Adds `pipeline` and `findings` to `report`, logs and traces it, and warns (or raises
-    StrictCheckError with `strict`) on findings. Returns the report."""
+                  strict: bool = False) -> dict[str, Any]:
+    """Adds `pipeline` and `findings` to `report`, logs and traces it, and reports each finding
+    once: a JointfxWarning apiece naming the code that called into jointfx, or one
+    StrictCheckError naming them all with `strict`. Returns the report."""
     findings = check_report(report, header)
     report["pipeline"] = pipeline
     report["findings"] = findings
@@ -104,15 +135,28 @@ def finish_report(report: dict[str, Any], header: Mapping[str, Any], pipeline: s
     if report.get("log"):
         log.debug("jointfx remarks:\n%s", report["log"].rstrip())
     _trace_structured(report)
-    for f in findings:
-        log.warning("jointfx: %s", f)
+    if findings and strict:
+        raise StrictCheckError(f"jointfx pipeline {pipeline!r}: " + "; ".join(findings))
     if findings:
-        text = "; ".join(findings)
-        if strict:
-            raise StrictCheckError(f"jointfx pipeline {pipeline!r}: {text}")
-        warnings.warn(f"jointfx pipeline {pipeline!r}: {text}", JointfxWarning,
-                      stacklevel=stacklevel)
+        level = _caller_stacklevel()
+        for f in findings:
+            warnings.warn(f"jointfx pipeline {pipeline!r}: {f}", JointfxWarning,
+                          stacklevel=level)
     return report
+
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def _caller_stacklevel() -> int:
+    """The warnings.warn stacklevel, called from here, of the first frame outside the jointfx
+    package: the code that called run_pipeline, a graph_pass or a JointfxPass."""
+    frame = sys._getframe(1)
+    level = 1
+    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
+        frame = frame.f_back  # type: ignore[assignment]
+        level += 1
+    return level
 
 
 def _trace_structured(report: Mapping[str, Any]) -> None:

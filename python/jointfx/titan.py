@@ -139,16 +139,37 @@ def trace_model(family: str = "llama3", n_layers: int = 2, *, seed: int = SEED,
     (`dp_replicate`, `dp_shard`): parameters sharded within a replica, gradients then
     all-reduced across replicas."""
     import torch.distributed as dist
-    from torch.distributed.device_mesh import init_device_mesh
     from torchtitan.components.loss import CrossEntropyLoss
-    from torchtitan.experiments.graph_trainer.common_utils import annotate_module_fqns
     from torchtitan.experiments.graph_trainer.make_fx_tracer import minimal_fx_tracer
-    from torchtitan.experiments.graph_trainer.simple_fsdp import data_parallel
     from torchtitan.experiments.graph_trainer.trainer import make_fwd_bwd_step
 
     world = dist.get_world_size()
+    model, mesh, full = _fsdp_model(family, n_layers, seed, replicas)
+    loss_fn = CrossEntropyLoss(CrossEntropyLoss.Config())
+    args = (*step_inputs(_vocab_size(model), world, seed=seed, batch=batch, seq_len=seq_len), {})
+    step = make_fwd_bwd_step(model, loss_fn)
+    seq_base = torch.autograd._get_sequence_nr()
+    traced = minimal_fx_tracer(step, module=model)(*args)
+    return TitanTrace(traced, model, mesh, n_layers, args, full, family, seq_base)
+
+
+def fsdp_model(family: str = "llama3", n_layers: int = 2, *, seed: int = SEED,
+               replicas: int = 1) -> torch.nn.Module:
+    """The shrunk `family` model as GraphTrainer trains it: SimpleFSDP over the initialized
+    default group (HSDP with `replicas` > 1), tied weights tied again, this rank's shards of the
+    `seed` initialization, module FQNs annotated for the tracer. What trace_model traces."""
+    return _fsdp_model(family, n_layers, seed, replicas)[0]
+
+
+def _fsdp_model(family: str, n_layers: int, seed: int, replicas: int
+                ) -> tuple[torch.nn.Module, Any, dict[str, torch.Tensor]]:
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torchtitan.experiments.graph_trainer.common_utils import annotate_module_fqns
+    from torchtitan.experiments.graph_trainer.simple_fsdp import data_parallel
+
+    world = dist.get_world_size()
     model = build_model(family, n_layers, seed)
-    vocab = _vocab_size(model)
     # named_parameters() lists a tied weight once, under its first FQN; set_local_shards walks
     # the same deduplicated list, so a tied weight is sharded once.
     full = {k: v.detach().clone() for k, v in model.named_parameters()}
@@ -166,12 +187,7 @@ def trace_model(family: str = "llama3", n_layers: int = 2, *, seed: int = SEED,
     shards = world // replicas
     set_local_shards(model, full, dist.get_rank() % shards, shards)
     annotate_module_fqns(model)
-    loss_fn = CrossEntropyLoss(CrossEntropyLoss.Config())
-    args = (*step_inputs(vocab, world, seed=seed, batch=batch, seq_len=seq_len), {})
-    step = make_fwd_bwd_step(model, loss_fn)
-    seq_base = torch.autograd._get_sequence_nr()
-    traced = minimal_fx_tracer(step, module=model)(*args)
-    return TitanTrace(traced, model, mesh, n_layers, args, full, family, seq_base)
+    return model, mesh, full
 
 
 def _renumber_seq_nr(doc: dict[str, Any], seq_base: int) -> None:

@@ -24,12 +24,13 @@ fixtures at any world size, or a real gloo group (world 1 in-process) for numeri
 from __future__ import annotations
 
 import contextlib
+import copy
 import math
 import re
 import sys
 import types
 import warnings
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
@@ -45,7 +46,7 @@ from torch.utils.checkpoint import (
     create_selective_checkpoint_contexts,
 )
 
-from jointfx.export import InputSpec, OutputSpec, ProcessGroupSpec
+from jointfx.export import GM_META_KEY, InputSpec, OutputSpec, ProcessGroupSpec
 from jointfx.model import ModelArgs, Transformer, cross_entropy_loss, init_weights
 
 _c10d = torch.ops._c10d_functional
@@ -390,6 +391,19 @@ class TracedGraph:
     tp_size: int = 1
     tp_dim_fn: TpDimFn = tp_dim
 
+    def __post_init__(self) -> None:
+        # The header travels with the GraphModule, as import_graph stores it, so that
+        # run_pipeline(traced.gm, ...) and export_graph(traced.gm) need no specs by hand.
+        placeholders = self.gm.graph.find_nodes(op="placeholder")
+        if len(placeholders) != len(self.inputs):
+            raise AssertionError(f"{len(placeholders)} placeholders, {len(self.inputs)} specs")
+        self.gm.meta[GM_META_KEY] = {
+            "process_groups": [p.to_json() for p in self.process_groups],
+            "inputs": [s.to_json(n.name) for n, s in zip(placeholders, self.inputs)],
+            "outputs": [s.to_json() for s in self.outputs],
+            "meta": copy.deepcopy(self.graph_meta),
+        }
+
     def export(self, *, include_stack_trace: bool = False) -> dict[str, Any]:
         from jointfx.export import export_graph
 
@@ -520,6 +534,9 @@ class _ModuleHooks:
         # again and gathers there, an op the forward never ran in the region
         # (torch.utils.checkpoint refuses the step).
         self._gathered_in_region = {id(m) for m in checkpointed}
+        # The nodes each gather-on-read traced (cast, all-gather, wait, slice), so that a read
+        # whose value the step never uses can be taken out again (drop_unused_reads).
+        self.read_chains: list[list[fx.Node]] = []
         self._saved: list[tuple[nn.Module, str, Any]] = []
         canonical = {id(p): fqn for fqn, p in model.named_parameters()}
         self._owned: dict[nn.Module, list[tuple[str, str]]] = {}
@@ -538,12 +555,17 @@ class _ModuleHooks:
 
     def _gather_on_read(self, module: nn.Module, own: list[tuple[str, str]]) -> None:
         unshard = self._unshard
+        read_chains = self.read_chains
 
         def accessor(pname: str, param_fqn: str) -> property:
             def read(m: nn.Module) -> Any:
                 value = m._parameters[pname]
                 # Inside the owner's forward `_pre` has put the gathered tensor there.
-                return unshard(param_fqn) if isinstance(value, nn.Parameter) else value
+                if not isinstance(value, nn.Parameter):
+                    return value
+                gathered, nodes = _recording_nodes(partial(unshard, param_fqn))
+                read_chains.append(nodes)
+                return gathered
             return property(read)
 
         cls = type(module)
@@ -605,6 +627,47 @@ class _ModuleHooks:
                 saved.__exit__(None, None, None)
 
 
+def _recording_nodes(fn: Callable[[], torch.Tensor]) -> tuple[torch.Tensor, list[fx.Node]]:
+    """fn() and the nodes make_fx recorded while it ran (none outside make_fx)."""
+    from torch.fx.experimental.proxy_tensor import get_proxy_mode
+
+    mode = get_proxy_mode()
+    if mode is None:
+        return fn(), []
+    graph: fx.Graph = mode.tracer.graph
+    last = next(iter(reversed(graph.nodes)), None)
+    result = fn()
+    node = last.next if last is not None else next(iter(graph.nodes), None)
+    nodes = []
+    while node is not None and node.op != "root":  # the list's sentinel closes it
+        nodes.append(node)
+        node = node.next
+    return result, nodes
+
+
+def drop_unused_reads(graph: fx.Graph, chains: Sequence[Sequence[fx.Node]]) -> int:
+    """Erases the gathers of parameter reads whose value nothing in the graph uses.
+
+    A read like T5's `self.wo.weight.dtype` check, or `.shape`, `.device`, `.requires_grad`,
+    looks at metadata only: under make_fx that records no node, so the read's whole chain (cast,
+    all-gather, wait, slice) is left without users. Only the nodes a gather-on-read itself
+    traced are candidates, from the last back, so a collective the model or loss wrote is never
+    taken out, used or not. Returns the number of chains erased."""
+    alive = set(graph.nodes)
+    erased = 0
+    for chain in chains:
+        nodes = [n for n in chain if n in alive]
+        if not nodes or nodes[-1].users:
+            continue
+        for node in reversed(nodes):
+            if node.users:
+                break
+            graph.erase_node(node)
+            alive.discard(node)
+        erased += 1
+    return erased
+
+
 def _install_backward_meta_hooks(loss: torch.Tensor) -> None:
     """Makes backward nodes carry the seq_nr of the autograd Node (forward op) they come from.
 
@@ -630,13 +693,23 @@ LossResult = Any
 LossFn = Callable[..., LossResult]
 
 
-def _total_loss(result: LossResult) -> tuple[torch.Tensor, int]:
-    """(loss + every auxiliary loss, number of auxiliary losses)."""
+def _total_loss(result: LossResult, *, model_output: bool = False) -> tuple[torch.Tensor, int]:
+    """(loss + every auxiliary loss, number of auxiliary losses). `model_output`: `result` is
+    the model's own output (loss_fn=None), which may also be a mapping with a "loss" entry."""
     if isinstance(result, torch.Tensor):
         parts = [result]
     elif isinstance(result, (tuple, list)) and result and all(
             isinstance(r, torch.Tensor) for r in result):
         parts = list(result)
+    elif (model_output and isinstance(result, Mapping)
+          and isinstance(result.get("loss"), torch.Tensor)):
+        # A Hugging Face model called with labels= returns a ModelOutput (a dict) whose "loss"
+        # already includes any auxiliary loss the model adds.
+        parts = [result["loss"]]
+    elif model_output:
+        raise TypeError("with loss_fn=None the model must return a scalar tensor, a tuple "
+                        "(loss, *aux) of scalar tensors or a mapping with the loss under "
+                        f"\"loss\" (a Hugging Face ModelOutput), got {type(result).__name__}")
     else:
         raise TypeError("the loss function must return a scalar tensor or a tuple (loss, *aux) "
                         f"of scalar tensors, got {type(result).__name__}")
@@ -657,6 +730,55 @@ def _as_tensor_list(value: torch.Tensor | Sequence[torch.Tensor], what: str) -> 
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{what}[{i}] is a {type(t).__name__}, expected a tensor")
     return items
+
+
+# What example_inputs / targets may be: a tensor, a sequence of tensors (positional arguments),
+# a mapping of keyword arguments, or a pair (positional sequence, keyword mapping).
+CallArgs = Any
+
+
+@dataclass(frozen=True)
+class _Call:
+    """One call's tensors, positional ones first; the last len(keywords) are passed by name."""
+
+    tensors: list[torch.Tensor]
+    keywords: list[str]
+
+    @property
+    def n_positional(self) -> int:
+        return len(self.tensors) - len(self.keywords)
+
+    def apply(self, fn: Callable[..., Any], prefix: Sequence[Any],
+              values: Sequence[torch.Tensor]) -> Any:
+        """fn(*prefix, *positional, **keyword), `values` standing for this call's tensors."""
+        n = self.n_positional
+        return fn(*prefix, *values[:n], **dict(zip(self.keywords, values[n:])))
+
+    def default_names(self, prefix: str) -> list[str]:
+        return _default_names(prefix, self.n_positional) + list(self.keywords)
+
+
+def _call_args(value: CallArgs, what: str) -> _Call:
+    if isinstance(value, torch.Tensor):
+        return _Call([value], [])
+    if isinstance(value, Mapping):
+        args, kwargs = (), value
+    elif (isinstance(value, tuple) and len(value) == 2 and isinstance(value[1], Mapping)
+          and not isinstance(value[0], (torch.Tensor, Mapping))):
+        args, kwargs = value
+    elif isinstance(value, Iterable) and not isinstance(value, (str, bytes)):
+        args, kwargs = value, {}
+    else:
+        raise TypeError(f"{what} is a {type(value).__name__}: expected a tensor, a sequence of "
+                        "tensors, a mapping of keyword arguments to tensors, or a pair (tensors, "
+                        "mapping)")
+    tensors = _as_tensor_list(args, what)
+    for key, t in kwargs.items():
+        if not isinstance(key, str) or not key.isidentifier():
+            raise TypeError(f"{what} key {key!r} is not a keyword argument name")
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{what}[{key!r}] is a {type(t).__name__}, expected a tensor")
+    return _Call(tensors + list(kwargs.values()), list(kwargs))
 
 
 def _default_names(prefix: str, n: int) -> list[str]:
@@ -717,8 +839,8 @@ def describe_model(model: nn.Module, layouts: Sequence[ParamLayout], buffers: Bu
 def trace(
     model: nn.Module,
     loss_fn: LossFn | None,
-    example_inputs: torch.Tensor | Sequence[torch.Tensor],
-    targets: torch.Tensor | Sequence[torch.Tensor] = (),
+    example_inputs: CallArgs,
+    targets: CallArgs = (),
     *,
     world_size: int | None = None,
     rank: int = 0,
@@ -741,9 +863,14 @@ def trace(
       in its current train/eval mode and left as it was.
     loss_fn(model(*example_inputs), *targets): a scalar loss, or a tuple (loss, *aux) whose sum
       is the graph's loss output (auxiliary losses are kept, never dropped). None: the model's
-      output itself is the loss or such a tuple.
-    example_inputs, targets: tensors of any dtype and shape; graph inputs of kind user_input in
-      that order, named input_names / target_names (default inputs[_i], targets[_i]).
+      output itself is the loss, such a tuple, or a mapping with the loss under "loss" (a
+      Hugging Face ModelOutput of a model given labels=).
+    example_inputs, targets: a tensor, a sequence of tensors (positional arguments), a mapping of
+      keyword arguments to tensors (`model(**example_inputs)`, `loss_fn(out, **targets)`), or a
+      pair (sequence, mapping) of both; tensors of any dtype and shape. Graph inputs of kind
+      user_input in that order (positional, then keyword in the mapping's order), named
+      input_names / target_names (default inputs[_i], targets[_i] for positional ones, the key
+      for keyword ones).
     world_size: trace on a fake process group of this many ranks (as `rank`); None: on the
       initialized torch.distributed world.
     tp_size: 0 for 1-D FSDP; n >= 1 for a (world // n, n) ("fsdp", "tp") mesh, with tp_dim(fqn)
@@ -762,12 +889,13 @@ def trace(
         raise ValueError("tp_size needs tp_dim (which dim each parameter is TP-sharded on) and "
                          "tp_setup (the activation collectives)")
     tp_dim_fn: TpDimFn = tp_dim if tp_dim is not None else (lambda fqn: None)
-    inputs = _as_tensor_list(example_inputs, "example_inputs")
-    target_list = _as_tensor_list(targets, "targets")
-    in_names = list(input_names) if input_names is not None else _default_names(
-        "inputs", len(inputs))
-    tgt_names = list(target_names) if target_names is not None else _default_names(
-        "targets", len(target_list))
+    in_call = _call_args(example_inputs, "example_inputs")
+    tgt_call = _call_args(targets, "targets")
+    inputs, target_list = in_call.tensors, tgt_call.tensors
+    in_names = (list(input_names) if input_names is not None
+                else in_call.default_names("inputs"))
+    tgt_names = (list(target_names) if target_names is not None
+                 else tgt_call.default_names("targets"))
     if len(in_names) != len(inputs) or len(tgt_names) != len(target_list):
         raise ValueError("input_names/target_names must name every input/target")
 
@@ -810,10 +938,11 @@ def trace(
             # inputs meet the parameters in param_dtype.
             model_inputs = tuple(x.to(param_dtype) if x.is_floating_point() else x
                                  for x in model_inputs)
-        out = model(*model_inputs)
+        out = in_call.apply(model, (), model_inputs)
         with fx_traceback.annotate({"module_fqn": "loss"}):
-            result = loss_fn(out, *user[len(inputs):]) if loss_fn is not None else out
-            loss, n_aux = _total_loss(result)
+            result = (tgt_call.apply(loss_fn, (out,), user[len(inputs):]) if loss_fn is not None
+                      else out)
+            loss, n_aux = _total_loss(result, model_output=loss_fn is None)
         aux_count.append(n_aux)
         _install_backward_meta_hooks(loss)
         with fx_traceback._set_autograd_backward():
@@ -834,6 +963,18 @@ def trace(
             gm = make_fx(step, tracing_mode="fake",
                          record_stack_traces=record_stack_traces)(*example)
     except RuntimeError as e:
+        from torch._subclasses.fake_tensor import DataDependentOutputException
+        from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
+
+        if isinstance(e, (GuardOnDataDependentSymNode, DataDependentOutputException)):
+            raise ValueError(
+                "the step's control flow depends on a tensor's value (`if x.sum() > 0:`, "
+                "`int(t.item())`, `t.tolist()` in a condition), which a trace cannot follow: "
+                "jointfx.trace runs the step on fake tensors, which have shapes and dtypes but "
+                "no values. Compute both sides and select with torch.where or mask arithmetic, "
+                "use torch.cond, or make the decision outside the step and trace once per "
+                "outcome (docs/pytorch-bridge.md, \"Data-dependent control flow\"); torch "
+                f"said: {str(e).splitlines()[0]}") from e
         if "_FsdpUnshard" in str(e) and "modified inplace" in str(e):
             raise ValueError(
                 "the model modifies a parameter in place in forward (nn.Embedding(max_norm=...) "
@@ -856,6 +997,7 @@ def trace(
     finally:
         hooks.remove()
         buffers.restore()
+    drop_unused_reads(gm.graph, hooks.read_chains)
     placeholder_names = ([_ident(lay.fqn) for lay in layouts] + buffers.placeholder_names()
                          + in_names + tgt_names)
     gm = _rename_placeholders(gm, placeholder_names, in_names + tgt_names)

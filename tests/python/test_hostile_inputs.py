@@ -579,8 +579,10 @@ MALFORMED: list[tuple[str, Mutation, str]] = [
     ("argument", _set("/nodes/7/args/1", {"opaque": {"repr": 1, "type": "slice"}}),
      "at /nodes/7/args/1/opaque (node 'split'): expected {\"repr\""),
     # 11. numbers in arguments
-    ("number", _set("/nodes/7/args/1", 1 << 63), "at /nodes/7/args/1 (node 'split'): integer"),
-    ("number", _set("/nodes/7/args/1", -(1 << 64)), "out of the int64 range"),
+    # (an integer argument past int64 has a JSON form: the C++ reader refuses 2^63..2^64-1
+    # and reads a longer one as a double; import_graph refuses both)
+    ("integer", _set("/nodes/7/args/1", 1 << 63), "at /nodes/7/args/1 (node 'split'): integer"),
+    ("integer", _set("/nodes/7/args/1", -(1 << 64)), "out of the int64 range"),
     ("number", _set("/nodes/7/args/1", math.nan),
      "at /nodes/7/args/1 (node 'split'): a non-finite number (nan) has no JSON form: the "
      "format writes it {\"float\": \"nan\"}"),
@@ -623,8 +625,8 @@ MALFORMED: list[tuple[str, Mutation, str]] = [
     ("meta", _set("/nodes/2/meta/recompute", 4),
      "at /nodes/2/meta/recompute (node 't'): recompute must be 0..3"),
     ("meta", _set("/nodes/2/meta/recompute", True), "recompute must be 0..3"),
-    ("meta", _set("/nodes/2/meta/seq_nr", -(1 << 63)),
-     "at /nodes/2/meta/seq_nr (node 't'): expected the seq_nr (an int64 but -2^63)"),
+    ("meta", _set("/nodes/2/meta/seq_nr", 1.5),
+     "at /nodes/2/meta/seq_nr (node 't'): expected the seq_nr (an integer), got the number 1.5"),
     ("meta", _set("/nodes/2/meta/ac_graph_id", "1"), "at /nodes/2/meta/ac_graph_id (node 't')"),
     ("meta", _set("/nodes/2/meta/stack_trace", ["File"]),
      "at /nodes/2/meta/stack_trace (node 't'): expected the stack trace (a string)"),
@@ -697,7 +699,8 @@ MALFORMED: list[tuple[str, Mutation, str]] = [
     # 19. graph meta
     ("graph meta", _set("/meta", [1]), "at /meta: expected meta to be an object, got an array"),
     ("graph meta", _set("/meta/world", math.nan), "at /meta/world: a non-finite number (nan)"),
-    ("graph meta", _set("/meta/big", 1 << 64), "at /meta/big: integer"),
+    ("graph meta", _set("/meta/nested", {"a": [{1: "x"}]}),
+     "at /meta/nested/a/0: an object key must be a string, got the integer 1"),
     # 20. constants
     ("constants", _set("/constants", {}), "at /constants: expected an array of constants"),
     ("constants", _set("/constants/0", "00"), "at /constants/0: expected a constant object"),
@@ -791,6 +794,21 @@ def test_what_has_no_json_form_is_refused_before_the_pipeline(
 
 
 # ----------------------------------------------------------------------------- defaults
+
+
+def test_integers_of_any_size_in_meta_are_carried() -> None:
+    """docs/graph-format.md "Node meta": a seq_nr or ac_graph_id the typed field cannot hold
+    (autograd's 2^64-1, -2^63) and integers past 64 bits in other meta ride along verbatim."""
+    doc = base_doc()
+    meta = doc["nodes"][2]["meta"]
+    meta.update({"seq_nr": 2**64 - 1, "ac_graph_id": -(2**63), "big": {"x": [-(2**80)]}})
+    doc["meta"]["wide"] = 2**70
+    gm = import_graph(doc)
+    t = gm.graph.find_nodes(op="call_function", target=torch.ops.aten.t.default)[0]
+    assert (t.meta["seq_nr"], t.meta["ac_graph_id"], t.meta["big"]) == (
+        2**64 - 1, -(2**63), {"x": [-(2**80)]})
+    assert gm.meta["jointfx"]["meta"]["wide"] == 2**70
+    assert json.loads(dumps_graph(doc)) == doc
 
 
 def test_documented_defaults_are_honoured() -> None:
@@ -966,6 +984,8 @@ def test_load_graph_never_reads_past_the_limit_of_a_stream(tmp_path: Path) -> No
     (b'{"a": 1,}', "g.json:1:9: error: JSON syntax error"),
     (b"[" * 100000, "g.json:1:201: error: nesting deeper than 200 levels"),
     (b"[1, 2]", "g.json: error: expected a JSON object at the top level, got an array"),
+    (b'{"a": 1.5e3,\n "b": -' + b"7" * 5000 + b"}",
+     "g.json:2:7: error: an integer of 5000 digits, more than Python converts"),
     (b"", "g.json:1:1: error: JSON syntax error"),
     (b'{"x": "\\u00e9\xc3\xa9"}\x00garbage', "g.json:1:17: error: JSON syntax error: Extra data "
                                              "(at byte 17)"),

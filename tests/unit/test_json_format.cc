@@ -433,6 +433,65 @@ TEST_CASE("json: readers accept non-canonical JSON with the same content", "[for
   CHECK(writeJsonGraph(*readJsonGraph(canonical, "c.json")) == canonical);
 }
 
+TEST_CASE("json: meta integers past int64 round-trip through JSON and text unchanged", "[format]") {
+  // seq_nr 2^64-1 is what autograd leaves on a chunked loss's backward nodes; ac_graph_id
+  // INT64_MIN is the value OptionalInt64 reserves; the others are plain extra meta, including
+  // integers past 64 bits (Python writes any int), nested ones and their negative forms.
+  std::string text = R"({"format":"jointfx.graph","version":1,
+    "inputs":[{"name":"x","kind":"user_input"}],
+    "nodes":[
+      {"name":"x","op":"placeholder","target":"x","meta":{"val":{"shape":[2],"dtype":"torch.float32"}}},
+      {"name":"y","op":"call_function","target":"aten.neg.default","args":[{"node":"x"}],
+       "meta":{"seq_nr":18446744073709551615,"ac_graph_id":-9223372036854775808,
+               "big":1180591620717411303424,"neg_big":-36893488147419103232,
+               "u":9223372036854775808,"nested":{"a":[1,18446744073709551621,"s"],"t":1.5}}},
+      {"name":"z","op":"call_function","target":"aten.neg.default","args":[{"node":"y"}],
+       "meta":{"seq_nr":7,"ac_graph_id":-3}},
+      {"name":"output","op":"output","target":"output","args":[[{"node":"z"}]]}]})";
+  auto g = readJsonGraph(text, "wide.json");
+  Node* y = g->findNode("y");
+  Node* z = g->findNode("z");
+  REQUIRE(y);
+  REQUIRE(z);
+  CHECK(!y->meta().seq_nr);  // not typed: carried in extra meta
+  CHECK(!y->meta().ac_graph_id);
+  CHECK(*z->meta().seq_nr == 7);  // in range: typed as before
+  CHECK(*z->meta().ac_graph_id == -3);
+  const std::string json = writeJsonGraph(*g);
+  for (std::string_view v :
+       {R"("seq_nr":18446744073709551615)", R"("ac_graph_id":-9223372036854775808)",
+        R"("big":1180591620717411303424)", R"("neg_big":-36893488147419103232)",
+        R"("u":9223372036854775808)", R"("a":[1,18446744073709551621,"s"])", R"("seq_nr":7)"}) {
+    INFO(v);
+    CHECK(json.find(v) != std::string::npos);
+  }
+  CHECK(writeJsonGraph(*readJsonGraph(json, "again.json")) == json);
+  const std::string jfx = printTextGraph(*g);
+  auto from_text = parseTextGraph(jfx, "wide.jfx");
+  CHECK(writeJsonGraph(*from_text) == json);
+  CHECK(printTextGraph(*from_text) == jfx);
+  // The text format's extra={...} holds a typed key only when the typed field cannot.
+  CHECK(canonicalExtraMeta(R"({"seq_nr":18446744073709551615})", false) ==
+        R"({"seq_nr":18446744073709551615})");
+  CHECK_THROWS_WITH(canonicalExtraMeta(R"({"seq_nr":5})", false),
+                    Catch::Contains("must not hold the typed key 'seq_nr'"));
+  CHECK_THROWS_WITH(canonicalExtraMeta(R"({"recompute":1})", false),
+                    Catch::Contains("must not hold the typed key 'recompute'"));
+  // Arguments are not meta: an integer argument past int64 is an error as before, one past 64
+  // bits reads as the double it always read as (no op takes such an integer).
+  std::string bad_arg = text;
+  bad_arg.replace(bad_arg.find(R"("args":[{"node":"x"}])"), 21,
+                  R"("args":[{"node":"x"},18446744073709551615])");
+  CHECK_THROWS_WITH(readJsonGraph(bad_arg, "arg.json"),
+                    Catch::Contains("integer 18446744073709551615 is out of the int64 range"));
+  std::string wide_arg = text;
+  wide_arg.replace(wide_arg.find(R"("args":[{"node":"x"}])"), 21,
+                   R"("args":[{"node":"x"},1180591620717411303424])");
+  const Arg& a = readJsonGraph(wide_arg, "wide_arg.json")->findNode("y")->args()[1];
+  REQUIRE(a.kind() == Arg::Kind::Float);
+  CHECK(a.toFloat() == 1180591620717411303424.0);
+}
+
 TEST_CASE("json: syntax errors give line, column and byte offset", "[format]") {
   std::string text = "{\"format\":\"jointfx.graph\",\n\"version\":1,\n\"nodes\":[}\n";
   std::string e = errorOf(text);
