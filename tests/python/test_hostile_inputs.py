@@ -60,6 +60,15 @@ def _small_model(x: torch.Tensor, w: torch.Tensor) -> list[torch.Tensor]:
 _BASE: list[str] = []
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _fresh_dynamo_after() -> Any:
+    """torch.cond runs and traces its branches through Dynamo, whose automatic dynamic shapes
+    would make a later cond trace in this process (test_export's, of another input shape) lift
+    sizes as operands: the modules after this one start from a clean cache."""
+    yield
+    torch._dynamo.reset()
+
+
 def base_doc() -> dict[str, Any]:
     """A real traced graph with every part a document can have: placeholders, a tensor constant
     behind a get_attr, a tuple argument, kwargs, multi-output values with getitems, and a
