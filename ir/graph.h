@@ -460,6 +460,9 @@ class Graph {
   std::vector<ConstantInfo>& constants() { return constants_; }
   const std::vector<ConstantInfo>& constants() const { return constants_; }
   const ConstantInfo* findConstant(std::string_view name) const;
+  // False when every node name is a Python identifier (NameArena::nonIdentifiers is zero);
+  // true when some name ever given in this graph, or in the graph it was copied from, is not.
+  bool mayHaveNonIdentifierNames() const { return names_.nonIdentifiers() != 0; }
   std::vector<OutputSpec>& outputSpecs() { return output_specs_; }
   const std::vector<OutputSpec>& outputSpecs() const { return output_specs_; }
   // Graph-level meta other than the above, as canonical compact JSON (or empty).

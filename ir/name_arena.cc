@@ -2,6 +2,8 @@
 
 #include <stdexcept>
 
+#include "ir/identifier.h"
+
 namespace jfx {
 
 namespace {
@@ -20,6 +22,7 @@ const char* store(char* at, std::string_view s) {
 const char* NameArena::add(std::string_view s) {
   if (s.size() > UINT32_MAX - sizeof(uint32_t) - 1)
     throw std::length_error("a node name longer than 4 GiB");
+  if (!isPythonIdentifier(s)) ++non_identifiers_;
   const size_t need = sizeof(uint32_t) + s.size() + 1;
   if (need > left_) {
     // A name larger than a quarter chunk gets a chunk of its own, so the current one is not

@@ -22,12 +22,13 @@ class NameArena {
  public:
   NameArena() = default;
   // Shares `o`'s chunks; writes its own names into new ones.
-  NameArena(const NameArena& o) : chunks_(o.chunks_) {}
+  NameArena(const NameArena& o) : chunks_(o.chunks_), non_identifiers_(o.non_identifiers_) {}
   NameArena& operator=(const NameArena& o) {
     if (this != &o) {
       chunks_ = o.chunks_;
       next_ = nullptr;
       left_ = 0;
+      non_identifiers_ = o.non_identifiers_;
     }
     return *this;
   }
@@ -40,10 +41,16 @@ class NameArena {
     chunks_.swap(o.chunks_);
     std::swap(next_, o.next_);
     std::swap(left_, o.left_);
+    std::swap(non_identifiers_, o.non_identifiers_);
   }
 
   // A stored copy of `s`, valid while this arena or a copy of it lives.
   const char* add(std::string_view s);
+  // How many of the names stored (also those of nodes since renamed or erased, and of a copied
+  // graph's) are not Python identifiers (ir/identifier.h). Counted as each name is stored, while
+  // its bytes are at hand: zero lets the verifier's rule `identifier` skip reading every node's
+  // name, a cache miss per node on a large graph after the passes have reordered it.
+  size_t nonIdentifiers() const { return non_identifiers_; }
   // The name stored at `p` (nullptr: the empty name).
   static std::string_view view(const char* p) {
     if (p == nullptr) return {};
@@ -57,6 +64,7 @@ class NameArena {
   std::vector<std::shared_ptr<char[]>> chunks_;
   char* next_ = nullptr;
   size_t left_ = 0;
+  size_t non_identifiers_ = 0;
 };
 
 }  // namespace jfx

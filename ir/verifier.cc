@@ -9,12 +9,20 @@
 #include <utility>
 
 #include "ir/error.h"
+#include "ir/identifier.h"
 #include "ir/mutation.h"
 
 namespace jfx {
 
 std::string VerifyIssue::str() const {
-  std::string s = node.empty() ? "" : "node " + quoteForMessage(node) + ": ";
+  // A node name is shown escaped when it holds a quote or a control byte (a name that is code).
+  bool plain = std::none_of(node.begin(), node.end(), [](char ch) {
+    const unsigned char c = static_cast<unsigned char>(ch);
+    return c < 0x20 || c == 0x7f || c == '\'';
+  });
+  std::string s = node.empty()                 ? ""
+                  : plain && node.size() <= 80 ? "node '" + node + "': "
+                                               : "node " + quotedForMessage(node) + ": ";
   return s + "[" + rule + "] " + message;
 }
 
@@ -90,6 +98,7 @@ class Verifier {
       if (n != g_.last()) add(n, "output-last", "output node is not the last node");
       if (n->hasUses()) add(n, "output-last", "output node has users");
     }
+    checkIdentifiers(n);
     if (std::string p = n->val().sizeProblem(); !p.empty()) add(n, "tensor-size", p);
     checkArity(n);
     if (n->isCollective()) checkCollective(n);
@@ -109,6 +118,13 @@ class Verifier {
     return std::move(issues_);
   }
 
+  // The identifier rule alone, on every node.
+  std::vector<VerifyIssue> runIdentifiers() {
+    for (const Node* n = g_.first(); n && !full(); n = n->next())
+      checkIdentifiers(n);
+    return std::move(issues_);
+  }
+
   std::vector<VerifyIssue> run() {
     // The order matters only for which issues come first when max_issues truncates: structure
     // before semantics, so the root cause of a broken graph is reported first.
@@ -123,6 +139,7 @@ class Verifier {
     checkOutput();
     checkProcessGroups();
     for (const Node* n = g_.first(); n && !full(); n = n->next()) {
+      checkIdentifiers(n);
       // Sizes first: the shape rules below multiply dims, the analyses sum bytes.
       if (std::string p = n->val().sizeProblem(); !p.empty()) add(n, "tensor-size", p);
       checkArity(n);
@@ -157,6 +174,7 @@ class Verifier {
       checkOperandsOf(n, refs);
       std::swap(issues_, node_rules);
       if (!full()) {
+        checkIdentifiers(n);
         // Sizes first: the shape rules below multiply dims, the analyses sum bytes.
         if (std::string p = n->val().sizeProblem(); !p.empty()) add(n, "tensor-size", p);
         checkArity(n);
@@ -433,6 +451,36 @@ class Verifier {
                 std::to_string(pg.ranks.size()) + " ranks");
     }
   }
+
+  // Rule identifier (docs/graph-format.md, "Names are data"): the strings torch.fx pastes into
+  // the Python code it generates for a graph are identifiers, so a graph file cannot smuggle code
+  // into that source. Node names (empty ones are unique-name's), placeholder targets, kwargs keys
+  // and each part of a get_attr target.
+  void checkIdentifiers(const Node* n) {
+    // Names are checked as the graph stores them: reading each node's name here cost a cache
+    // miss per node on a large graph whose passes had reordered it.
+    if (names_may_be_bad_) {
+      std::string_view name = n->name();
+      if (!name.empty() && !isPythonIdentifier(name))
+        add(n, "identifier", "node name " + quotedForMessage(name) + kNotIdentifier);
+    }
+    if (n->op() == OpKind::Placeholder) {
+      if (std::string_view t = n->target().str(); !isPythonIdentifier(t))
+        add(n, "identifier", "placeholder target " + quotedForMessage(t) + kNotIdentifier);
+    } else if (n->op() == OpKind::GetAttr) {
+      if (std::string_view t = n->target().str(); !isAttributePath(t))
+        add(n, "identifier",
+            "get_attr target " + quotedForMessage(t) +
+                " is not an attribute path (Python identifiers or decimal numbers joined by "
+                "'.')");
+    }
+    for (const auto& kv : n->kwargs())
+      if (std::string_view key = kv.first.str(); !isPythonIdentifier(key))
+        add(n, "identifier", "kwargs key " + quotedForMessage(key) + kNotIdentifier);
+  }
+  static constexpr const char* kNotIdentifier =
+      " is not a Python identifier (ASCII letters, digits and '_', not starting with a digit, "
+      "not a Python keyword)";
 
   void checkArity(const Node* n) {
     if (n->op() == OpKind::Output) {
@@ -803,6 +851,7 @@ class Verifier {
 
   const Graph& g_;
   const VerifyOptions& opts_;
+  const bool names_may_be_bad_ = g_.mayHaveNonIdentifierNames();
   std::vector<VerifyIssue> issues_;
   std::vector<bool> touched_;  // runNodes' nodes, by id
   // The placeholders and any other node with an input kind, in program order: the graph-input
@@ -839,6 +888,11 @@ std::vector<VerifyIssue> verifyNodes(const Graph& g, const std::vector<const Nod
   std::stable_sort(ordered.begin(), ordered.end(),
                    [](const Node* a, const Node* b) { return a->isBefore(b); });
   return Verifier(g, opts).runNodes(ordered);
+}
+
+std::vector<VerifyIssue> verifyIdentifiers(const Graph& g, const VerifyOptions& opts) {
+  if (opts.max_issues == 0) return {};
+  return Verifier(g, opts).runIdentifiers();
 }
 
 std::vector<VerifyIssue> verifyHeader(const Graph& g, const VerifyOptions& opts, bool collectives) {

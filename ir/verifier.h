@@ -2,9 +2,11 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "ir/graph.h"
+#include "ir/identifier.h"
 
 namespace jfx {
 
@@ -30,26 +32,32 @@ struct VerifyOptions {
   size_t max_issues = 100;
 };
 
-// Rules: topological-order (operands defined earlier), use-list (both directions consistent),
-// unique-name, single-output / output-last, arity (against the op-info table where the op is
-// known), collective-wait-pairing (each collective has exactly one wait user, each wait reads a
-// collective), collective-shape (all-gather out dim0 = in dim0 x group_size; reduce-scatter in
-// dim0 = out dim0 x group_size), group-size (equals the header's size for the group),
-// unknown-group, input-info (header inputs vs placeholders), output-info, buffer-mutation
-// (buffer_mutation outputs name a buffer input once, match its dtype and shape, and are not
-// combined with in-place writes of the same buffer), tensor-size (no negative dimension or
+// Rules: identifier (node names, placeholder targets and kwargs keys are Python identifiers,
+// get_attr targets attribute paths (isAttributePath): torch.fx writes them into Python source, so a
+// graph file must not hold code there), topological-order (operands defined earlier), use-list
+// (both directions consistent), unique-name, single-output / output-last, arity (against the
+// op-info table where the op is known), collective-wait-pairing (each collective has exactly one
+// wait user, each wait reads a collective), collective-shape (all-gather out dim0 = in dim0 x
+// group_size; reduce-scatter in dim0 = out dim0 x group_size), group-size (equals the header's size
+// for the group), unknown-group, input-info (header inputs vs placeholders), output-info,
+// buffer-mutation (buffer_mutation outputs name a buffer input once, match its dtype and shape, and
+// are not combined with in-place writes of the same buffer), tensor-size (no negative dimension or
 // stride; element count, strides and bytes fit int64: TensorMeta::sizeProblem).
 std::vector<VerifyIssue> verifyGraph(const Graph& g, const VerifyOptions& opts = {});
 
 // The per-node rules on `nodes` only, each with its edges both ways: node-list links,
 // unique-name, operands (use-list, topological-order) and their use-list entries, the node's own
-// uses, output-last, tensor-size, arity, collective-wait-pairing, collective-shape, group-size.
-// With `nodes` = what a pass touched (Graph::takeTouched) this finds what verifyGraph would find
-// in those rules, at a cost proportional to the change; the graph-level rules (single-output,
-// process groups, input-info, output-info, buffer-mutation, one-gather-per-param) need
-// verifyGraph.
+// uses, identifier, output-last, tensor-size, arity, collective-wait-pairing, collective-shape,
+// group-size. With `nodes` = what a pass touched (Graph::takeTouched) this finds what verifyGraph
+// would find in those rules, at a cost proportional to the change; the graph-level rules
+// (single-output, process groups, input-info, output-info, buffer-mutation, one-gather-per-param)
+// need verifyGraph.
 std::vector<VerifyIssue> verifyNodes(const Graph& g, const std::vector<const Node*>& nodes,
                                      const VerifyOptions& opts = {});
+
+// The identifier rule alone, over every node: what the commands that do not verify (convert,
+// `opt --no-verify`) still check, so that no command writes out a graph whose names are code.
+std::vector<VerifyIssue> verifyIdentifiers(const Graph& g, const VerifyOptions& opts = {});
 
 // The rules that read the graph's header, for a pass that edited it (the node check above cannot
 // see an edit there break a node nobody touched): process-group, unknown-group and group-size on

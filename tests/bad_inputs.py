@@ -17,6 +17,8 @@ usage: bad_inputs.py JOINTFX CORPUS_DIR
    file untouched; outputs through symlinks, FIFOs, character devices and /dev/stdout are
    written, never replaced.
 4. Usage errors (bad pipeline, unknown flag) exit 2.
+5. A graph whose names are code (corpus code_*): every command that writes a graph refuses it
+   with exit 1 (verify, opt, opt --no-verify, convert both ways) and writes nothing.
 """
 import filecmp
 import json
@@ -298,6 +300,25 @@ def check_no_overwrite(c, corpus, tmp):
         c.check("output written", "aten.exp.default" not in f.read(), "dce did not run")
 
 
+def check_code_in_names(c, corpus, tmp):
+    """A graph file is data: names torch.fx would paste into Python source as code are refused
+    by every command, which then writes nothing (rule identifier, docs/graph-format.md)."""
+    files = sorted(n for n in os.listdir(corpus) if n.startswith("code_"))
+    c.check("code_* cases", len(files) >= 8, f"found {files}")
+    for name in files:
+        path = os.path.join(corpus, name)
+        c.expect(f"verify {name}", ["verify", path], 1, "[identifier]")
+        for ext in ("json", "jfx"):
+            out = os.path.join(tmp, f"out.{ext}")
+            for args in (["opt", path, "-o", out, "--pipeline", "dce"],
+                         ["opt", path, "-o", out, "--pipeline", "dce", "--no-verify"],
+                         ["convert", path, "-o", out]):
+                c.expect(f"{' '.join(args[:1] + args[5:])} {name} -> .{ext}", args, 1,
+                         "[identifier]")
+                c.check(f"{args[0]} {name} -> .{ext} wrote nothing", not os.listdir(tmp),
+                        f"found {os.listdir(tmp)}")
+
+
 def check_output_paths(c, tmp):
     """Where an output goes when something already sits at its path."""
     src = os.path.join(tmp, "src.jfx")
@@ -414,6 +435,9 @@ def main():
     tmp = tempfile.mkdtemp(prefix="jfx_bad_inputs_")
     try:
         cases, skipped = check_manifest(c, corpus, tmp)
+        code = os.path.join(tmp, "code")
+        os.makedirs(code)
+        check_code_in_names(c, corpus, code)
         for name, step in (("generated", check_generated), ("paths", check_output_paths)):
             sub = os.path.join(tmp, name)
             os.makedirs(sub)

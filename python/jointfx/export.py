@@ -10,12 +10,16 @@ docs/pytorch-bridge.md says which FX meta keys are kept, dropped or derived, and
 
 from __future__ import annotations
 
+import builtins
 import ctypes
 import enum
 import functools
 import json
+import keyword
 import math
 import operator
+import re
+import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,7 +58,93 @@ GM_META_KEY = "jointfx"
 
 
 class ExportError(ValueError):
-    """A graph that cannot be written, or a document that cannot be read, with the node named."""
+    """A graph that cannot be written, or a document that cannot be read, with the place named
+    (a JSON pointer and the node: "at /nodes/3/args/0 (node 'mm'): ...")."""
+
+
+# ----------------------------------------------------------------------------- names are data
+
+_KEYWORDS = frozenset(keyword.kwlist)
+
+
+def is_identifier(name: Any) -> bool:
+    """A Python identifier by the format's rule (docs/graph-format.md, "Names are data"; the C++
+    verifier's rule `identifier`): ASCII letters, digits and '_', not starting with a digit, not
+    a keyword. Node names, placeholder targets and kwargs keys must be one: torch.fx writes them
+    into the Python source it generates for a graph, so anything else could be code."""
+    return type(name) is str and name.isascii() and name.isidentifier() and name not in _KEYWORDS
+
+
+def is_attribute_path(target: Any) -> bool:
+    """Identifiers or decimal numbers (nn.Sequential's `layers.0.weight`) joined by '.': what a
+    get_attr target must be (torch.fx writes `self.layers` or `getattr(self, "0")`)."""
+    return type(target) is str and all(
+        is_identifier(p) or (p.isascii() and p.isdigit()) for p in target.split("."))
+
+
+# Names the code torch.fx generates uses that its own namespace does not reserve: `self` (the
+# module) and `Opaque` (an Opaque argument is written as its repr, `Opaque(type=..., repr=...)`).
+# A node or placeholder of that name would stand in for them. FX renames nodes named after
+# builtins (`exec` -> `exec_1`), which import_graph refuses like any renamed node.
+_RESERVED_NAMES = frozenset({"self", "Opaque"})
+
+
+def _shown(value: Any) -> str:
+    """`value` quoted for a message: repr, cut to 80 characters (a value may be any length)."""
+    if not isinstance(value, str):
+        text = repr(value)
+        return text if len(text) <= 80 else f"{text[:80]}... ({len(text)} characters)"
+    if len(value) <= 80:
+        return repr(value)
+    return f"{value[:80]!r}... ({len(value)} characters)"
+
+
+def _describe(value: Any) -> str:
+    """What a JSON value is, for "expected X, got Y"."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return f"the integer {value}" if abs(value) < 10**20 else "an integer"
+    if isinstance(value, float):
+        return f"the number {value!r}"
+    if isinstance(value, str):
+        return f"the string {_shown(value)}"
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, Mapping):
+        return "an object"
+    return f"a Python {type(value).__name__}"
+
+
+def _key(key: Any) -> str:
+    """One JSON pointer step (RFC 6901: ~ and / escaped), cut after 80 characters: a key may
+    be any length, and the message quotes it itself."""
+    step = str(key)
+    step = step if len(step) <= 80 else step[:80] + "..."
+    return step.replace("~", "~0").replace("/", "~1")
+
+
+def _error(at: str, node: Any, message: str) -> ExportError:
+    """ExportError("at /nodes/3/args/0 (node 'mm'): message")."""
+    where = f"at {at or '/'}"
+    if node is not None:
+        where += f" (node {_shown(node)})"
+    return ExportError(f"{where}: {message}")
+
+
+class _Bad(Exception):
+    """A problem inside a value, raised with the path below the value; the caller adds where the
+    value is and which node holds it (_error)."""
+
+    def __init__(self, message: str, *path: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        self.path = list(path)
+
+    def at(self, base: str) -> str:
+        return base + "".join("/" + _key(p) for p in reversed(self.path))
 
 
 # ----------------------------------------------------------------------------- header specs
@@ -119,25 +209,89 @@ def target_name(node: fx.Node) -> str:
     return f"{module}.{qualname}" if module else qualname
 
 
-def resolve_target(name: str, node_name: str = "?") -> Any:
-    """The format's target string -> the callable FX stores (inverse of target_name)."""
-    import builtins
+# The operator functions torch.fx itself records: those it prints as Python operators
+# (torch.fx.graph's magic_methods and inplace_methods: `operator.getitem` in every multi-output
+# graph, arithmetic and comparisons on sizes in symbolic-shape graphs, the in-place forms Dynamo
+# records) and the unary ones symbolic shapes use (torch.fx.experimental.sym_node's
+# METHOD_TO_OPERATOR). None of them reads an attribute by name or calls an object it is given, so
+# no chain of them reaches code; attrgetter, methodcaller and call would.
+_OPERATOR_TARGETS = (
+    "add", "sub", "mul", "floordiv", "truediv", "mod", "pow", "lshift", "rshift", "and_", "or_",
+    "xor", "getitem", "matmul", "eq", "ne", "lt", "gt", "le", "ge", "pos", "neg", "invert",
+    "iadd", "iand", "ifloordiv", "ilshift", "imod", "imul", "imatmul", "ior", "ipow", "irshift",
+    "isub", "itruediv", "ixor", "setitem", "abs", "not_", "truth",
+)
+# The plain functions symbolic-shape tracing records on sizes (METHOD_TO_OPERATOR's others and
+# the torch.sym_* functions make_fx emits), by the names target_name gives them.
+_PYTHON_TARGETS = (
+    "math.ceil", "math.floor", "math.trunc", "builtins.round", "torch.sym_float", "torch.sym_int",
+    "torch.sym_max", "torch.sym_min", "torch.sym_not", "torch.sym_ite", "torch.sym_sum",
+    *(f"torch._sym_{f}" for f in ("sqrt", "cos", "cosh", "sin", "sinh", "tan", "tanh", "asin",
+                                  "acos", "atan", "log2")),
+)
 
-    head, _, rest = name.partition(".")
+
+@functools.cache
+def _python_targets() -> dict[str, Any]:
+    """The allowed targets that are not torch operators, by name -> the callable."""
+    modules = {"math": math, "builtins": builtins, "torch": torch}
+    out: dict[str, Any] = {}
+    for name in _PYTHON_TARGETS:
+        module, _, attr = name.partition(".")
+        fn = getattr(modules[module], attr, None)
+        if callable(fn):  # this torch may lack one of them
+            out[name] = fn
+    for attr in _OPERATOR_TARGETS:
+        out[f"operator.{attr}"] = getattr(operator, attr)
+    return out
+
+
+def _torch_operator(parts: list[str]) -> Any:
+    """torch.ops' operator of `parts` (["aten", "mm", "default"], ["aten", "mm"],
+    ["higher_order", "cond"]) or None. Every step is checked by type: torch.ops and its
+    namespaces have attributes that are no operators (`torch.ops.load_library`,
+    `torch.ops.import_module`) and would run code if called."""
     try:
-        if head in ("operator", "builtins"):
-            return getattr(operator if head == "operator" else builtins, rest)
-        if head == "higher_order":
-            return getattr(torch.ops.higher_order, rest)
-        parts = name.split(".")
-        if len(parts) in (2, 3):  # "ns.op" (an overload packet) or "ns.op.overload"
-            found: Any = torch.ops
-            for part in parts:
-                found = getattr(found, part)
-            return found
-    except (AttributeError, RuntimeError) as e:
-        raise ExportError(f"node {node_name}: unknown target {name!r}: {e}") from e
-    raise ExportError(f"node {node_name}: cannot resolve target {name!r}")
+        if parts[0] == "higher_order":
+            op = getattr(torch.ops.higher_order, parts[1]) if len(parts) == 2 else None
+            return op if isinstance(op, torch._ops.HigherOrderOperator) else None
+        namespace = getattr(torch.ops, parts[0])
+        if not isinstance(namespace, torch._ops._OpNamespace):
+            return None
+        packet = getattr(namespace, parts[1])
+        if not isinstance(packet, torch._ops.OpOverloadPacket):
+            return None
+        if len(parts) == 2:
+            return packet
+        op = getattr(packet, parts[2])
+        return op if isinstance(op, torch._ops.OpOverload) else None
+    except (AttributeError, RuntimeError):
+        return None
+
+
+def resolve_target(name: str, node_name: str = "?") -> Any:
+    """The format's target string -> the callable FX stores (inverse of target_name), for the
+    targets a graph file may name (docs/graph-format.md, "Targets"): torch operators (`ns.op` and
+    `ns.op.overload` of any torch.ops namespace, `higher_order.name`), the operator functions
+    torch.fx records (_OPERATOR_TARGETS) and the symbolic-shape functions (_PYTHON_TARGETS).
+    Anything else (`builtins.exec`, `builtins.getattr`, an attribute of torch.ops that is no
+    operator) is an ExportError: a graph file is data, and calling those runs code."""
+    if type(name) is not str:
+        raise ExportError(f"node {node_name}: expected a target string, got {_describe(name)}")
+    fn = _python_targets().get(name)
+    if fn is not None:
+        return fn
+    parts = name.split(".")
+    # Operator names are identifiers; dunders are Python's attributes, never an operator's.
+    if 2 <= len(parts) <= 3 and all(is_identifier(p) and not p.startswith("__") for p in parts):
+        op = _torch_operator(parts)
+        if op is not None:
+            return op
+    raise ExportError(
+        f"node {node_name}: unknown target {_shown(name)}: a graph may call the torch operators "
+        "this torch has (aten.*, other torch.ops namespaces, higher_order.*), the operator "
+        "functions torch.fx records and the symbolic-shape functions, nothing else "
+        "(docs/graph-format.md, \"Targets\")")
 
 
 # ----------------------------------------------------------------------------- args
@@ -237,60 +391,158 @@ def arg_to_json(value: Any, node_name: str) -> Any:
     return {"opaque": {"repr": repr(value), "type": type(value).__name__}}
 
 
+# The names a document may give each torch type: fixed tables, so that no name from a file is
+# ever looked up as an attribute (getattr(torch, name) would import torch's lazy submodules).
+_DTYPES = {k: v for k, v in vars(torch).items() if isinstance(v, torch.dtype)}
+_DTYPES.update({f"torch.{k}": v for k, v in _DTYPES.items()})  # as the C++ reader takes them
+_LAYOUTS = {str(v).removeprefix("torch."): v for v in vars(torch).values()
+            if isinstance(v, torch.layout)}
+_MEMORY_FORMATS = {str(v).removeprefix("torch."): v for v in vars(torch).values()
+                   if isinstance(v, torch.memory_format)}
+
+
 def _parse_dtype(name: str) -> torch.dtype:
-    dtype = getattr(torch, name, None)
-    if not isinstance(dtype, torch.dtype):
-        raise ExportError(f"unknown dtype {name!r}")
+    dtype = _DTYPES.get(name) if type(name) is str else None
+    if dtype is None:
+        raise ExportError(f"unknown dtype {_shown(name)}")
     return dtype
 
 
 def _parse_layout(name: str) -> torch.layout:
-    layout = getattr(torch, name.removeprefix("torch."), None)
-    if not isinstance(layout, torch.layout):
-        raise ExportError(f"unknown layout {name!r}")
+    layout = _LAYOUTS.get(name.removeprefix("torch.")) if type(name) is str else None
+    if layout is None:
+        raise ExportError(f"unknown layout {_shown(name)}")
     return layout
 
 
 def _parse_memory_format(name: str) -> torch.memory_format:
-    fmt = getattr(torch, name.removeprefix("torch."), None)
-    if not isinstance(fmt, torch.memory_format):
-        raise ExportError(f"unknown memory format {name!r}")
+    fmt = _MEMORY_FORMATS.get(name.removeprefix("torch.")) if type(name) is str else None
+    if fmt is None:
+        raise ExportError(f"unknown memory format {_shown(name)}")
     return fmt
 
 
+def _parse_device(name: Any) -> torch.device:
+    if type(name) is not str:
+        raise _Bad(f"expected a device string, got {_describe(name)}")
+    try:
+        return torch.device(name)
+    except (RuntimeError, ValueError, TypeError) as e:
+        raise _Bad(f"bad device {_shown(name)}: {str(e).splitlines()[0] if str(e) else e}") \
+            from None
+
+
 _FLOAT_WORDS = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
+# Deeper JSON nesting is refused, as the C++ readers refuse it (docs/graph-format.md "Errors");
+# the document is level 1, the nodes array 2, a node 3, its args 4.
+_MAX_DEPTH = 200
+_ARG_KINDS = "node, tuple, float, dtype, device, layout, memory_format or opaque"
+
+
+def _int64(value: int) -> int:
+    if _INT64_MIN <= value <= _INT64_MAX:
+        return value
+    raise _Bad(f"integer {value} is out of the int64 range")
+
+
+def _nonfinite(value: float) -> _Bad:
+    word = "nan" if math.isnan(value) else "inf" if value > 0 else "-inf"
+    return _Bad(f"a non-finite number ({value!r}) has no JSON form: the format writes it "
+                f'{{"float": "{word}"}}')
+
+
+def _arg(value: Any, env: Mapping[str, fx.Node], level: int) -> Any:
+    """One JSON argument -> FX; a malformed one raises _Bad with the path below it."""
+    kind = type(value)
+    if kind is str:
+        _check_unicode(value)
+        return value
+    if kind is bool or value is None:
+        return value
+    if kind is int:
+        return _int64(value)
+    if kind is float:
+        if math.isfinite(value):
+            return value
+        raise _nonfinite(value)
+    if level > _MAX_DEPTH:
+        raise _Bad(f"nesting deeper than {_MAX_DEPTH} levels")
+    if kind is list:
+        out = []
+        for i, v in enumerate(value):
+            try:
+                out.append(_arg(v, env, level + 1))
+            except _Bad as e:
+                e.path.append(i)
+                raise
+        return out
+    if not isinstance(value, Mapping) or len(value) != 1:
+        raise _Bad("expected an argument (null, true, false, a number, a string, an array, or an "
+                   f"object with one key: {_ARG_KINDS}), got "
+                   + (f"an object with {len(value)} keys" if isinstance(value, Mapping)
+                      else _describe(value)))
+    (key, inner), = value.items()
+    try:
+        return _arg_object(key, inner, env, level + 1)
+    except _Bad as e:
+        e.path.append(key)
+        raise
+
+
+def _arg_object(key: Any, inner: Any, env: Mapping[str, fx.Node], level: int) -> Any:
+    if key == "node":
+        if type(inner) is not str:
+            raise _Bad(f"expected a node name, got {_describe(inner)}")
+        node = env.get(inner)
+        if node is None:
+            raise _Bad(f"argument names unknown or later node {_shown(inner)} (a node can only "
+                       "refer to nodes defined before it)")
+        return node
+    if key == "tuple":
+        if type(inner) is not list:
+            raise _Bad(f"expected the tuple's items (an array), got {_describe(inner)}")
+        return tuple(_arg(inner, env, level))
+    if key == "float":
+        if type(inner) is not str or inner not in _FLOAT_WORDS:
+            raise _Bad(f'expected "inf", "-inf" or "nan", got {_describe(inner)}')
+        return _FLOAT_WORDS[inner]
+    if key == "dtype":
+        dtype = _DTYPES.get(inner) if type(inner) is str else None
+        if dtype is None:
+            raise _Bad(f"unknown dtype {_describe(inner)}")
+        return dtype
+    if key == "device":
+        return _parse_device(inner)
+    if key == "layout":
+        layout = _LAYOUTS.get(inner.removeprefix("torch.")) if type(inner) is str else None
+        if layout is None:
+            raise _Bad(f"unknown layout {_describe(inner)}")
+        return layout
+    if key == "memory_format":
+        fmt = (_MEMORY_FORMATS.get(inner.removeprefix("torch.")) if type(inner) is str
+               else None)
+        if fmt is None:
+            raise _Bad(f"unknown memory format {_describe(inner)}")
+        return fmt
+    if key == "opaque":
+        if (not isinstance(inner, Mapping) or set(inner) != {"repr", "type"}
+                or type(inner["repr"]) is not str or type(inner["type"]) is not str):
+            raise _Bad('expected {"repr": "...", "type": "..."} (two strings), got '
+                       + _describe(inner))
+        return Opaque(type=inner["type"], repr=inner["repr"])
+    raise _Bad(f"unknown argument object key {_shown(key)} (expected {_ARG_KINDS})")
 
 
 def arg_from_json(value: Any, env: Mapping[str, fx.Node], node_name: str) -> Any:
-    """JSON -> FX argument (inverse of arg_to_json)."""
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    if isinstance(value, list):
-        return [arg_from_json(v, env, node_name) for v in value]
-    if not isinstance(value, dict) or len(value) != 1:
-        raise ExportError(f"node {node_name}: bad argument {value!r}")
-    (key, inner), = value.items()
-    if key == "node":
-        if inner not in env:
-            raise ExportError(f"node {node_name}: argument names unknown or later node {inner!r}")
-        return env[inner]
-    if key == "tuple":
-        return tuple(arg_from_json(v, env, node_name) for v in inner)
-    if key == "float":
-        if inner not in _FLOAT_WORDS:
-            raise ExportError(f"node {node_name}: bad float {inner!r}")
-        return _FLOAT_WORDS[inner]
-    if key == "dtype":
-        return _parse_dtype(inner)
-    if key == "device":
-        return torch.device(inner)
-    if key == "layout":
-        return _parse_layout(inner)
-    if key == "memory_format":
-        return _parse_memory_format(inner)
-    if key == "opaque":
-        return Opaque(type=inner["type"], repr=inner["repr"])
-    raise ExportError(f"node {node_name}: unknown argument kind {key!r}")
+    """JSON -> FX argument (inverse of arg_to_json); ExportError naming the node and the place
+    inside the value for anything the format does not allow."""
+    try:
+        return _arg(value, env, 1)
+    except _Bad as e:
+        inside = e.at("")
+        raise ExportError(f"node {node_name}: {'at ' + inside + ': ' if inside else ''}"
+                          f"{e.message}") from None
 
 
 # ----------------------------------------------------------------------------- value meta
@@ -344,15 +596,127 @@ class _ValFactory:
 
         self.mode = FakeTensorMode(allow_non_fake_inputs=True)
 
-    def make(self, meta: Any) -> Any:
-        if isinstance(meta, list):
-            return tuple(self.make(m) for m in meta)
-        if isinstance(meta, dict) and set(meta) == {"float"}:
-            return _FLOAT_WORDS[meta["float"]]
-        if isinstance(meta, dict):
-            return fake_tensor(self.mode, meta["shape"], meta["stride"],
-                               _parse_dtype(meta["dtype"]), torch.device(meta["device"]))
-        return meta
+    def make(self, meta: Any, level: int = 1) -> Any:
+        """A value meta (docs/graph-format.md "Node meta") -> meta["val"]; _Bad, with the path
+        below `meta`, for anything else."""
+        kind = type(meta)
+        if meta is None or kind is bool:
+            return meta
+        if kind is int:
+            return _int64(meta)
+        if kind is float:
+            if math.isfinite(meta):
+                return meta
+            raise _nonfinite(meta)
+        if level > _MAX_DEPTH:
+            raise _Bad(f"nesting deeper than {_MAX_DEPTH} levels")
+        if kind is list:
+            out = []
+            for i, m in enumerate(meta):
+                try:
+                    out.append(self.make(m, level + 1))
+                except _Bad as e:
+                    e.path.append(i)
+                    raise
+            return tuple(out)
+        if isinstance(meta, Mapping):
+            if len(meta) == 1 and "float" in meta:
+                word = meta["float"]
+                if type(word) is not str or word not in _FLOAT_WORDS:
+                    raise _Bad(f'expected "inf", "-inf" or "nan", got {_describe(word)}', "float")
+                return _FLOAT_WORDS[word]
+            shape, stride, dtype, device = _tensor_meta(meta)
+            return fake_tensor(self.mode, shape, stride, dtype, device)
+        raise _Bad("expected a value meta (a tensor object, an array, null or a scalar), got "
+                   + _describe(meta))
+
+
+_TENSOR_KEYS = frozenset({"device", "dtype", "shape", "stride"})
+_CPU = torch.device("cpu")
+
+
+def _ints(value: Any, what: str, key: str) -> list[int]:
+    if type(value) is not list:
+        raise _Bad(f"expected {what} (an array of integers), got {_describe(value)}", key)
+    for i, v in enumerate(value):
+        if type(v) is not int:
+            raise _Bad(f"expected an integer, got {_describe(v)}", i, key)
+        if not _INT64_MIN <= v <= _INT64_MAX:
+            raise _Bad(f"integer {v} is out of the int64 range", i, key)
+    return value
+
+
+def _tensor_meta(meta: Mapping[str, Any]) -> tuple[list[int], list[int], torch.dtype,
+                                                   torch.device]:
+    """A tensor value meta's (shape, stride, dtype, device), with the format's defaults: stride
+    contiguous, device cpu (the format's "no device"). Its sizes must fit int64, as the C++
+    readers require (docs/graph-format.md "Sizes")."""
+    extra = [k for k in meta if k not in _TENSOR_KEYS]
+    if extra:
+        raise _Bad(f"unexpected key {_shown(extra[0])} in a tensor meta (expected device, dtype, "
+                   "shape, stride)", extra[0])
+    if "dtype" not in meta:
+        raise _Bad("missing key 'dtype' (a tensor meta needs a dtype)")
+    dtype = _DTYPES.get(meta["dtype"]) if type(meta["dtype"]) is str else None
+    if dtype is None:
+        raise _Bad(f"unknown dtype {_describe(meta['dtype'])}", "dtype")
+    if "shape" not in meta:
+        raise _Bad("missing key 'shape' (a tensor meta needs a shape)")
+    shape = _ints(meta["shape"], "the shape", "shape")
+    if "stride" in meta:
+        stride = _ints(meta["stride"], "the stride", "stride")
+        if len(stride) != len(shape):
+            raise _Bad(f"stride has {len(stride)} dimensions but shape has {len(shape)}", "stride")
+    else:
+        stride = _contiguous_stride(shape)
+    problem = _size_problem(shape, stride if "stride" in meta else None, dtype.itemsize)
+    if problem:
+        raise _Bad(problem, "shape")
+    device = _CPU
+    if "device" in meta:
+        try:
+            device = _parse_device(meta["device"])
+        except _Bad as e:
+            e.path.append("device")
+            raise
+    return shape, stride, dtype, device
+
+
+def _contiguous_stride(shape: Sequence[int]) -> list[int]:
+    stride, s = [], 1
+    for d in reversed(shape):
+        stride.append(s)
+        s *= max(d, 1)
+    return stride[::-1]
+
+
+def _size_problem(shape: Sequence[int], stride: Sequence[int] | None, itemsize: int) -> str:
+    """TensorMeta::sizeProblem (ir/types.cc): what makes a tensor meta one PyTorch could not
+    make, or ""."""
+    for i, d in enumerate(shape):
+        if d < 0:
+            return f"dimension {i} of shape {list(shape)} is negative"
+    for i, s in enumerate(stride or ()):
+        if s < 0:
+            return f"stride {i} of {list(stride or ())} is negative (PyTorch has no negative strides)"
+    n = 1
+    for d in shape:  # in order, as C++ multiplies: an overflow before a 0 still overflows
+        n *= d
+        if n > _INT64_MAX:
+            return f"shape {list(shape)}: the number of elements overflows int64"
+    s = 1
+    for d in reversed(shape[1:]):
+        s *= max(d, 1)
+        if s > _INT64_MAX:
+            return f"shape {list(shape)}: the contiguous strides overflow int64"
+    if n * itemsize > _INT64_MAX:
+        return f"shape {list(shape)}: the size in bytes overflows int64"
+    if n > 0 and stride is not None:
+        extent = 1 + sum((d - 1) * st for d, st in zip(shape, stride))
+        if extent * itemsize > _INT64_MAX:
+            return (f"shape {list(shape)} with stride {list(stride)}: the storage it spans "
+                    "overflows int64 bytes")
+    return ""
 
 
 def fake_tensor(mode: Any, shape: Sequence[int], stride: Sequence[int], dtype: torch.dtype,
@@ -1221,104 +1585,398 @@ def buffers_to_mutate(gm: fx.GraphModule) -> dict[str, list[str]]:
 
 # ----------------------------------------------------------------------------- import
 
+_HEADER_EXPECTED = "format, version, process_groups, inputs, outputs, constants, meta, nodes"
+_NODE_KEYS = ("args", "kwargs", "meta", "name", "op", "target")
+_OPS = ("placeholder", "call_function", "get_attr", "output")
+_INPUT_KINDS = ("parameter", "buffer", "user_input", "mesh", "opaque", "none")
+_OUTPUT_KINDS = ("loss", "gradient", "buffer_mutation", "other", "mesh", "opaque")
+_SUBGRAPH_KEYS = ("constants", "nodes", "returns", "subgraphs")
+_IDENTIFIER_RULE = ("ASCII letters, digits and '_', not starting with a digit, not a Python "
+                    "keyword (docs/graph-format.md, \"Names are data\")")
+
 
 def import_graph(doc: Mapping[str, Any]) -> fx.GraphModule:
     """The JSON v1 document -> a GraphModule with the same nodes, names, targets, args, kwargs
     and meta. meta["val"] becomes FakeTensors; phase is kept as meta["phase"] and backward also
-    sets meta["autograd_backward"]; recompute becomes a CheckpointPolicy."""
+    sets meta["autograd_backward"]; recompute becomes a CheckpointPolicy.
+
+    A document is data: names and keys that torch.fx writes into the module's Python source must
+    be identifiers and call_function targets resolve only to operators (resolve_target), so
+    nothing in it can run code. Anything the format does not allow is an ExportError naming the
+    place: "at /nodes/3/args/0 (node 'mm'): ..."."""
+    if not isinstance(doc, Mapping):
+        raise _error("", None, f"expected a JSON object (a jointfx graph), got {_describe(doc)}")
+    for key in doc:
+        if key not in _HEADER_KEYS and key != "nodes":
+            raise _error("/" + _key(key), None, f"unexpected header key {_shown(key)} (expected "
+                         f"{_HEADER_EXPECTED})")
     if doc.get("format") != FORMAT:
-        raise ExportError(f"not a jointfx graph (format {doc.get('format')!r})")
-    if doc.get("version") != VERSION:
-        raise ExportError(f"unsupported version {doc.get('version')!r} (this reader: {VERSION})")
-    meta = doc.get("meta", {})
-    gm = _import_module(doc, meta.get(SUBGRAPHS_KEY, {}) if isinstance(meta, Mapping) else {},
-                        _ValFactory(), "")
-    gm.meta[GM_META_KEY] = {
-        "process_groups": [dict(p) for p in doc.get("process_groups", [])],
-        "inputs": [dict(i) for i in doc.get("inputs", [])],
-        "outputs": [dict(o) for o in doc.get("outputs", [])],
-        "meta": dict(doc.get("meta", {})),
-    }
+        raise _error("/format", None, f"not a jointfx graph (format {_shown(doc.get('format'))}"
+                     f", expected {FORMAT!r})")
+    version = doc.get("version")
+    if type(version) is not int or version != VERSION:
+        raise _error("/version", None, f"unsupported version {_shown(version)} (this reader: "
+                     f"{VERSION})")
+    header = _import_header(doc)
+    subgraphs = header["meta"].get(SUBGRAPHS_KEY, {})
+    if not isinstance(subgraphs, Mapping):
+        raise _error(f"/meta/{SUBGRAPHS_KEY}", None, "expected the subgraphs by get_attr target "
+                     f"(an object), got {_describe(subgraphs)}")
+    gm = _import_module(doc, subgraphs, _ValFactory(), "", 1)
+    placeholders = {nd["name"] for nd in doc["nodes"] if nd["op"] == "placeholder"}
+    for i, spec in enumerate(header["inputs"]):
+        if spec["name"] not in placeholders:
+            raise _error(f"/inputs/{i}/name", None, f"input {_shown(spec['name'])} names no "
+                         "placeholder")
+    gm.meta[GM_META_KEY] = header
     return gm
 
 
+def _import_header(doc: Mapping[str, Any]) -> dict[str, Any]:
+    """The header's process groups, inputs, outputs and graph meta, checked (ir/json_format.cc
+    reads the same rules), for gm.meta["jointfx"]. Constants are checked where they are used."""
+
+    def records(key: str, what: str, keys: tuple[str, ...], check: Any) -> list[dict[str, Any]]:
+        items = doc.get(key, [])
+        article = "an" if what[0] in "aeiou" else "a"
+        if type(items) is not list:
+            raise _error(f"/{key}", None, f"expected an array of {what}s, got {_describe(items)}")
+        out = []
+        for i, item in enumerate(items):
+            at = f"/{key}/{i}"
+            if not isinstance(item, Mapping):
+                raise _error(at, None, f"expected {article} {what} object, got {_describe(item)}")
+            for k in item:
+                if k not in keys:
+                    raise _error(f"{at}/{_key(k)}", None, f"unexpected key {_shown(k)} in "
+                                 f"{article} {what} (expected {', '.join(keys)})")
+            try:
+                check(item)
+            except _Bad as e:
+                raise _error(e.at(at), None, e.message) from None
+            out.append(dict(item))
+        return out
+
+    def string(item: Mapping[str, Any], key: str, what: str, required: bool = True) -> None:
+        if key not in item:
+            if required:
+                raise _Bad(f"missing key '{key}' ({what})")
+            return
+        if type(item[key]) is not str:
+            raise _Bad(f"expected {what} (a string), got {_describe(item[key])}", key)
+
+    group_names: set[str] = set()
+
+    def group(pg: Mapping[str, Any]) -> None:
+        string(pg, "name", "the group_name collectives carry")
+        if pg["name"] in group_names:
+            raise _Bad(f"duplicate process group {_shown(pg['name'])}", "name")
+        group_names.add(pg["name"])
+        if "size" not in pg:
+            raise _Bad("missing key 'size' (the group size)")
+        if type(pg["size"]) is not int:
+            raise _Bad(f"expected the group size (an integer), got {_describe(pg['size'])}",
+                       "size")
+        _int64(pg["size"])
+        if "ranks" in pg:
+            for i, r in enumerate(_ints(pg["ranks"], "the ranks", "ranks")):
+                _int64(r)
+
+    def kind(item: Mapping[str, Any], kinds: tuple[str, ...]) -> None:
+        string(item, "kind", " or ".join(kinds))
+        if item["kind"] not in kinds:
+            raise _Bad(f"unknown kind {_shown(item['kind'])} (expected {', '.join(kinds)})",
+                       "kind")
+        string(item, "fqn", "the FQN", required=False)
+
+    def graph_input(item: Mapping[str, Any]) -> None:
+        string(item, "name", "the placeholder's name")
+        kind(item, _INPUT_KINDS)
+
+    meta = doc.get("meta", {})
+    if not isinstance(meta, Mapping):
+        raise _error("/meta", None, f"expected meta to be an object, got {_describe(meta)}")
+    try:
+        _check_json(meta, 2)
+    except _Bad as e:
+        raise _error(e.at("/meta"), None, e.message) from None
+    return {
+        "process_groups": records("process_groups", "process group", ("name", "ranks", "size"),
+                                  group),
+        "inputs": records("inputs", "input", ("fqn", "kind", "name"), graph_input),
+        "outputs": records("outputs", "output", ("fqn", "kind"),
+                           lambda item: kind(item, _OUTPUT_KINDS)),
+        "meta": dict(meta),
+    }
+
+
+def _check_unicode(text: str) -> None:
+    """A Python str may hold a lone surrogate ("\\ud800" in a JSON file reads as one), which
+    has no UTF-8 form: the C++ reader refuses it, and writing it would fail half way."""
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise _Bad(f"a string that is not valid Unicode (a lone surrogate at character "
+                       f"{e.start}: {_shown(text)})") from None
+
+
+def _check_json(value: Any, level: int) -> None:
+    """Plain JSON data (the format carries any other meta untouched): strings, booleans, null,
+    integers (any size: the C++ reader keeps the digits of one past 64 bits), finite numbers,
+    arrays and objects with string keys, nested at most _MAX_DEPTH deep. _Bad with the path below
+    `value` otherwise."""
+    kind = type(value)
+    if kind is str:
+        _check_unicode(value)
+        return
+    if kind is bool or value is None:
+        return
+    if kind is int:
+        return
+    if kind is float:
+        if not math.isfinite(value):
+            raise _nonfinite(value)
+        return
+    if level > _MAX_DEPTH:
+        raise _Bad(f"nesting deeper than {_MAX_DEPTH} levels")
+    if kind is list:
+        for i, v in enumerate(value):
+            try:
+                _check_json(v, level + 1)
+            except _Bad as e:
+                e.path.append(i)
+                raise
+        return
+    if isinstance(value, Mapping):
+        for k, v in value.items():
+            if type(k) is not str:
+                raise _Bad(f"an object key must be a string, got {_describe(k)}")
+            try:
+                _check_json(v, level + 1)
+            except _Bad as e:
+                e.path.append(k)
+                raise
+        return
+    raise _Bad(f"expected JSON data, got {_describe(value)}")
+
+
 def _import_module(doc: Mapping[str, Any], subgraphs: Mapping[str, Any], vals: _ValFactory,
-                   where: str) -> fx.GraphModule:
+                   where: str, level: int) -> fx.GraphModule:
     """A GraphModule of `doc`'s nodes, its get_attr values from `doc`'s constants, else from
     `subgraphs` (GraphModules, built the same way), else zeros of the recorded shape. `where` is
-    the JSON pointer of `doc`, for errors."""
+    the JSON pointer of `doc` and `level` its nesting level, for errors."""
+    if "nodes" not in doc:
+        raise _error(where, None, "missing key 'nodes'")
+    nodes = doc["nodes"]
+    if type(nodes) is not list:
+        raise _error(f"{where}/nodes", None, f"expected nodes to be an array, got "
+                     f"{_describe(nodes)}")
     graph = fx.Graph()
     env: dict[str, fx.Node] = {}
-    for index, nd in enumerate(doc["nodes"]):
-        name = nd.get("name", f"#{index}")
-        try:
-            env[name] = _import_node(graph, nd, env, vals)
-        except ExportError as e:
-            if not where:
-                raise
-            raise ExportError(f"{where}: {e}") from e
-        except Exception as e:
-            raise ExportError(f"{where}/nodes/{index} (node {name}): {e}") from e
+    placeholder_targets: set[str] = set()
+    output: fx.Node | None = None
+    for index, nd in enumerate(nodes):
+        at = f"{where}/nodes/{index}"
+        if output is not None:
+            raise _error(at, nd.get("name") if isinstance(nd, Mapping) else None,
+                         f"a node after the output node {_shown(output.name)}")
+        node = _import_node(graph, nd, env, vals, at, level + 2, placeholder_targets)
+        env[nd["name"]] = node
+        if node.op == "output":
+            output = node
+    if output is None:
+        raise _error(f"{where}/nodes", None, "the graph has no output node")
+    constants = _import_constants(doc.get("constants", []), where)
     root = torch.nn.Module()
-    constants = {c["name"]: c for c in doc.get("constants", [])}
-    for node in graph.nodes:
-        if node.op != "get_attr":
-            continue
+    made: dict[str, str] = {}  # get_attr target -> what it holds, each made once
+    index_of = {node.name: i for i, node in enumerate(env.values())}
+    for node in graph.find_nodes(op="get_attr"):
         target = str(node.target)
+        if target in made:
+            continue
+        at = f"{where}/nodes/{index_of[node.name]}/target"
         if target in constants:
-            _set_attr(root, target, _constant_tensor(constants[target]))
+            made[target] = "a constant"
+            _set_attr(root, target, constants[target], at, node.name)
         elif target in subgraphs:
+            made[target] = "a subgraph"
             sub = subgraphs[target]
-            at = f"{where or '/meta'}/{SUBGRAPHS_KEY}/{target}"
-            _set_module(root, target, _import_module(sub, sub.get(SUBGRAPHS_KEY, {}), vals, at))
+            sub_at = f"{where or '/meta'}/{SUBGRAPHS_KEY}/{_key(target)}"
+            if not isinstance(sub, Mapping):
+                raise _error(sub_at, None, f"expected a subgraph object, got {_describe(sub)}")
+            for k in sub:
+                if k not in _SUBGRAPH_KEYS:
+                    raise _error(f"{sub_at}/{_key(k)}", None, f"unexpected key {_shown(k)} in a "
+                                 f"subgraph (expected {', '.join(_SUBGRAPH_KEYS)})")
+            inner = sub.get(SUBGRAPHS_KEY, {})
+            if not isinstance(inner, Mapping):
+                raise _error(f"{sub_at}/{SUBGRAPHS_KEY}", None, "expected the subgraphs by "
+                             f"get_attr target (an object), got {_describe(inner)}")
+            module = _import_module(sub, inner, vals, sub_at, level + 3)
+            _set_attr(root, target, module, at, node.name)
         else:
             # No value in the document: stand in zeros of the recorded shape.
-            _set_attr_placeholder(root, target, node.meta.get("val"))
+            made[target] = "zeros"
+            val = node.meta.get("val")
+            value = (torch.zeros(val.shape, dtype=val.dtype) if isinstance(val, torch.Tensor)
+                     else None)
+            _set_attr(root, target, value, at, node.name)
     returns = doc.get("returns", "list")
+    if returns not in ("list", "tuple", "value"):
+        raise _error(f"{where}/returns", None, f"expected \"list\", \"tuple\" or \"value\", got "
+                     f"{_describe(returns)}")
     if returns != "list":
-        out = graph.output_node()
-        result = out.args[0]
-        out.args = (tuple(result) if returns == "tuple" else result[0],)
+        result = output.args[0]
+        if returns == "value" and len(result) != 1:
+            raise _error(f"{where}/returns", None, f"a subgraph that returns one value has "
+                         f"{len(result)} outputs")
+        output.args = (tuple(result) if returns == "tuple" else result[0],)
     return fx.GraphModule(root, graph)
 
 
-def _has_empty_workspace(val: Any) -> bool:
-    return isinstance(val, (tuple, list)) and any(
-        isinstance(v, torch.Tensor) and v.numel() == 0 for v in val)
-
-
-def grad_mode(gm: fx.GraphModule) -> Any:
-    """The grad mode to call a joint graph in: torch.no_grad() (the graph is its own backward),
-    unless a multi-output node's meta has an empty tensor. Meta kernels give an empty tensor for
-    the scratch a real kernel keeps for its backward (aten.mkldnn_rnn_layer's workspace), and
-    that kernel fills it only with grad mode on, as when the graph was traced; with it off the
-    backward gets None and fails. Grad mode on records nothing while no input requires grad.
-    `jointfx exec` makes the same choice node by node (runtime/executor.cc, emptyWorkspace)."""
-    if any(_has_empty_workspace(n.meta.get("val")) for n in gm.graph.nodes):
-        return torch.enable_grad()
-    return torch.no_grad()
-
-
-def _import_node(graph: fx.Graph, nd: Mapping[str, Any], env: Mapping[str, fx.Node],
-                 vals: _ValFactory) -> fx.Node:
-    name, op = nd["name"], nd["op"]
+def _import_node(graph: fx.Graph, nd: Any, env: Mapping[str, fx.Node], vals: _ValFactory,
+                 at: str, level: int, placeholder_targets: set[str]) -> fx.Node:
+    """One node of the document at `at` (nesting level `level`), checked."""
+    if not isinstance(nd, Mapping):
+        raise _error(at, None, f"expected a node object, got {_describe(nd)}")
+    for key in nd:
+        if key not in _NODE_KEYS:
+            raise _error(f"{at}/{_key(key)}", nd.get("name"), f"unexpected key {_shown(key)} in "
+                         f"a node (expected {', '.join(_NODE_KEYS)})")
+    for key in ("name", "op", "target"):
+        if key not in nd:
+            raise _error(at, nd.get("name"), f"missing key '{key}'")
+        if type(nd[key]) is not str:
+            raise _error(f"{at}/{key}", nd.get("name") if key != "name" else None,
+                         f"expected the node's {key} (a string), got {_describe(nd[key])}")
+    name, op, target = nd["name"], nd["op"], nd["target"]
+    if not is_identifier(name) or name in _RESERVED_NAMES:
+        raise _error(f"{at}/name", name, f"node name {_shown(name)} is not a Python identifier "
+                     f"({_IDENTIFIER_RULE})" if name not in _RESERVED_NAMES else
+                     f"node name {name!r} is reserved: torch.fx's generated code uses that name")
     if name in env:
-        raise ExportError(f"node {name}: duplicate name")
-    args = tuple(arg_from_json(a, env, name) for a in nd.get("args", []))
-    kwargs = {k: arg_from_json(v, env, name) for k, v in nd.get("kwargs", {}).items()}
+        raise _error(f"{at}/name", name, f"duplicate node name {name!r}")
+    if op not in _OPS:
+        raise _error(f"{at}/op", name, f"unknown op kind {_shown(op)} (expected "
+                     f"{', '.join(_OPS)})")
+    raw_args = nd.get("args", [])
+    if type(raw_args) is not list:
+        raise _error(f"{at}/args", name, f"expected args to be an array, got "
+                     f"{_describe(raw_args)}")
+    raw_kwargs = nd.get("kwargs", {})
+    if not isinstance(raw_kwargs, Mapping):
+        raise _error(f"{at}/kwargs", name, f"expected kwargs to be an object, got "
+                     f"{_describe(raw_kwargs)}")
+    for key in raw_kwargs:
+        if not is_identifier(key):
+            raise _error(f"{at}/kwargs/{_key(key)}", name, f"kwargs key {_shown(key)} is not a "
+                         f"Python identifier ({_IDENTIFIER_RULE})")
+    fn: Any = target
     if op == "call_function":
-        target: Any = resolve_target(nd["target"], name)
-    elif op in ("placeholder", "get_attr", "output"):
-        target = nd["target"]
-        if op == "output":
-            args = (args[0],) if args else ([],)
-    else:
-        raise ExportError(f"node {name}: unsupported op {op!r}")
-    node = graph.create_node(op, target, args, kwargs, name=name)
-    if node.name != name:
-        raise ExportError(f"node {name}: name is not a valid FX identifier (got {node.name})")
-    node.meta = _import_meta(nd.get("meta", {}), vals)
+        try:
+            fn = resolve_target(target, name)
+        except ExportError as e:
+            raise _error(f"{at}/target", name, str(e).removeprefix(f"node {name}: ")) from None
+    elif op == "placeholder":
+        if not is_identifier(target) or target in _RESERVED_NAMES:
+            raise _error(f"{at}/target", name, f"placeholder target {_shown(target)} is not a "
+                         f"Python identifier ({_IDENTIFIER_RULE})" if target not in
+                         _RESERVED_NAMES else f"placeholder target {target!r} is reserved: "
+                         "torch.fx's generated code uses that name")
+        if target in placeholder_targets:
+            raise _error(f"{at}/target", name, f"placeholder target {target!r} is another "
+                         "placeholder's too: forward() cannot take one parameter twice")
+        placeholder_targets.add(target)
+    elif op == "get_attr":
+        if not is_attribute_path(target):
+            raise _error(f"{at}/target", name, f"get_attr target {_shown(target)} is not an "
+                         "attribute path (Python identifiers or decimal numbers joined by '.')")
+    elif target != "output":
+        raise _error(f"{at}/target", name, f"the output node's target must be \"output\", got "
+                     f"{_shown(target)}")
+    if op in ("placeholder", "get_attr") and (raw_args or raw_kwargs):
+        raise _error(f"{at}/args" if raw_args else f"{at}/kwargs", name,
+                     f"a {op} takes no arguments")
+    if op == "output" and (len(raw_args) != 1 or type(raw_args[0]) is not list or raw_kwargs):
+        raise _error(f"{at}/args", name, "the output node takes one argument, the list of the "
+                     "graph's outputs")
+    args: list[Any] = []
+    for i, a in enumerate(raw_args):
+        try:
+            args.append(_arg(a, env, level + 2))
+        except _Bad as e:
+            raise _error(e.at(f"{at}/args/{i}"), name, e.message) from None
+    kwargs: dict[str, Any] = {}
+    for key, v in raw_kwargs.items():
+        try:
+            kwargs[key] = _arg(v, env, level + 2)
+        except _Bad as e:
+            raise _error(e.at(f"{at}/kwargs/{_key(key)}"), name, e.message) from None
+    meta = nd.get("meta", {})
+    if not isinstance(meta, Mapping):
+        raise _error(f"{at}/meta", name, f"expected meta to be an object, got {_describe(meta)}")
+    node_meta = _import_node_meta(meta, vals, f"{at}/meta", name, level + 1, len(args))
+    # A node named after a Python builtin (`sum`, `slice`: what the C++ passes call new nodes of
+    # those ops) gets torch.fx's name for it (`sum_1`); the document's name still finds it.
+    node = graph.create_node(op, fn, tuple(args), kwargs, name=name)
+    node.meta = node_meta
     return node
+
+
+def _import_node_meta(meta: Mapping[str, Any], vals: _ValFactory, at: str, name: str,
+                      level: int, n_args: int) -> dict[str, Any]:
+    """_import_meta with every key checked (docs/graph-format.md "Node meta")."""
+    out: dict[str, Any] = {}
+    for key, value in meta.items():
+        try:
+            if key == "val":
+                out["val"] = vals.make(value, level + 1)
+            elif key == "phase":
+                if type(value) is not str or value not in PHASES:
+                    raise _Bad(f"unknown phase {_describe(value)} (expected forward, loss or "
+                               "backward)")
+                out["phase"] = value
+                if value == "backward":
+                    out["autograd_backward"] = True
+            elif key == "recompute":
+                if type(value) is not int or not 0 <= value <= 3:
+                    raise _Bad(f"recompute must be 0..3 (CheckpointPolicy), got {_describe(value)}")
+                out["recompute"] = _checkpoint_policies()[value]
+            elif key in ("ac_graph_id", "seq_nr"):
+                # Any integer: one the typed field cannot hold (autograd's 2^64-1) is carried.
+                if type(value) is not int:
+                    raise _Bad(f"expected the {key} (an integer), got {_describe(value)}")
+                out[key] = value
+            elif key == "stack_trace":
+                if type(value) is not str:
+                    raise _Bad(f"expected the stack trace (a string), got {_describe(value)}")
+                out[key] = value
+            elif key == "custom":
+                if not isinstance(value, Mapping):
+                    raise _Bad(f"expected an object, got {_describe(value)}")
+                if "module_fqn" in value and type(value["module_fqn"]) is not str:
+                    raise _Bad(f"expected the module FQN (a string), got "
+                               f"{_describe(value['module_fqn'])}", "module_fqn")
+                _check_json(value, level + 1)
+                out[key] = dict(value)
+            elif key == "boxed_arg_indices":
+                # torch.fx's code generator reads it: positions of arguments it passes boxed.
+                if type(value) is not list or any(type(i) is not int or not 0 <= i < n_args
+                                                  for i in value):
+                    raise _Bad(f"expected positions of the node's {n_args} arguments, got "
+                               f"{_shown(value)}")
+                out[key] = value
+            elif key == "is_wrapped":  # read by torch.fx's code generator too
+                if type(value) is not bool:
+                    raise _Bad(f"expected true or false, got {_describe(value)}")
+                out[key] = value
+            else:
+                _check_json(value, level + 1)
+                out[key] = value
+        except _Bad as e:
+            raise _error(e.at(f"{at}/{_key(key)}"), name, e.message) from None
+    return out
 
 
 @functools.cache
@@ -1329,7 +1987,9 @@ def _checkpoint_policies() -> dict[int, Any]:
     return {p.value: p for p in CheckpointPolicy}
 
 
-def _import_meta(meta: Mapping[str, Any], vals: _ValFactory) -> dict[str, Any]:
+def _import_meta(meta: Mapping[str, Any], vals: Any) -> dict[str, Any]:
+    """Node meta from the C++ library's JSON (the in-process pass adapter's new and changed
+    nodes): what import_graph's _import_node_meta makes of a checked document."""
     out: dict[str, Any] = {}
     for key, value in meta.items():
         if key == "val":
@@ -1352,49 +2012,139 @@ def _import_meta(meta: Mapping[str, Any], vals: _ValFactory) -> dict[str, Any]:
     return out
 
 
-def _constant_tensor(const: Mapping[str, Any]) -> torch.Tensor:
-    dtype = _parse_dtype(const["dtype"])
-    data = bytearray(bytes.fromhex(const["data"]))
-    flat = torch.frombuffer(data, dtype=torch.uint8) if data else torch.empty(0, dtype=torch.uint8)
-    return flat.view(dtype).reshape(const["shape"]).clone()
+_CONSTANT_KEYS = ("data", "device", "dtype", "name", "shape")
+_HEX = re.compile(r"(?:[0-9a-f]{2})*")
 
 
-def _set_attr_placeholder(root: torch.nn.Module, target: str, val: Any) -> None:
-    value = torch.zeros(val.shape, dtype=val.dtype) if isinstance(val, torch.Tensor) else None
-    _set_attr(root, target, value)
+def _import_constants(items: Any, where: str) -> dict[str, torch.Tensor]:
+    """The document's tensor constants by get_attr target, checked as the C++ reader checks
+    them: exactly numel * itemsize bytes of lower-case hex."""
+    at = f"{where}/constants"
+    if type(items) is not list:
+        raise _error(at, None, f"expected an array of constants, got {_describe(items)}")
+    out: dict[str, torch.Tensor] = {}
+    for i, c in enumerate(items):
+        here = f"{at}/{i}"
+        if not isinstance(c, Mapping):
+            raise _error(here, None, f"expected a constant object, got {_describe(c)}")
+        for k in c:
+            if k not in _CONSTANT_KEYS:
+                raise _error(f"{here}/{_key(k)}", None, f"unexpected key {_shown(k)} in a "
+                             f"constant (expected {', '.join(_CONSTANT_KEYS)})")
+        for k in ("name", "dtype", "shape", "data"):
+            if k not in c:
+                raise _error(here, None, f"missing key '{k}'")
+        name = c["name"]
+        if not is_attribute_path(name):
+            raise _error(f"{here}/name", None, f"constant name {_shown(name)} is not an attribute "
+                         "path (the get_attr target: identifiers or decimal numbers joined by '.')")
+        if name in out:
+            raise _error(f"{here}/name", None, f"duplicate constant {name!r}")
+        dtype = _DTYPES.get(c["dtype"]) if type(c["dtype"]) is str else None
+        if dtype is None:
+            raise _error(f"{here}/dtype", None, f"unknown dtype {_describe(c['dtype'])}")
+        try:
+            shape = _ints(c["shape"], "the shape", "shape")
+            problem = _size_problem(shape, None, dtype.itemsize)
+            if problem:
+                raise _Bad(problem, "shape")
+        except _Bad as e:
+            raise _error(e.at(here), None, e.message) from None
+        if "device" in c:
+            try:
+                _parse_device(c["device"])
+            except _Bad as e:
+                raise _error(f"{here}/device", None, e.message) from None
+        data = c["data"]
+        if type(data) is not str or not _HEX.fullmatch(data):
+            raise _error(f"{here}/data", None, "expected lower-case hex digits (two per byte)")
+        numel = math.prod(shape)
+        want = numel * dtype.itemsize
+        if len(data) != 2 * want:
+            raise _error(f"{here}/data", None, f"expected {want} bytes for {c['dtype']} "
+                         f"{shape} ({numel} elements), got {len(data) // 2}")
+        raw = bytearray(bytes.fromhex(data))
+        flat = torch.frombuffer(raw, dtype=torch.uint8) if raw else torch.empty(0, dtype=torch.uint8)
+        out[name] = flat.view(dtype).reshape(shape).clone()
+    return out
 
 
-def _owner(root: torch.nn.Module, target: str) -> tuple[torch.nn.Module, str]:
+def _set_attr(root: torch.nn.Module, target: str, value: Any, at: str, node: str) -> None:
+    """Puts `value` (a tensor, None or a GraphModule) at the attribute path `target` under
+    `root`, making plain modules for the path; an ExportError where the path runs into an
+    attribute that is not one of those modules, or names one every nn.Module has (`forward`,
+    `training`)."""
     owner = root
     *path, leaf = target.split(".")
-    for part in path:
-        if not hasattr(owner, part):
-            owner.add_module(part, torch.nn.Module())
-        owner = getattr(owner, part)
-    return owner, leaf
+    for i, part in enumerate(path):
+        sub = owner._modules.get(part)
+        if sub is None:
+            if part in owner._buffers:
+                raise _error(at, node, f"get_attr target {target!r}: "
+                             f"{'.'.join(path[:i + 1])!r} is another get_attr's value")
+            if hasattr(owner, part):
+                raise _error(at, node, f"get_attr target {target!r}: "
+                             f"{'.'.join(path[:i + 1])!r} is an attribute of the module, not a "
+                             "path of the graph's own")
+            sub = torch.nn.Module()
+            owner.add_module(part, sub)
+        elif type(sub) is not torch.nn.Module:
+            raise _error(at, node, f"get_attr target {target!r}: {'.'.join(path[:i + 1])!r} "
+                         "is another get_attr's value")
+        owner = sub
+    if hasattr(owner, leaf):
+        raise _error(at, node, f"get_attr target {target!r}: {leaf!r} "
+                     + ("is already a module of other get_attr targets" if leaf in owner._modules
+                        else "is an attribute every torch.nn.Module has"))
+    if isinstance(value, torch.nn.Module):
+        owner.add_module(leaf, value)
+    else:
+        owner.register_buffer(leaf, value)
 
 
-def _set_attr(root: torch.nn.Module, target: str, value: Any) -> None:
-    owner, leaf = _owner(root, target)
-    owner.register_buffer(leaf, value)
+def _has_empty_workspace(val: Any) -> bool:
+    return isinstance(val, (tuple, list)) and any(
+        isinstance(v, torch.Tensor) and v.numel() == 0 for v in val)
 
 
-def _set_module(root: torch.nn.Module, target: str, module: torch.nn.Module) -> None:
-    owner, leaf = _owner(root, target)
-    owner.add_module(leaf, module)
+def grad_mode(gm: fx.GraphModule) -> Any:
+    """The grad mode to call a joint graph in: torch.no_grad() (the graph is its own backward),
+    unless a multi-output node's meta has an empty tensor. Meta kernels give an empty tensor for
+    the scratch a real kernel keeps for its backward (aten.mkldnn_rnn_layer's workspace), and
+    that kernel fills it only with grad mode on, as when the graph was traced; with it off the
+    backward gets None and fails. Grad mode on records nothing while no input requires grad.
+    `jointfx exec` makes the same choice node by node (runtime/executor.cc, emptyWorkspace)."""
+    if any(_has_empty_workspace(n.meta.get("val")) for n in gm.graph.nodes):
+        return torch.enable_grad()
+    return torch.no_grad()
 
 
 # ----------------------------------------------------------------------------- JSON text
 
 
-def _dumps(value: Any) -> str:
+def _dumps(value: Any, at: str = "", node: Any = None) -> str:
     # allow_nan=False: non-finite floats must already be {"float": ...}.
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
-                      allow_nan=False)
+    try:
+        text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                          allow_nan=False)
+        if not text.isascii():
+            text.encode("utf-8")  # a lone surrogate has no UTF-8 form
+        return text
+    except (ValueError, TypeError, RecursionError) as e:
+        # What JSON cannot hold, named where it is (a NaN in meta, a set, a lone surrogate).
+        try:
+            _check_json(value, 1)
+        except _Bad as bad:
+            raise _error(bad.at(at), node, bad.message) from None
+        raise _error(at, node, f"cannot be written as JSON: {e}") from None
 
 
-def _block(items: Sequence[Any]) -> str:
-    return "[\n" + ",\n".join(_dumps(i) for i in items) + "\n]" if items else "[]"
+def _block(items: Sequence[Any], at: str) -> str:
+    if not items:
+        return "[]"
+    return "[\n" + ",\n".join(
+        _dumps(item, f"{at}/{i}", item.get("name") if isinstance(item, Mapping) and
+               at == "/nodes" else None) for i, item in enumerate(items)) + "\n]"
 
 
 def dumps_graph(doc: Mapping[str, Any]) -> str:
@@ -1423,28 +2173,143 @@ def dumps_graph(doc: Mapping[str, Any]) -> str:
     if extra:
         raise ExportError(f"unknown header keys {extra}")
     parts = [
-        f'"format":{_dumps(doc["format"])}',
-        f'"version":{_dumps(doc["version"])}',
-        f'"process_groups":{_block(doc.get("process_groups", []))}',
-        f'"inputs":{_block(doc.get("inputs", []))}',
+        f'"format":{_dumps(doc["format"], "/format")}',
+        f'"version":{_dumps(doc["version"], "/version")}',
+        f'"process_groups":{_block(doc.get("process_groups", []), "/process_groups")}',
+        f'"inputs":{_block(doc.get("inputs", []), "/inputs")}',
     ]
     if doc.get("outputs"):
-        parts.append(f'"outputs":{_block(doc["outputs"])}')
+        parts.append(f'"outputs":{_block(doc["outputs"], "/outputs")}')
     if doc.get("constants"):
-        parts.append(f'"constants":{_block(doc["constants"])}')
+        parts.append(f'"constants":{_block(doc["constants"], "/constants")}')
     if doc.get("meta"):
-        parts.append(f'"meta":{_dumps(doc["meta"])}')
-    parts.append(f'"nodes":{_block(doc["nodes"])}')
+        parts.append(f'"meta":{_dumps(doc["meta"], "/meta")}')
+    parts.append(f'"nodes":{_block(doc["nodes"], "/nodes")}')
     return "{\n" + ",\n".join(parts) + "\n}\n"
 
 
 def write_graph(doc: Mapping[str, Any], path: str | Path) -> None:
-    """Writes canonical JSON atomically (temp file + rename), so readers never see half a file."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(dumps_graph(doc), encoding="utf-8")
-    tmp.replace(path)
+    """Writes canonical JSON by the C++ writer's rules (docs/graph-format.md "Writing outputs"):
+    a regular file or a new one through a temporary file beside it (mkstemp: a fresh name opened
+    with O_EXCL), synced and renamed into place, so readers never see half a file and nothing
+    planted at a guessable name is followed; a symbolic link's final target the same way (the
+    link stays); a character device or a FIFO written in place; a directory, a socket or a block
+    device refused. Errors are ExportErrors naming the path."""
+    from jointfx._files import write_output
+
+    write_output(path, dumps_graph(doc).encode("utf-8"), ExportError)
 
 
-def load_graph(path: str | Path) -> dict[str, Any]:
-    return json.loads(Path(path).read_text(encoding="utf-8"))
+def load_graph(path: str | Path, *, max_input_bytes: int | None = None) -> dict[str, Any]:
+    """A graph file's JSON document (import_graph makes a GraphModule of it), read as the CLI
+    reads its inputs (docs/graph-format.md "Input limits"): at most `max_input_bytes` (the CLI's
+    default limit, 2 GiB) without ever reading more than that, so /dev/zero or a runaway pipe ends
+    with an error instead of filling memory; a directory refused; UTF-8; standard JSON only (no
+    NaN or Infinity, no key repeated in an object). Errors are ExportErrors naming the file and,
+    for the text, line, column and byte."""
+    from jointfx._files import DEFAULT_INPUT_LIMIT, read_input
+
+    shown = str(path)
+    limit = DEFAULT_INPUT_LIMIT if max_input_bytes is None else max_input_bytes
+    data = read_input(path, "graph", limit, ExportError)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        column = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
+        raise ExportError(f"{shown}:{line}:{column}: error: invalid UTF-8 at byte {e.start}: "
+                          f"{e.reason}") from None
+    try:
+        doc = json.loads(text, parse_constant=_refuse_json_constant, parse_int=_json_int,
+                         object_pairs_hook=_json_object)
+    except json.JSONDecodeError as e:
+        raise _text_error(shown, text, e.pos, f"JSON syntax error: {e.msg}") from None
+    except (_JsonRefused, RecursionError) as e:
+        pos, message = _json_problem(text)
+        raise _text_error(shown, text, pos, message or str(e)) from None
+    if not isinstance(doc, dict):
+        raise ExportError(f"{shown}: error: expected a JSON object at the top level, got "
+                          f"{_describe(doc)}")
+    return doc
+
+
+class _JsonRefused(Exception):
+    """Valid for Python's json module, refused by the format (its position is found after)."""
+
+
+def _refuse_json_constant(word: str) -> Any:
+    raise _JsonRefused(f"{word} is not JSON")
+
+
+def _json_int(digits: str) -> int:
+    try:
+        return int(digits)
+    except ValueError:  # more digits than Python converts (sys.get_int_max_str_digits)
+        raise _JsonRefused(f"an integer of {len(digits.lstrip('-'))} digits") from None
+
+
+def _json_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        raise _JsonRefused("a key repeated in an object")
+    return out
+
+
+def _text_error(shown: str, text: str, pos: int, message: str) -> ExportError:
+    line = text.count("\n", 0, pos) + 1
+    column = pos - (text.rfind("\n", 0, pos) + 1) + 1
+    byte = len(text[:pos].encode("utf-8"))
+    return ExportError(f"{shown}:{line}:{column}: error: {message} (at byte {byte})")
+
+
+# An integer literal longer than Python converts (a float's digits are no integer).
+_LONG_INT = (rf"|(?<![0-9.eE+-])-?[0-9]{{{sys.get_int_max_str_digits() + 1},}}(?![0-9.eE])"
+             if sys.get_int_max_str_digits() else "")
+_JSON_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"\s*:?|[\[\]{}]|-?Infinity|NaN' + _LONG_INT)
+
+
+def _json_problem(text: str) -> tuple[int, str]:
+    """Where a text Python's json module read (or gave up on by recursion) breaks the format's
+    rules, and which: NaN or Infinity, a key repeated in an object, nesting deeper than
+    _MAX_DEPTH. Only run on a document already known to hold one of them."""
+    stack: list[set[str] | None] = []  # per open container: its keys so far (None: an array)
+    for m in _JSON_TOKEN.finditer(text):
+        token = m.group()
+        first = token[0]
+        if first in "[{":
+            if len(stack) >= _MAX_DEPTH:
+                return m.start(), f"nesting deeper than {_MAX_DEPTH} levels"
+            stack.append(set() if first == "{" else None)
+        elif first in "]}":
+            if stack:
+                stack.pop()
+        elif first == '"':
+            if token.endswith(":") and stack and stack[-1] is not None:
+                key = json.loads(token[:-1].rstrip())
+                if key in stack[-1]:
+                    return m.start(), f"key {_shown(key)} repeated in an object"
+                stack[-1].add(key)
+        elif first in "-0123456789" and token != "-Infinity":
+            return m.start(), (f"an integer of {len(token.lstrip('-'))} digits, more than "
+                               f"Python converts (sys.get_int_max_str_digits)")
+        else:
+            return m.start(), f"{token} is not JSON (the format writes a non-finite number " \
+                              '{"float": "nan"}, {"float": "inf"} or {"float": "-inf"})'
+    return 0, ""
+
+
+def document_bytes(doc: Mapping[str, Any]) -> bytes:
+    """`doc` as JSON text for the C++ reader, after checking it is plain JSON data: a
+    non-finite float has no JSON form (orjson would write null, and the graph would come back
+    with None where the number was), so it is an ExportError naming the place, as is anything
+    else JSON cannot hold."""
+    try:
+        _check_json(doc, 1)
+    except _Bad as e:
+        node = None
+        path = e.path[::-1]
+        if len(path) >= 2 and path[0] == "nodes" and isinstance(doc.get("nodes"), list):
+            nd = doc["nodes"][path[1]]
+            node = nd.get("name") if isinstance(nd, Mapping) else None
+        raise _error(e.at(""), node, e.message) from None
+    return _json_bytes(doc)

@@ -31,9 +31,9 @@ from jointfx.export import (
     _export_document,
     _get_attr,
     _import_meta,
-    _json_bytes,
     _parse_dtype,
     arg_from_json,
+    document_bytes,
     export_native,
     fake_tensor,
     import_graph,
@@ -57,10 +57,13 @@ def _extension() -> Any:
 
 def run_pipeline_doc(doc: Mapping[str, Any], pipeline: str, *, verify: bool = True,
                      timing: bool = False) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Runs `pipeline` on a JSON v1 document; returns (new document, report)."""
+    """Runs `pipeline` on a JSON v1 document; returns (new document, report). A document that is
+    not plain JSON data (a float('nan') where the format writes {"float": "nan"}) is an
+    ExportError naming the place: it has no JSON form to send."""
     ext = _extension()
+    text = document_bytes(doc)
     try:
-        out, report = ext.run_pipeline_json(_json_bytes(doc), pipeline, verify, timing)
+        out, report = ext.run_pipeline_json(text, pipeline, verify, timing)
     except ext.JointfxError as e:
         raise PipelineError(str(e)) from None
     return json.loads(out), report

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import operator
+import re
 
 import pytest
 import torch
@@ -282,7 +283,9 @@ def test_import_errors_name_the_problem() -> None:
         import_graph({**doc, "format": "other"})
     bad = json.loads(json.dumps(doc))
     bad["nodes"][3]["args"][0] = {"node": "nowhere"}
-    with pytest.raises(ExportError, match=f"node {bad['nodes'][3]['name']}.*nowhere"):
+    name = bad["nodes"][3]["name"]
+    with pytest.raises(ExportError, match=re.escape(f"at /nodes/3/args/0/node (node '{name}'): ")
+                       + ".*'nowhere'"):
         import_graph(bad)
     bad = json.loads(json.dumps(doc))
     bad["nodes"][3]["target"] = "aten.no_such_op.default"

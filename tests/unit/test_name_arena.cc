@@ -78,3 +78,33 @@ TEST_CASE("name arena: takeContents and rollback keep names", "[ir][names][undo]
   CHECK(g.findNode("made_while_recording") == nullptr);
   CHECK(g.size() == 1);
 }
+
+TEST_CASE("name arena: counts the names that are not Python identifiers", "[ir][names]") {
+  NameArena a;
+  a.add("mm_3");
+  a.add("primals_1");
+  CHECK(a.nonIdentifiers() == 0);
+  a.add("x=__import__('os')");
+  a.add("lambda");
+  a.add("");
+  CHECK(a.nonIdentifiers() == 3);
+  NameArena copy(a);  // shares the names, so the count too
+  CHECK(copy.nonIdentifiers() == 3);
+  NameArena other;
+  other.swap(copy);
+  CHECK(other.nonIdentifiers() == 3);
+  CHECK(copy.nonIdentifiers() == 0);
+
+  // The graph: every name it ever stored, so a rename back keeps the verifier reading names.
+  Graph g;
+  Node* x = placeholder(g, "x");
+  CHECK_FALSE(g.mayHaveNonIdentifierNames());
+  g.rename(x, "not an identifier");
+  CHECK(g.mayHaveNonIdentifierNames());
+  g.rename(x, "x");
+  CHECK(g.mayHaveNonIdentifierNames());
+  Graph fresh;
+  placeholder(fresh, "y");
+  CHECK_FALSE(fresh.copy()->mayHaveNonIdentifierNames());
+  CHECK(g.copy()->mayHaveNonIdentifierNames());
+}

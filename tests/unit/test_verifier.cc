@@ -405,3 +405,106 @@ TEST_CASE("verifier: max_issues bounds the report", "[verifier]") {
   CHECK(verifyGraph(f.g, {.max_issues = 5}).size() == 5);
   CHECK(verifyGraph(f.g, {.max_issues = 0}).empty());
 }
+
+TEST_CASE("verifier: what counts as a Python identifier", "[verifier][identifier]") {
+  for (const char* ok : {"x", "_", "X9", "mm_3", "primals_1", "_0_weight", "match", "case", "type",
+                         "print", "self", "__init__", "nonlocal_", "Class", "none"})
+    CHECK(isPythonIdentifier(ok));
+  for (const char* bad :
+       {"",         "0",           "9x",    "a-b",   "a b",  "a.b",   "x=1",    "x\n",
+        "é",        "caf\xc3\xa9", "class", "None",  "True", "False", "lambda", "import",
+        "nonlocal", "if",          "await", "yield", "x\"",  "(x)",   "\x01"})
+    CHECK_FALSE(isPythonIdentifier(bad));
+  CHECK(isPythonIdentifier(std::string(100000, 'a')));  // no length limit in Python either
+  CHECK_FALSE(isPythonIdentifier(std::string_view("a\0b", 3)));
+
+  for (const char* ok :
+       {"a", "_tensor_constant0", "true_graph_0", "layers.0.weight", "a.b.c", "m.10", "0"})
+    CHECK(isAttributePath(ok));
+  for (const char* bad : {"", ".", ".a", "a.", "a..b", "a.class", "a.b c", "x\")", "a.0x", "a.-1",
+                          "x\") if getattr(__import__(\"os\"), \"system\")(\"true\") else (\""})
+    CHECK_FALSE(isAttributePath(bad));
+}
+
+namespace {
+// What torch.fx would paste into generated Python source as code.
+constexpr const char* kCode = "x=__import__('os').system('touch /tmp/jfx-pwned')";
+}  // namespace
+
+TEST_CASE("verifier: identifier rule on node names, targets and kwargs keys",
+          "[verifier][identifier]") {
+  SECTION("a placeholder target") {
+    Fsdp f;
+    Node* p = f.g.create(OpKind::Placeholder, Symbol::intern(kCode), {}, {}, "p", f.cast);
+    p->setInputInfo(InputKind::UserInput, "");
+    auto issues = verifyGraph(f.g);
+    INFO(dump(issues));
+    REQUIRE(issues.size() == 1);
+    CHECK(has(issues, "p", "identifier", "placeholder target \"x=__import__('os')"));
+    CHECK(has(issues, "p", "identifier", "is not a Python identifier"));
+  }
+  SECTION("a node name") {
+    Fsdp f;
+    f.g.rename(f.mm, kCode);
+    auto issues = verifyGraph(f.g);
+    INFO(dump(issues));
+    REQUIRE(issues.size() == 1);
+    CHECK(has(issues, kCode, "identifier", "node name \"x=__import__"));
+    // The name is shown escaped: it holds a quote.
+    CHECK(issues[0].str().starts_with("node \"x=__import__('os')"));
+  }
+  SECTION("a keyword as a node name") {
+    Fsdp f;
+    f.g.rename(f.t, "lambda");
+    CHECK(has(verifyGraph(f.g), "lambda", "identifier", "node name \"lambda\""));
+  }
+  SECTION("a kwargs key") {
+    Fsdp f;
+    Node* c = f.g.createCall("aten.add.Tensor", {N(f.mm), N(f.mm)},
+                             {{Symbol::intern(std::string("alpha=1, ") + kCode), Arg::ofInt(1)}},
+                             f.out, "c");
+    c->val() = tensor({2, 8});
+    auto issues = verifyGraph(f.g);
+    INFO(dump(issues));
+    REQUIRE(issues.size() == 1);
+    CHECK(has(issues, "c", "identifier", "kwargs key \"alpha=1, x=__import__"));
+  }
+  SECTION("a get_attr target") {
+    Fsdp f;
+    Node* a = f.g.create(OpKind::GetAttr, Symbol::intern("x\") or exec(\"1\") or (\""), {}, {}, "a",
+                         f.out);
+    a->meta().phase = Phase::Forward;
+    auto issues = verifyGraph(f.g);
+    INFO(dump(issues));
+    REQUIRE(issues.size() == 1);
+    CHECK(has(issues, "a", "identifier", "get_attr target \"x\\\") or exec("));
+    CHECK(has(issues, "a", "identifier", "is not an attribute path"));
+  }
+  SECTION("the value quoted is cut and escaped") {
+    Fsdp f;
+    f.g.rename(f.t, std::string("a\nb\x01") + std::string(500, 'z'));
+    auto issues = verifyGraph(f.g);
+    INFO(dump(issues));
+    REQUIRE(issues.size() == 1);
+    CHECK(issues[0].message.starts_with("node name \"a\\u000ab\\u0001zzz"));
+    CHECK(issues[0].message.find("\"... (504 bytes) is not a Python identifier") !=
+          std::string::npos);
+    CHECK(issues[0].str().find('\n') == std::string::npos);
+  }
+}
+
+TEST_CASE("verifier: the identifier rule in every verification", "[verifier][identifier]") {
+  Fsdp f;
+  CHECK(verifyIdentifiers(f.g).empty());
+  f.g.trackChanges(true);
+  f.g.takeTouched();
+  f.g.rename(f.t, "t-1");
+  // The whole-graph walks, with and without the IR invariants, the rule alone, and the check of
+  // the nodes a pass touched all see it.
+  CHECK(has(verifyGraph(f.g), "t-1", "identifier"));
+  CHECK(has(verifyGraph(f.g, {.ir_invariants = false}), "t-1", "identifier"));
+  CHECK(has(verifyIdentifiers(f.g), "t-1", "identifier"));
+  CHECK(has(verifyNodes(f.g, f.g.takeTouched()), "t-1", "identifier"));
+  f.g.rename(f.t, "t_1");
+  CHECK(verifyGraph(f.g).empty());
+}

@@ -7,9 +7,11 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "ir/error.h"
 #include "ir/io.h"
+#include "ir/verifier.h"
 #include "tools/jointfx/commands.h"
 
 namespace jfx::cli {
@@ -35,6 +37,23 @@ inline std::unique_ptr<Graph> loadInput(const std::string& cmd, const std::strin
     printError(cmd, path + ": error: " + e.what());
   }
   return nullptr;
+}
+
+// A graph file is data: a command that writes a graph out without verifying it (convert,
+// `opt --no-verify`) still refuses one whose names torch.fx would paste into Python source as
+// code (rule identifier, docs/graph-format.md). True after printing each issue.
+inline bool refuseCodeInNames(const std::string& cmd, const std::string& path, const Graph& g) {
+  std::vector<VerifyIssue> issues = verifyIdentifiers(g);
+  if (issues.empty()) return false;
+  for (const auto& issue : issues)
+    std::cerr << path << ": " << issue.str() << "\n";
+  const size_t n = issues.size();
+  printError(cmd, path + ": error: " + std::to_string(n) +
+                      (n == VerifyOptions{}.max_issues ? "+" : "") +
+                      (n == 1 ? " name or key is" : " names or keys are") +
+                      " not a Python identifier (rule identifier): a graph file is data, it "
+                      "must not hold code; nothing written");
+  return true;
 }
 
 // The output format: --format when given, else the extension; stdout defaults to text.

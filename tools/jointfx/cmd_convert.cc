@@ -1,5 +1,6 @@
 // jointfx convert IN -o OUT: JSON <-> text, losslessly. Does not verify, so a broken graph can
-// still be turned into text to look at.
+// still be turned into text to look at; only the identifier rule is checked (a graph whose names
+// are code is refused: exit 1).
 #include <memory>
 #include <string>
 
@@ -28,7 +29,12 @@ void addConvertCommand(CLI::App& app, int& exit_code) {
     auto format = outputFormat("convert", args->output, args->format);
     if (!format || wouldOverwriteInput("convert", args->input, args->output)) return;
     std::unique_ptr<Graph> g = loadInput("convert", args->input);
-    if (!g || !saveOutput("convert", *g, args->output, *format)) return;
+    if (!g) return;
+    if (refuseCodeInNames("convert", args->input, *g)) {
+      exit_code = kVerifyFailed;
+      return;
+    }
+    if (!saveOutput("convert", *g, args->output, *format)) return;
     exit_code = kOk;
   });
 }

@@ -51,6 +51,8 @@ int runOpt(const OptArgs& a) {
 
   std::unique_ptr<Graph> g = loadInput("opt", a.input);
   if (!g) return kInputError;
+  // Verifying the input checks the identifier rule with the others.
+  if (a.no_verify && refuseCodeInNames("opt", a.input, *g)) return kVerifyFailed;
 
   PassManagerOptions opts;
   opts.verify_each = !a.no_verify;
