@@ -83,6 +83,7 @@ std::vector<std::string> execArgs(const ExecOptions& o) {
   if (!o.save_grads.empty()) add("--save-grads", o.save_grads);
   if (!o.save.empty()) add("--save", o.save);
   if (!o.log.empty()) add("--log", o.log);
+  if (!o.memory_csv.empty()) add("--memory-csv", o.memory_csv);
   add("--progress", o.progress);
   if (!o.check_meta) a.push_back("--no-check-meta");
   if (o.quiet) a.push_back("--quiet");
