@@ -45,6 +45,7 @@ struct ExecOptions {
   bool check_meta = true;         // compare every op's output with the graph's tensor meta
   bool quiet = false;             // no per-step loss lines on stdout
   bool profile = false;           // time every node; rank 0 prints seconds per target at the end
+  bool measure_memory = true;     // each step's peak of live tensor bytes (Note [Measured memory])
   // Failure injection for tests: rank `debug_fail_rank` at step `debug_fail_step` exits
   // ("exit"), SIGKILLs itself ("kill"), hangs ("hang") or throws ("throw").
   int debug_fail_rank = -1;

@@ -166,8 +166,9 @@ class CountingCpuAllocator final : public c10::Allocator {
 };
 
 #if JFX_WITH_CUDA
-const c10::Stat& allocatedBytes(const c10::CachingDeviceAllocator::DeviceStats& s) {
-  return s.allocated_bytes[static_cast<size_t>(c10::StatType::AGGREGATE)];
+const c10::CachingAllocator::Stat& allocatedBytes(
+    const c10::CachingDeviceAllocator::DeviceStats& s) {
+  return s.allocated_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)];
 }
 #endif
 

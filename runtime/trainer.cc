@@ -626,7 +626,8 @@ class RankRun {
     eo.device = device_;
     eo.check_meta = o_.check_meta;
     eo.profile = o_.profile;
-    eo.memory_curve = !memoryCsvPath().empty();
+    eo.measure_memory = o_.measure_memory;
+    eo.memory_curve = o_.measure_memory && !memoryCsvPath().empty();
     try {
       ex_ = std::make_unique<Executor>(*g_, eo);
     } catch (const JfxError& e) {
