@@ -42,6 +42,8 @@ std::string validate(const ExecOptions& o) {
   if (!(o.beta1 >= 0 && o.beta1 < 1)) return "--beta1 must be in [0, 1)";
   if (!(o.beta2 >= 0 && o.beta2 < 1)) return "--beta2 must be in [0, 1)";
   if (!(o.eps > 0) || !std::isfinite(o.eps)) return "--eps must be a finite number > 0";
+  if (!o.memory_csv.empty() && !o.measure_memory)
+    return "--memory-csv writes the measured memory, which --no-measure-memory turns off";
   return {};
 }
 
@@ -83,10 +85,12 @@ std::vector<std::string> execArgs(const ExecOptions& o) {
   if (!o.save_grads.empty()) add("--save-grads", o.save_grads);
   if (!o.save.empty()) add("--save", o.save);
   if (!o.log.empty()) add("--log", o.log);
+  if (!o.memory_csv.empty()) add("--memory-csv", o.memory_csv);
   add("--progress", o.progress);
   if (!o.check_meta) a.push_back("--no-check-meta");
   if (o.quiet) a.push_back("--quiet");
   if (o.profile) a.push_back("--profile");
+  if (!o.measure_memory) a.push_back("--no-measure-memory");
   // The ranks read the same files under the same input limit (a global option of jointfx).
   if (inputSizeLimit() != kDefaultInputLimitBytes)
     add("--max-input-mib", std::to_string(inputSizeLimit() >> 20));

@@ -35,13 +35,17 @@ struct ExecOptions {
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
   int int_high = 0;  // exclusive bound of generated integer inputs; 0: inferred from the graph
   int threads = 0;   // intra-op threads per rank; 0: cores / ranks
-  std::string save_grads;         // directory: grads.step<S>.rank<R>.safetensors (+ "__loss__")
-  std::string save;               // directory: state.rank<R>.safetensors after the last step
-  std::string log;                // JSONL of losses; "{rank}" in the path gives one file per rank
+  std::string save_grads;  // directory: grads.step<S>.rank<R>.safetensors (+ "__loss__")
+  std::string save;        // directory: state.rank<R>.safetensors after the last step
+  std::string log;         // JSONL of losses; "{rank}" in the path gives one file per rank
+  // CSV of the last step's measured live tensor bytes per node (Note [Measured memory]);
+  // "{rank}" in the path gives one file per rank, else rank 0 only.
+  std::string memory_csv;
   std::string progress = "auto";  // auto (a TTY) | always | never; rank 0 only, on stderr
   bool check_meta = true;         // compare every op's output with the graph's tensor meta
   bool quiet = false;             // no per-step loss lines on stdout
   bool profile = false;           // time every node; rank 0 prints seconds per target at the end
+  bool measure_memory = true;     // each step's peak of live tensor bytes (Note [Measured memory])
   // Failure injection for tests: rank `debug_fail_rank` at step `debug_fail_step` exits
   // ("exit"), SIGKILLs itself ("kill"), hangs ("hang") or throws ("throw").
   int debug_fail_rank = -1;

@@ -16,8 +16,10 @@
 #include <optional>
 #include <type_traits>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "ir/error.h"
+#include "runtime/memory_meter.h"
 #include "runtime/process_groups.h"
 #include "runtime/tensor_io.h"
 
@@ -304,6 +306,10 @@ struct Executor::Step {
   ValueMeta expected;
   bool grad_mode = false;  // run with grad mode on (emptyWorkspace)
   bool any_size = false;   // its value is a workspace or a view of one (workspaceValue)
+  bool collective = false;
+  // Collectives (step indices) that complete with this step: their last wait
+  // (Note [Measured memory]: their own buffers stop counting here).
+  std::vector<uint32_t> completes;
 };
 
 std::string inputProblem(const GraphInput& in) {
@@ -610,6 +616,7 @@ void Executor::Planner::addStep(const Node& n) {
   } else {
     planCall(n, step, step_reads);
   }
+  step.collective = n.isCollective();
   step.out_slot = newSlot(&n);
   reads.push_back(std::move(step_reads));
   ex.steps_.push_back(std::move(step));
@@ -816,6 +823,7 @@ void Executor::Planner::extendToCompletion(const std::vector<int64_t>& step_of_s
     const Node* n = slot_node[steps[s].out_slot];
     int64_t done = completion[steps[s].out_slot];
     if (!n->isCollective() || done < 0) continue;
+    ex.steps_[static_cast<size_t>(done)].completes.push_back(static_cast<uint32_t>(s));
     for (uint32_t r : reads[s])
       last[r] = std::max(last[r], done);
     last[steps[s].out_slot] = std::max(last[steps[s].out_slot], done);
@@ -890,6 +898,21 @@ std::string checkMeta(const c10::IValue& v, const ValueMeta& m, bool element = f
   return {};
 }
 
+// Calls f on the storage of every tensor in `v` (a tensor, or a tuple or list of values).
+template <typename F>
+void forEachStorage(const c10::IValue& v, const F& f) {
+  if (v.isTensor()) {
+    const at::Tensor& t = v.toTensor();
+    if (t.defined() && t.has_storage()) f(t.storage().unsafeGetStorageImpl());
+  } else if (v.isTuple()) {
+    for (const c10::IValue& e : v.toTupleRef().elements())
+      forEachStorage(e, f);
+  } else if (v.isList()) {
+    for (const c10::IValue& e : v.toListRef())
+      forEachStorage(e, f);
+  }
+}
+
 [[noreturn]] void throwStepError(const std::string& name, const std::string& target,
                                  const std::string& message) {
   throw JfxError(SourceLocation::atNode(name), target + ": " + message);
@@ -903,6 +926,25 @@ std::vector<c10::IValue> Executor::run(std::vector<c10::IValue> inputs) {
                            std::to_string(inputs.size()));
   // The graph is already the backward: nothing here may record autograd history.
   c10::AutoGradMode no_grad(false);
+  // Note [Measured memory]: the inputs stay alive until the run returns (the value table drops
+  // them after their last reader, which then frees nothing); their storages are counted once.
+  const std::vector<c10::IValue> held_inputs =
+      opts_.measure_memory ? inputs : std::vector<c10::IValue>();
+  int64_t input_bytes = 0;
+  if (opts_.measure_memory) {
+    std::unordered_set<const c10::StorageImpl*> seen;
+    auto count = [&](const c10::IValue& v) {
+      if (!v.isTensor()) return;
+      const at::Tensor& t = v.toTensor();
+      if (!t.defined() || !t.has_storage()) return;
+      if (seen.insert(t.storage().unsafeGetStorageImpl()).second)
+        input_bytes += static_cast<int64_t>(t.storage().nbytes());
+    };
+    for (const c10::IValue& v : held_inputs)
+      count(v);
+    for (const auto& [slot, value] : constants_)
+      count(value);
+  }
   std::vector<c10::IValue> values(num_slots_);
   size_t live = 0, max_live = 0;
   for (size_t i = 0; i < inputs.size(); ++i) {
@@ -918,6 +960,30 @@ std::vector<c10::IValue> Executor::run(std::vector<c10::IValue> inputs) {
     --live;
   }
   max_live = live;
+  stats_.input_bytes = stats_.peak_bytes = -1;
+  stats_.memory_unmeasured.clear();
+  stats_.memory_curve.clear();
+  std::optional<MemoryWindow> window;
+  if (opts_.measure_memory) window.emplace(opts_.device);
+  const bool curve = window && window->active() && opts_.memory_curve;
+  if (curve) stats_.memory_curve.reserve(steps_.size());
+  // Note [Measured memory]: a storage stops counting when the run lets go of it, though a backend
+  // thread may free it later. The values hold storages (counted per storage: views share one);
+  // a collective's own buffers (staging[k]) are let go at its last wait.
+  const bool releases = window && window->releases();
+  std::unordered_map<const c10::StorageImpl*, uint32_t> held;
+  std::vector<std::vector<void*>> staging(releases ? steps_.size() : 0);
+  auto hold = [&](const c10::IValue& v) {
+    forEachStorage(v, [&](const c10::StorageImpl* st) { ++held[st]; });
+  };
+  auto drop = [&](const c10::IValue& v) {
+    forEachStorage(v, [&](const c10::StorageImpl* st) {
+      auto it = held.find(st);
+      if (it == held.end() || --it->second > 0) return;
+      held.erase(it);
+      window->release(st->data_ptr().get());
+    });
+  };
 
   std::vector<c10::IValue> stack;
   if (opts_.profile && step_seconds_.size() != steps_.size()) {
@@ -977,6 +1043,8 @@ std::vector<c10::IValue> Executor::run(std::vector<c10::IValue> inputs) {
             break;
         }
       }
+      const bool capture = releases && step.collective;
+      if (capture) window->beginCapture();
       try {
         c10::AutoGradMode grad_mode(step.grad_mode);
         step.op->callBoxed(stack);
@@ -994,6 +1062,14 @@ std::vector<c10::IValue> Executor::run(std::vector<c10::IValue> inputs) {
       else
         result = c10::ivalue::Tuple::create(std::move(stack));
       stack.clear();
+      if (capture) {
+        // What the call allocated and still holds, other than its outputs: the backend's own.
+        std::vector<void*> own = window->endCapture();
+        forEachStorage(result, [&](const c10::StorageImpl* st) {
+          own.erase(std::remove(own.begin(), own.end(), st->data_ptr().get()), own.end());
+        });
+        staging[k] = std::move(own);
+      }
     }
     if (opts_.check_meta && step.expected.kind != ValueMeta::Kind::Absent) {
       // A getitem's value is one output of a multi-output node (a workspace, maybe).
@@ -1002,26 +1078,45 @@ std::vector<c10::IValue> Executor::run(std::vector<c10::IValue> inputs) {
       if (!e.empty()) throwStepError(step.name, step.target, e);
     }
     values[step.out_slot] = std::move(result);
+    if (releases) hold(values[step.out_slot]);
     ++live;
     max_live = std::max(max_live, live);
     for (uint32_t s : step.free_after) {
+      if (releases) drop(values[s]);
       values[s] = c10::IValue();
       --live;
     }
+    if (releases)
+      for (uint32_t c : step.completes) {
+        for (void* p : staging[c])
+          window->release(p);
+        staging[c].clear();
+      }
     if (opts_.profile) {
       step_seconds_[k] +=
           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       ++step_calls_[k];
     }
+    if (curve) stats_.memory_curve.push_back(input_bytes + window->takePeak());
     nodes_finished_.fetch_add(1, std::memory_order_relaxed);
   }
   stats_.max_live_values = max_live;
+  if (window && window->active()) {
+    stats_.input_bytes = input_bytes;
+    stats_.peak_bytes = input_bytes + window->peak();
+  } else if (window) {
+    stats_.memory_unmeasured = window->unavailable();
+  }
 
   std::vector<c10::IValue> out;
   out.reserve(output_slots_.size());
   for (int64_t s : output_slots_)
     out.push_back(s < 0 ? c10::IValue() : values[static_cast<size_t>(s)]);
   return out;
+}
+
+const std::string& Executor::stepName(size_t k) const {
+  return steps_.at(k).name;
 }
 
 std::string Executor::runningNode() const {

@@ -13,6 +13,11 @@
 // stay alive until its wait_tensor has run: the collective may still be reading the input and
 // writing the output on the backend's thread until then. Graph outputs live until the end.
 //
+// Note [Measured memory] (runtime/memory_meter.h): every run measures its peak of live tensor
+// bytes (ExecutorStats::peak_bytes), defined as `jointfx analyze` estimates it. The run's inputs
+// are held until it returns, as a training loop holds its batch and parameters: the estimate
+// counts them live the whole step.
+//
 // Note [Devices]
 // Device arguments (factory ops' device=) are rewritten to the executor's device, so a graph
 // traced on "cpu" or on fake "cuda:0" runs wherever the executor runs.
@@ -41,6 +46,11 @@ struct ExecutorOptions {
   bool check_groups = true;
   // Time every node of every run (two clock reads per node) for profile().
   bool profile = false;
+  // Measure each run's peak of live tensor bytes (Note [Measured memory]).
+  bool measure_memory = true;
+  // Also the high-water mark of every node (ExecutorStats::memory_curve): a few more atomic
+  // operations per node on CPU, two allocator-statistics calls per node on CUDA.
+  bool memory_curve = false;
 };
 
 // Time spent in one op target over all profiled runs.
@@ -62,6 +72,15 @@ struct GraphInput {
 struct ExecutorStats {
   size_t steps = 0;            // call_function and getitem nodes executed per run
   size_t max_live_values = 0;  // most values held at once in the last run (for lifetime tests)
+  // The last run's measured memory (Note [Measured memory]): the storages of its inputs, and the
+  // peak of live tensor bytes, inputs included. -1 when not measured (measure_memory off, or
+  // memory_unmeasured says why).
+  int64_t input_bytes = -1;
+  int64_t peak_bytes = -1;
+  std::string memory_unmeasured;
+  // With ExecutorOptions::memory_curve: the live tensor bytes at their highest while each step
+  // ran, inputs included, one per step (stepName(k)); the peak is their maximum.
+  std::vector<int64_t> memory_curve;
 };
 
 class Executor {
@@ -80,6 +99,8 @@ class Executor {
   std::vector<c10::IValue> run(std::vector<c10::IValue> inputs);
 
   const ExecutorStats& stats() const { return stats_; }
+  // The node of step k (call_function and getitem nodes in program order).
+  const std::string& stepName(size_t k) const;
 
   // With ExecutorOptions::profile: seconds per target summed over every run so far, largest
   // first (ties by target name). Empty without it.

@@ -630,6 +630,8 @@ class RankRun {
     eo.device = device_;
     eo.check_meta = o_.check_meta;
     eo.profile = o_.profile;
+    eo.measure_memory = o_.measure_memory;
+    eo.memory_curve = o_.measure_memory && !memoryCsvPath().empty();
     try {
       ex_ = std::make_unique<Executor>(*g_, eo);
     } catch (const JfxError& e) {
@@ -872,6 +874,32 @@ class RankRun {
   }
 
   // ---- logs
+  // This rank's --memory-csv, or "" when it writes none.
+  std::string memoryCsvPath() const {
+    if (o_.memory_csv.empty() || (!leader_ && o_.memory_csv.find("{rank}") == std::string::npos))
+      return {};
+    return replaceRank(o_.memory_csv, env_.rank);
+  }
+
+  // The last step's measured curve (Note [Measured memory]), as analyze --memory-csv writes the
+  // estimated one.
+  void writeMemoryCsv() {
+    std::string path = memoryCsvPath();
+    if (path.empty()) return;
+    const ExecutorStats& st = ex_->stats();
+    std::string csv = "step,node,live_bytes\n";
+    for (size_t k = 0; k < st.memory_curve.size(); ++k)
+      csv += std::to_string(k) + "," + ex_->stepName(k) + "," + std::to_string(st.memory_curve[k]) +
+             "\n";
+    try {
+      if (auto parent = std::filesystem::path(path).parent_path(); !parent.empty())
+        makeDirs(parent.string());
+      writeFileAtomic(path, csv);
+    } catch (const JfxError& e) {
+      throw RankError{kExecRankFailed, e.what()};
+    }
+  }
+
   void openLogs() {
     // The log is a stream (one line per step, flushed): "-" is this process's stdout, written
     // through, never truncated; a path is opened as given, so a symlink's target, a FIFO or a
@@ -922,6 +950,7 @@ class RankRun {
     at::Tensor loss = outs[loss_index_].toTensor();
     double loss_value = loss.numel() == 1 ? loss.to(at::kCPU).to(at::kDouble).item<double>() : 0.0;
     if (!o_.save_grads.empty()) saveGrads(step, loss, outs);
+    max_peak_bytes_ = std::max(max_peak_bytes_, ex_->stats().peak_bytes);
     report(step, loss, loss_value, seconds);
     if (opt_) optimizerStep(outs);
   }
@@ -970,7 +999,11 @@ class RankRun {
                    shapeStr(t.sizes()) + " is neither the graph's " + shapeStr(atenSizes(m.shape)) +
                    " nor " + std::to_string(dp_size_) + " of them along dim 0");
     }
-    return t.to(device_, atenDtype(m.dtype)).contiguous();
+    t = t.to(device_, atenDtype(m.dtype)).contiguous();
+    // This rank's slice alone, not a view of the global batch: the rank holds only its own
+    // (and the measured memory counts the input storages, Note [Measured memory]).
+    if (t.storage().nbytes() != t.nbytes()) t = t.clone();
+    return t;
   }
 
   // Buffer updates carry to the next step: outputs of kind buffer_mutation are copied into the
@@ -1012,6 +1045,8 @@ class RankRun {
       j["loss"] = loss_value;
       j["loss_bits"] = tensorHex(loss);
       j["seconds"] = seconds;
+      // Note [Measured memory]: this rank's peak of live tensor bytes in the step.
+      if (ex_->stats().peak_bytes >= 0) j["peak_bytes"] = ex_->stats().peak_bytes;
       *log_ << j.dump() << '\n';
       log_->flush();
     }
@@ -1048,11 +1083,17 @@ class RankRun {
     }
     watchdog_.reset();
     if (!o_.save.empty()) saveState();
+    writeMemoryCsv();
     bar_->finish();
-    if (leader_ && !o_.quiet)
-      std::fprintf(stderr, "jointfx exec: %d step%s on %d rank%s, %.4f s/step\n", o_.steps,
+    if (leader_ && !o_.quiet) {
+      std::string memory;
+      if (max_peak_bytes_ >= 0)
+        memory = ", peak tensor memory " + std::to_string(max_peak_bytes_) + " B" +
+                 (env_.world_size == 1 ? "" : " (rank 0)");
+      std::fprintf(stderr, "jointfx exec: %d step%s on %d rank%s, %.4f s/step%s\n", o_.steps,
                    o_.steps == 1 ? "" : "s", env_.world_size, env_.world_size == 1 ? "" : "s",
-                   total_seconds_ / o_.steps);
+                   total_seconds_ / o_.steps, memory.c_str());
+    }
     if (leader_ && o_.profile) printProfile(ex_->profile(), o_.steps);
   }
 
@@ -1113,6 +1154,7 @@ class RankRun {
   std::ostream* log_ = nullptr;
   std::optional<ProgressBar> bar_;
   double total_seconds_ = 0;
+  int64_t max_peak_bytes_ = -1;  // the largest step's measured peak on this rank
 };
 
 }  // namespace

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <span>
 
 #include "ir/checked.h"
 
@@ -34,9 +35,109 @@ struct StorageMap {
   }
 };
 
-bool aliasesInput0(const Node* n) {
-  AliasKind a = n->info().alias;
-  return a == AliasKind::View || a == AliasKind::InPlace;
+// Whether a tensor of `shape` and `stride` can be viewed as `target` without a copy: PyTorch's
+// rule for view (and for reshape, which copies when it fails). Runs of input dimensions that are
+// contiguous with each other in memory (chunks) must each be the product of a run of target
+// dimensions. Size-1 dimensions go with any chunk.
+bool viewable(std::span<const int64_t> shape, std::span<const int64_t> stride,
+              std::span<const int64_t> target) {
+  if (stride.size() != shape.size()) return true;  // no strides: contiguous
+  int64_t numel = 1;
+  for (int64_t d : shape)
+    numel *= d;
+  if (numel == 0 || shape.empty()) return true;
+  auto view_d = static_cast<int64_t>(target.size()) - 1;
+  int64_t chunk_stride = stride.back();
+  int64_t chunk_numel = 1, view_numel = 1;
+  for (auto d = static_cast<int64_t>(shape.size()) - 1; d >= 0; --d) {
+    const auto ud = static_cast<size_t>(d);
+    chunk_numel *= shape[ud];
+    // The chunk ends at d when the next dimension out is not laid out right after it.
+    if (d == 0 || (shape[ud - 1] != 1 && stride[ud - 1] != chunk_numel * chunk_stride)) {
+      while (view_d >= 0 &&
+             (view_numel < chunk_numel || target[static_cast<size_t>(view_d)] == 1)) {
+        view_numel *= target[static_cast<size_t>(view_d)];
+        --view_d;
+      }
+      if (view_numel != chunk_numel) return false;
+      if (d > 0) {
+        chunk_stride = stride[ud - 1];
+        chunk_numel = view_numel = 1;
+      }
+    }
+  }
+  return view_d == -1;
+}
+
+// Contiguous as PyTorch's is_contiguous() says: row-major strides, the strides of size-1
+// dimensions ignored.
+bool denseRowMajor(const TensorMeta& t) {
+  if (t.stride.size() != t.shape.size()) return true;
+  int64_t expected = 1;
+  for (size_t i = t.shape.size(); i-- > 0;) {
+    if (t.shape[i] == 1) continue;
+    if (t.shape[i] == 0) return true;
+    if (t.stride[i] != expected) return false;
+    expected *= t.shape[i];
+  }
+  return true;
+}
+
+// The ops whose schema says "may alias input 0" but which copy when they must, as they decide at
+// run time from the input's layout (CompositeImplicit ops that make_fx keeps when a pass emits
+// them: bucket's reshape of a strided piece of a gathered bucket copies).
+struct MaybeViews {
+  const OpInfo* reshape = &opInfo("aten.reshape.default");
+  const OpInfo* reshape_as = &opInfo("aten.reshape_as.default");
+  const OpInfo* flatten = &opInfo("aten.flatten.using_ints");
+  const OpInfo* contiguous = &opInfo("aten.contiguous.default");
+  const OpInfo* to_dtype = &opInfo("aten.to.dtype");
+  const OpInfo* to_dtype_layout = &opInfo("aten.to.dtype_layout");
+  const OpInfo* type_as = &opInfo("aten.type_as.default");
+
+  // Whether `n`'s output shares input 0's storage.
+  bool aliasesInput0(const Node* n) const {
+    const OpInfo& info = n->info();
+    if (info.alias == AliasKind::InPlace) return true;
+    const Node* in0 = n->input(0);
+    const bool tensors = in0 && in0->val().isTensor() && n->val().isTensor();
+    // type_as is out of place in its schema but returns its input when the dtype already fits.
+    if (&info == type_as) return tensors && in0->val().tensor.dtype == n->val().tensor.dtype;
+    if (info.alias != AliasKind::View) return false;
+    if (!tensors) return true;
+    const TensorMeta& in = in0->val().tensor;
+    const TensorMeta& out = n->val().tensor;
+    if (&info == reshape || &info == reshape_as || &info == flatten)
+      return viewable(in.shape, in.stride, out.shape);
+    if (&info == contiguous) return out.stride == in.stride || denseRowMajor(in);
+    if (&info == to_dtype || &info == to_dtype_layout) {
+      const Arg* copy = n->kwarg("copy");
+      const bool forced = copy && copy->kind() == Arg::Kind::Bool && copy->toBool();
+      return in.dtype == out.dtype && in.stride == out.stride && !forced;
+    }
+    return true;
+  }
+};
+
+// The bytes of the buffer LibTorch's gloo backend allocates for a collective of its own (as
+// `jointfx exec` measures it with LibTorch 2.15): an all-gather copies its input; an all-gather of
+// N tensors stages N copies of the first tensor's size; a reduce-scatter (of one tensor or many)
+// reduces through a buffer of its inputs' size.
+int64_t glooStagingBytes(const Node* n) {
+  std::vector<const Node*> tensors;
+  for (const Arg& a : n->args()) {
+    if (a.isNode()) tensors.push_back(a.node());
+    if (a.isSequence())
+      for (const Arg& i : a.items())
+        if (i.isNode()) tensors.push_back(i.node());
+  }
+  if (tensors.empty()) return 0;
+  if (n->info().collective == CollectiveKind::AllGather && n->info().coalesced)
+    return saturatingMul(static_cast<int64_t>(tensors.size()), tensors.front()->val().bytes());
+  int64_t b = 0;
+  for (const Node* q : tensors)
+    b = saturatingAdd(b, q->val().bytes());
+  return b;
 }
 
 }  // namespace
@@ -58,13 +159,21 @@ MemoryProfile analyzeMemory(const Graph& g, const PhaseInfo& phases, const Memor
     m.storages.push_back({n->id(), element, step, input ? Storage::kPinned : step, bytes});
     return static_cast<int32_t>(m.storages.size() - 1);
   };
-  // A getitem reading a multi-output node reads only its element, whose storage it names
-  // itself, so it does not extend the other elements.
+  // Reading a node keeps all its outputs: a multi-output node's value is one tuple, which the
+  // executor (and FX's generated code) drops after its last reader, the last getitem, so every
+  // element lives at least that long.
+  auto extendStorage = [&](int32_t s, size_t t) {
+    if (s >= 0) m.storages[s].last_use = std::max(m.storages[s].last_use, static_cast<uint32_t>(t));
+  };
   auto extend = [&](const Node* p, size_t t) {
     for (uint32_t i = 0, k = outputCount(p); i < k; ++i)
-      if (int32_t s = m.elems[m.begin[p->id()] + i]; s >= 0)
-        m.storages[s].last_use = std::max(m.storages[s].last_use, static_cast<uint32_t>(t));
+      extendStorage(m.elems[m.begin[p->id()] + i], t);
   };
+  const MaybeViews views;
+  // Gloo's own buffers (MemoryOptions::backend): the staging storage of each collective that
+  // lives until its wait, by node id.
+  const bool gloo = opts.backend == CommBackend::Gloo;
+  std::vector<int32_t> staging_of(gloo ? n_ids : 0, -1);
 
   // 1. One walk of the program (each node's memory is read once: at 10^6 nodes a walk that
   // comes back to a node costs a cache miss per node): which storage each output names, and
@@ -92,8 +201,8 @@ MemoryProfile analyzeMemory(const Graph& g, const PhaseInfo& phases, const Memor
         s = fresh(n, static_cast<int32_t>(i), ev, step, true);
       } else if (n->info().category == OpCategory::Getitem && in0 && n->numArgs() > 1 &&
                  n->arg(1).isInt()) {
-        s = aliasesInput0(in0) ? m.first(in0) : m.element(in0, n->arg(1).toInt());
-      } else if (aliasesInput0(n) && in0) {
+        s = views.aliasesInput0(in0) ? m.first(in0) : m.element(in0, n->arg(1).toInt());
+      } else if (in0 && views.aliasesInput0(n)) {
         s = m.first(in0);
       } else if (n->info().alias == AliasKind::Out) {
         const Arg* out = n->kwarg("out");
@@ -105,7 +214,6 @@ MemoryProfile analyzeMemory(const Graph& g, const PhaseInfo& phases, const Memor
       m.elems.push_back(s);
     }
 
-    const bool getitem = n->info().category == OpCategory::Getitem;
     for (const Node* p : n->inputs()) {
       if (n->op() == OpKind::Output) {
         for (uint32_t i = 0, k = outputCount(p); i < k; ++i)
@@ -113,13 +221,32 @@ MemoryProfile analyzeMemory(const Graph& g, const PhaseInfo& phases, const Memor
             m.storages[s].last_use = Storage::kPinned;
         continue;
       }
-      if (getitem && isMultiOutput(p)) continue;
       extend(p, step);
     }
-    // A collective's inputs stay live until its wait: the transfer reads them until then.
-    if (n->isWait() && in0 && in0->isCollective())
-      for (const Node* q : in0->inputs())
-        extend(q, step);
+    if (gloo && n->isCollective()) {
+      // LibTorch's gloo backend copies an all-gather's input for the duration of the call, and
+      // reduce-scatters through an input-sized buffer that lives until the collective completes
+      // (docs/passes.md, "Memory analysis").
+      const CollectiveKind kind = n->info().collective;
+      if (kind == CollectiveKind::ReduceScatter || kind == CollectiveKind::AllGather) {
+        const auto t = static_cast<uint32_t>(step);
+        m.storages.push_back({n->id(), Storage::kStaging, t, t, glooStagingBytes(n)});
+        if (kind == CollectiveKind::ReduceScatter)
+          staging_of[n->id()] = static_cast<int32_t>(m.storages.size() - 1);
+      }
+    }
+    // A collective's inputs and outputs stay live until its last wait: the transfer reads and
+    // writes them until then. A coalesced collective's waits read getitems of it.
+    if (n->isWait() && in0) {
+      const Node* c = in0;
+      if (c->info().category == OpCategory::Getitem) c = c->input(0);
+      if (c && c->isCollective()) {
+        for (const Node* q : c->inputs())
+          extend(q, step);
+        extend(c, step);
+        if (gloo) extendStorage(staging_of[c->id()], step);
+      }
+    }
   }
 
   // Step 2 needs only the storages: the node tables go before its own are made (10 MB at 10^6

@@ -1,16 +1,23 @@
 // Memory analysis: liveness over storages in program order, and the estimated peak.
 //
-// Model (what a caching allocator sees when the graph runs node by node):
+// Model (what a caching allocator sees when the graph runs node by node, as runtime/executor.cc
+// runs it; `jointfx exec` measures the same quantity: docs/executor.md, "Measured memory"):
 //  - A node that makes fresh tensors allocates one storage per output tensor (a tuple value has
-//    one per element), sized from its output meta.
+//    one per element), sized from its output meta (bytes as requested: no allocator rounding).
 //  - Views share their base's storage: AliasKind::View ops (wait_tensor included), in-place ops
 //    (their input 0), `out=` ops (the out tensor), and getitems of view ops (split, unbind).
-//    A getitem of any other multi-output op names that op's element storage.
-//  - A storage is freed right after the last node that reads it or any of its aliases. Graph
-//    inputs (placeholders, get_attr) are never freed; values the output node returns live to the
-//    end; a collective's inputs live until its wait (the communication reads them until then).
+//    A getitem of any other multi-output op names that op's element storage. The ops that view
+//    when they can and copy when they must (reshape, flatten, contiguous, to, type_as) are
+//    decided from the input's strides, as PyTorch decides when it runs them.
+//  - A storage is freed right after the last node that reads it or any of its aliases; reading
+//    a multi-output node (a getitem) reads its whole tuple, so every element lives until the last
+//    getitem. Graph inputs (placeholders, get_attr) are never freed; values the output node
+//    returns live to the end; a collective's inputs and outputs live until its last wait (the
+//    communication reads and writes them until then).
 //  - The live bytes of a step count the node's fresh outputs together with everything still
-//    live, before that step's frees: the true high-water mark while the node runs.
+//    live, before that step's frees: the high-water mark while the node runs, short of the
+//    scratch memory inside the kernel.
+//  - MemoryOptions::backend Gloo adds the buffers LibTorch's gloo backend allocates for itself.
 // Nodes without tensor meta allocate nothing. Cost: O(N + E), plus O(S log S) for the largest
 // tensors at the peak.
 #pragma once
@@ -25,9 +32,16 @@
 
 namespace jfx {
 
+// Whose communication buffers the estimate counts. NCCL reads and writes a collective's own
+// input and output tensors, so nothing more is live; LibTorch's gloo backend stages through
+// tensors of its own (docs/passes.md, "Memory analysis"), which is what `jointfx exec` on CPU
+// measures.
+enum class CommBackend : uint8_t { Nccl, Gloo };
+
 struct MemoryOptions {
   size_t top_k = 10;       // largest live tensors reported at the peak
   bool lifetimes = false;  // fill MemoryProfile::storages
+  CommBackend backend = CommBackend::Nccl;
 };
 
 // One storage's life in steps of the program order: live on [born, last_use] (to the end when
@@ -36,8 +50,9 @@ struct MemoryOptions {
 // node ids fit 32 bits.
 struct StorageLife {
   static constexpr uint32_t kPinned = UINT32_MAX;  // last_use of a storage never freed
-  uint32_t owner = 0;                              // id of the node that allocates it
-  int32_t element = 0;                             // which output of a multi-output owner
+  static constexpr int32_t kStaging = -1;  // element of a backend's buffer (CommBackend::Gloo)
+  uint32_t owner = 0;                      // id of the node that allocates it
+  int32_t element = 0;                     // which output of a multi-output owner, or kStaging
   uint32_t born = 0;      // step that allocates it (storages are listed in step order)
   uint32_t last_use = 0;  // step after which it can be freed, or kPinned
   int64_t bytes = 0;
@@ -46,7 +61,7 @@ struct StorageLife {
 
 struct LiveTensor {
   const Node* owner = nullptr;  // the node that allocated the storage
-  int32_t element = 0;          // which output of a multi-output owner
+  int32_t element = 0;          // which output of a multi-output owner, or StorageLife::kStaging
   int64_t bytes = 0;
   bool is_input = false;  // a graph input (never freed)
 };

@@ -431,6 +431,83 @@ TEST_CASE("executor: values die after their last use, collective inputs live unt
   CHECK(ex2.stats().max_live_values >= 4);
 }
 
+TEST_CASE("executor: measures each run's peak of live tensor bytes, exactly", "[runtime]") {
+  // Note [Measured memory]. Inputs x, w: f32[8, 8], 256 B each, held the whole run.
+  //   a = mm(x, w)       +256 -> 768
+  //   t = t(a)           a view
+  //   b = neg(t)         +256 -> 1024, then a is freed (t was its last view) -> 768
+  //   c = add(b, b)      +256 -> 1024, then b is freed -> 768
+  //   sp = split(c, 4)   views of c; s0, s1 its getitems
+  //   d = exp(s0)        +128 -> 896; c lives on as the output s1
+  // Peak 1024 B.
+  Graph g;
+  Node* x = placeholder(g, "x", f32({8, 8}), InputKind::UserInput);
+  Node* w = placeholder(g, "w", f32({8, 8}), InputKind::Parameter, "w");
+  Node* a = call(g, "aten.mm.default", {N(x), N(w)}, f32({8, 8}), {}, "a");
+  TensorMeta tm = f32({8, 8});
+  tm.stride = {1, 8};
+  Node* t = call(g, "aten.t.default", {N(a)}, tm, {}, "t");
+  Node* b = call(g, "aten.neg.default", {N(t)}, tm, {}, "b");
+  Node* c = call(g, "aten.add.Tensor", {N(b), N(b)}, tm, {}, "c");
+  Node* sp = g.createCall("aten.split.Tensor", {N(c), Arg::ofInt(4)}, {}, nullptr, "sp");
+  TensorMeta half = f32({4, 8});
+  half.stride = {1, 8};
+  sp->val() = ValueMeta::ofList({ValueMeta::ofTensor(half), ValueMeta::ofTensor(half)});
+  Node* s0 = call(g, "operator.getitem", {N(sp), Arg::ofInt(0)}, half, {}, "s0");
+  Node* s1 = call(g, "operator.getitem", {N(sp), Arg::ofInt(1)}, half, {}, "s1");
+  Node* d = call(g, "aten.exp.default", {N(s0)}, half, {}, "d");
+  output(g, {d, s1});
+  rt::ExecutorOptions o;
+  o.memory_curve = true;
+  rt::Executor ex(g, o);
+  at::Tensor xv = at::randn({8, 8}), wv = at::randn({8, 8});
+  auto outs = ex.run({xv, wv});
+  CHECK(bitwiseEqual(outs[0].toTensor(), at::mm(xv, wv).t().neg().mul(2).split(4)[0].exp()));
+  CHECK(ex.stats().input_bytes == 512);
+  CHECK(ex.stats().peak_bytes == 1024);
+  CHECK(ex.stats().memory_curve == std::vector<int64_t>{768, 768, 1024, 1024, 768, 768, 768, 896});
+  CHECK(ex.stepName(2) == "b");
+  // The same on every run, and an input storage passed twice counts once.
+  ex.run({xv, xv});
+  CHECK(ex.stats().input_bytes == 256);
+  CHECK(ex.stats().peak_bytes == 768);
+  // Storages allocated before the run (the outputs just returned, the inputs) and freed during
+  // the next one do not lower it.
+  outs = ex.run({at::randn({8, 8}), at::randn({8, 8})});
+  CHECK(ex.stats().peak_bytes == 1024);
+
+  rt::ExecutorOptions off;
+  off.measure_memory = false;
+  rt::Executor quiet(g, off);
+  quiet.run({xv, wv});
+  CHECK(quiet.stats().peak_bytes == -1);
+  CHECK(quiet.stats().memory_curve.empty());
+}
+
+TEST_CASE("executor: a collective's own buffers count until its wait", "[runtime]") {
+  // World 1 on gloo. p: f32[16], 64 B. The all-gather's output is 64 B, and LibTorch's gloo
+  // copies its input (64 B) for the call: 192 B while it runs, then 128. The filler's 64 B make
+  // it 192 again, and so does the wait; s = add(w, filler) +64: 256, the peak.
+  Graph g;
+  addGroup(g, "0");
+  Node* p = placeholder(g, "p", f32({16}), InputKind::Parameter, "p");
+  Node* ag = call(g, "_c10d_functional.all_gather_into_tensor.default",
+                  {N(p), Arg::ofInt(1), Arg::ofStr("0")}, f32({16}));
+  Node* filler = call(g, "aten.neg.default", {N(p)}, f32({16}));
+  Node* w = call(g, "_c10d_functional.wait_tensor.default", {N(ag)}, f32({16}));
+  Node* s = call(g, "aten.add.Tensor", {N(w), N(filler)}, f32({16}));
+  output(g, {s});
+  World1 world(g);
+  rt::ExecutorOptions o;
+  o.memory_curve = true;
+  rt::Executor ex(g, o);
+  for (int i = 0; i < 3; ++i) {
+    ex.run({at::randn({16})});
+    CHECK(ex.stats().memory_curve == std::vector<int64_t>{192, 192, 192, 256});
+    CHECK(ex.stats().peak_bytes == 256);
+  }
+}
+
 TEST_CASE("process groups: gloo groups over the same ranks share one backend unless told not to",
           "[runtime]") {
   // As split-comm-groups leaves them: `0` and `0_rs` over the same ranks, plus a group of its own.

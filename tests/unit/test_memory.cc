@@ -81,9 +81,89 @@ TEST_CASE("memory: multi-output nodes and getitems of views", "[fsdp]") {
   Node* r2 = b.call("aten.exp.default", {N(r)}, f32({2}), "r2");
   b.output({r2});
   MemoryProfile p = profile(g);
-  // x | drop (+32, mask freed) | g0 | g1 | sp | s0 | r (+8, drop[0] freed) | r2 (+8, r freed) | out
-  CHECK(curveOf(p) == Bytes{16, 48, 32, 32, 32, 32, 40, 32, 24});
+  // x | drop (+32) | g0 | g1 (the tuple, mask included, dies after its last getitem) | sp | s0 |
+  // r (+8, drop[0] freed) | r2 (+8, r freed) | out
+  CHECK(curveOf(p) == Bytes{16, 48, 48, 48, 32, 32, 40, 32, 24});
   CHECK(p.peak_node == drop);
+}
+
+TEST_CASE("memory: a reshape copies when the strides do not allow a view", "[fsdp]") {
+  // As bucket leaves a gathered bucket: rows [2, 16], a piece [2, 8] of them with stride 16,
+  // reshaped to [16]: PyTorch copies (the piece's rows are not adjacent). A reshape of a
+  // contiguous tensor, and contiguous() of one, are views.
+  Graph g;
+  Node* x = placeholder(g, "x", f32({2, 16}), InputKind::UserInput);
+  Builder b{g, false};
+  Node* rows = b.call("aten.neg.default", {N(x)}, f32({2, 16}), "rows");  // 128 B
+  TensorMeta piece = f32({2, 8});
+  piece.stride = {16, 1};
+  Node* p0 = b.call("aten.slice.Tensor", {N(rows), Arg::ofInt(1), Arg::ofInt(0), Arg::ofInt(8)},
+                    piece, "p0");
+  Node* copy = b.call("aten.reshape.default", {N(p0), Arg::ofInts({16})}, f32({16}), "copy");
+  Node* flat = b.call("aten.reshape.default", {N(x), Arg::ofInts({32})}, f32({32}), "flat");
+  Node* cont = b.call("aten.contiguous.default", {N(flat)}, f32({32}), "cont");
+  Node* tr = b.call("aten.contiguous.default", {N(p0)}, f32({2, 8}), "tr");  // copies
+  Node* e = b.call("aten.add.Tensor", {N(copy), N(copy)}, f32({16}), "e");
+  b.output({e, cont, tr});
+  MemoryProfile p = profile(g);
+  // x 128 | rows +128 | p0 view | copy +64 | flat, cont: views of x | tr +64, then rows is freed |
+  // e +64, then copy is freed | out: x, tr, e
+  CHECK(curveOf(p) == Bytes{128, 256, 256, 320, 320, 320, 384, 320, 256});
+}
+
+TEST_CASE("memory: a coalesced collective's inputs and outputs live until its last wait",
+          "[fsdp]") {
+  Graph g;
+  Node* x = placeholder(g, "x", f32({4}), InputKind::UserInput);
+  Builder b{g, false};
+  Node* a = b.call("aten.neg.default", {N(x)}, f32({4}), "a");  // 16 B
+  Node* c = b.call("aten.exp.default", {N(x)}, f32({2}), "c");  // 8 B
+  Node* ag =
+      g.createCall("_c10d_functional.all_gather_into_tensor_coalesced.default",
+                   {Arg::ofList({N(a), N(c)}), Arg::ofInt(2), Arg::ofStr("0")}, {}, nullptr, "ag");
+  ag->val() = ValueMeta::ofList({ValueMeta::ofTensor(f32({8})), ValueMeta::ofTensor(f32({4}))});
+  Node* g0 = b.call("operator.getitem", {N(ag), Arg::ofInt(0)}, f32({8}), "g0");
+  Node* g1 = b.call("operator.getitem", {N(ag), Arg::ofInt(1)}, f32({4}), "g1");
+  Node* w0 = b.wait(g0, "w0");
+  Node* s0 = b.call("aten.sum.default", {N(w0)}, f32({}), "s0");
+  Node* w1 = b.wait(g1, "w1");
+  b.output({s0, w1});
+  MemoryProfile p = profile(g);
+  // x 16 | a +16 | c +8 | ag +48 | g0 | g1 | w0 | s0 +4 (ag[0] stays: the collective's tuple, a
+  // and c live until w1, its last wait) | w1, then a, c and ag[0] are freed | out: x, s0, ag[1]
+  CHECK(curveOf(p) == Bytes{16, 32, 40, 88, 88, 88, 88, 92, 92, 36});
+
+  // With gloo's buffers: the all-gather of 2 tensors stages 2 copies of the first (32 B) during
+  // its call.
+  MemoryOptions gloo;
+  gloo.backend = CommBackend::Gloo;
+  MemoryProfile pg = analyzeMemory(g, computePhases(g), gloo);
+  CHECK(curveOf(pg) == Bytes{16, 32, 40, 120, 88, 88, 88, 92, 92, 36});
+  CHECK(pg.peak_node == ag);
+}
+
+TEST_CASE("memory: gloo's reduce-scatter buffer lives until the wait", "[fsdp]") {
+  Graph g;
+  Node* x = placeholder(g, "x", f32({8}), InputKind::UserInput);  // 32 B
+  Builder b{g, false};
+  Node* gr = b.call("aten.neg.default", {N(x)}, f32({8}), "gr");  // 32 B
+  Node* rs = b.reduceScatter(gr, 2, "rs");                        // 16 B
+  Node* z = b.call("aten.exp.default", {N(x)}, f32({8}), "z");    // 32 B
+  Node* w = b.wait(rs, "w");
+  Node* s = b.call("aten.add.Tensor", {N(w), N(w)}, f32({4}), "s");
+  b.output({s, z});
+  MemoryProfile nccl = profile(g);
+  CHECK(curveOf(nccl) == Bytes{32, 64, 80, 112, 112, 96, 80});
+  MemoryOptions o;
+  o.backend = CommBackend::Gloo;
+  MemoryProfile gloo = analyzeMemory(g, computePhases(g), o);
+  // + gr's 32 B staged from rs to w
+  CHECK(curveOf(gloo) == Bytes{32, 64, 112, 144, 144, 96, 80});
+  CHECK(gloo.peak_bytes == 144);
+  bool staged = false;
+  for (const LiveTensor& t : gloo.largest_at_peak)
+    staged |= t.owner == rs && t.element == StorageLife::kStaging && t.bytes == 32;
+  CHECK(staged);
 }
 
 TEST_CASE("memory: phase peaks on the worked example", "[fsdp]") {

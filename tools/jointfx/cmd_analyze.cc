@@ -1,4 +1,5 @@
-// jointfx analyze IN [--json] [--memory-csv FILE] [--top K] [--hardware FILE [--trace FILE]]:
+// jointfx analyze IN [--json] [--memory-csv FILE] [--comm-backend nccl|gloo] [--top K]
+// [--hardware FILE [--trace FILE]]:
 // what the analyses say about a graph. Sections, in order: graph, phases
 // (passes/analysis/phase.h), fsdp (passes/analysis/fsdp.h), blocks (passes/analysis/blocks.h),
 // memory (passes/analysis/memory.h),
@@ -37,6 +38,7 @@ struct AnalyzeArgs {
   bool json = false;
   bool no_verify = false;
   std::string memory_csv;  // "" = none
+  std::string comm_backend = "nccl";
   size_t top = 10;
   std::string hardware;  // "" = no simulation
   std::string trace;     // "" = none; needs hardware
@@ -174,7 +176,7 @@ void blocksSection(const BlockAnalysis& blocks, nlohmann::json& j, std::ostream&
 }
 
 // ---- memory
-void memorySection(const PhaseInfo& phases, const MemoryProfile& mem, nlohmann::json& j,
+void memorySection(const PhaseInfo& phases, const MemoryProfile& mem, bool gloo, nlohmann::json& j,
                    std::ostream& text) {
   nlohmann::json per_phase = nlohmann::json::object();
   for (Phase p : {Phase::Forward, Phase::Loss, Phase::Backward}) {
@@ -193,9 +195,10 @@ void memorySection(const PhaseInfo& phases, const MemoryProfile& mem, nlohmann::
                  {"peak_node", mem.peak_node ? mem.peak_node->name() : ""},
                  {"peak_phase", phaseOf(phases, mem.peak_node)},
                  {"input_bytes", mem.input_bytes},
+                 {"comm_backend", gloo ? "gloo" : "nccl"},
                  {"phase_peaks", per_phase},
                  {"largest_at_peak", largest}};
-  text << "memory (estimated):\n"
+  text << (gloo ? "memory (estimated, with gloo's buffers):\n" : "memory (estimated):\n")
        << "  peak: " << formatBytes(mem.peak_bytes);
   if (mem.peak_node)
     text << " at '" << mem.peak_node->name() << "' (" << phaseOf(phases, mem.peak_node) << ")";
@@ -209,6 +212,10 @@ void memorySection(const PhaseInfo& phases, const MemoryProfile& mem, nlohmann::
   if (!mem.largest_at_peak.empty()) text << "  largest live tensors at the peak:\n";
   for (const LiveTensor& t : mem.largest_at_peak) {
     text << "    " << formatBytes(t.bytes) << "  " << t.owner->name();
+    if (t.element == StorageLife::kStaging) {
+      text << " (gloo staging)\n";
+      continue;
+    }
     if (t.element) text << "[" << t.element << "]";
     text << " (" << (t.is_input ? "graph input" : phaseOf(phases, t.owner)) << ")\n";
   }
@@ -239,6 +246,8 @@ int runAnalyze(const AnalyzeArgs& args) {
   FsdpAnalysis fsdp = analyzeFsdp(*g, phases);
   MemoryOptions mopts;
   mopts.top_k = args.top;
+  const bool gloo = args.comm_backend == "gloo";
+  mopts.backend = gloo ? CommBackend::Gloo : CommBackend::Nccl;
   MemoryProfile mem = analyzeMemory(*g, phases, mopts);
 
   nlohmann::json report = nlohmann::json::object();
@@ -247,7 +256,7 @@ int runAnalyze(const AnalyzeArgs& args) {
   phaseSection(*g, phases, report, text);
   fsdpSection(*g, phases, fsdp, report, text);
   blocksSection(analyzeBlocks(*g), report, text);
-  memorySection(phases, mem, report, text);
+  memorySection(phases, mem, gloo, report, text);
 
   // ---- simulation (passes/analysis/simulator.h): the memory section above already has the peak.
   if (!args.hardware.empty()) {
@@ -315,6 +324,11 @@ void addAnalyzeCommand(CLI::App& app, int& exit_code) {
       "Analyze without verifying first (e.g. dead reads of a collective before its wait)");
   cmd->add_option("--memory-csv", args->memory_csv,
                   "Write the live-bytes curve (step,node,phase,live_bytes) to this CSV file");
+  cmd->add_option("--comm-backend", args->comm_backend,
+                  "Whose communication buffers the memory estimate counts: nccl (none beyond the "
+                  "collectives' tensors) or gloo (its staging copies, as `jointfx exec` on CPU "
+                  "measures)")
+      ->check(CLI::IsMember({"nccl", "gloo"}));
   cmd->add_option("--top", args->top, "Largest live tensors to list at the peak (default 10)")
       ->check(IntRange(0, 1000000000));
   cmd->add_option("--hardware", args->hardware,

@@ -29,6 +29,10 @@ void addExecCommand(CLI::App& app, int& exit_code) {
   cmd->add_option(
       "--log", o->log,
       "JSONL loss log, - for stdout ({rank} in the path: one file per rank; else rank 0 only)");
+  cmd->add_option("--memory-csv", o->memory_csv,
+                  "CSV step,node,live_bytes: the last step's measured live tensor bytes at each "
+                  "node, inputs included ({rank} in the path: one file per rank; else rank 0 "
+                  "only)");
   cmd->add_option("--progress", o->progress, "Progress bar on stderr: auto (a TTY), always, never")
       ->check(CLI::IsMember({"auto", "always", "never"}));
   cmd->add_flag("-q,--quiet", o->quiet, "No loss lines on stdout");

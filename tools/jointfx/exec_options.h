@@ -59,6 +59,8 @@ inline void addRunOptions(CLI::App* cmd, rt::ExecOptions& o) {
                 "Do not compare op outputs with the graph's tensor meta");
   cmd->add_flag("--profile", o.profile,
                 "Time every node; rank 0 prints the time per op target at the end (stderr)");
+  cmd->add_flag("!--no-measure-memory", o.measure_memory,
+                "Do not measure each step's peak of live tensor bytes (the log's peak_bytes)");
   // Failure injection for the launcher's tests; hidden from --help.
   cmd->add_option("--debug-fail-rank", o.debug_fail_rank)->group("");
   cmd->add_option("--debug-fail-step", o.debug_fail_step)->group("");

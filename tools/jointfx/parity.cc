@@ -5,7 +5,11 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
 
 #include "ir/error.h"
 #include "ir/hash.h"
@@ -35,6 +39,30 @@ int runForParity(const ExecOptions& base, const std::string& graph, const std::s
   e.progress = "never";
   const RuntimeApi* rt = runtimeFor("parity");
   return rt ? rt->run_exec(e) : kExecInputError;
+}
+
+// Each rank's measured peak of live tensor bytes over the steps of a run (`peak_bytes` in its
+// loss logs, Note [Measured memory] in runtime/memory_meter.h); -1 where a log has none.
+std::vector<int64_t> peaksOf(const std::string& dir, int nproc) {
+  std::vector<int64_t> peaks;
+  for (int r = 0; r < nproc; ++r) {
+    int64_t peak = -1;
+    std::ifstream in(dir + "/loss.rank" + std::to_string(r) + ".jsonl");
+    for (std::string line; std::getline(in, line);) {
+      auto j = nlohmann::json::parse(line, nullptr, false);
+      if (j.is_object() && j.contains("peak_bytes") && j["peak_bytes"].is_number_integer())
+        peak = std::max(peak, j["peak_bytes"].get<int64_t>());
+    }
+    peaks.push_back(peak);
+  }
+  return peaks;
+}
+
+std::string peaksText(const std::vector<int64_t>& peaks) {
+  std::string s;
+  for (int64_t p : peaks)
+    s += (s.empty() ? "" : ", ") + (p < 0 ? std::string("n/a") : std::to_string(p) + " B");
+  return s;
 }
 
 }  // namespace
@@ -190,6 +218,10 @@ int runParity(const ParityOptions& o) {
       if (int code = runForParity(o.exec, c.graph, c.dir); code != kExecOk)
         return failed("B " + c.label, c.graph, code);
       if (!reportComparison(o, work, c)) all_same = remove_work = false;
+      // What each rank held at most, A beside B: what the pipeline did to memory, measured.
+      std::printf("parity: peak tensor memory per rank (measured, largest step): A %s; B %s\n",
+                  peaksText(peaksOf(work + "/a", o.exec.nproc)).c_str(),
+                  peaksText(peaksOf(c.dir, o.exec.nproc)).c_str());
       std::fflush(stdout);
     }
     if (remove_work) std::filesystem::remove_all(work);
