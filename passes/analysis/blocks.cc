@@ -54,16 +54,43 @@ void forEachIndex(std::string_view fqn, F&& f, bool last_too = true) {
   }
 }
 
-// Candidate containers: prefixes followed by at least two distinct integers.
+// A prefix with its index components replaced by '#': "stages.#.blocks" for "stages.2.blocks".
+std::string indexPattern(std::string_view prefix) {
+  std::string out;
+  size_t start = 0;
+  while (start <= prefix.size()) {
+    size_t end = prefix.find('.', start);
+    if (end == std::string_view::npos) end = prefix.size();
+    std::string_view part = prefix.substr(start, end - start);
+    const bool index =
+        !part.empty() && part.find_first_not_of("0123456789") == std::string_view::npos;
+    if (start > 0) out += '.';
+    out += index ? std::string_view("#") : part;
+    start = end + 1;
+  }
+  return out;
+}
+
+// Candidate containers: prefixes followed by at least two distinct integers; and a prefix
+// followed by one, inside an indexed entry, whose siblings are containers (a stage of depth 1,
+// stages.0.blocks.0, beside stages.1.blocks.0 and stages.1.blocks.1: the same stack, one deep).
 std::set<std::string> candidateContainers(const std::vector<std::string>& fqns) {
   std::map<std::string, std::set<int64_t>> ints;
   for (const std::string& f : fqns)
     forEachIndex(
         f, [&](const IndexAt& ix) { ints[f.substr(0, ix.prefix_len)].insert(ix.value); },
         /*last_too=*/false);
-  std::set<std::string> out;
+  std::set<std::string> out, patterns;
   for (auto& [prefix, values] : ints)
-    if (values.size() >= 2) out.insert(prefix);
+    if (values.size() >= 2) {
+      out.insert(prefix);
+      patterns.insert(indexPattern(prefix));
+    }
+  for (auto& [prefix, values] : ints)
+    if (values.size() == 1 && !prefix.empty()) {
+      std::string pattern = indexPattern(prefix);
+      if (pattern != prefix && patterns.count(pattern)) out.insert(prefix);
+    }
   return out;
 }
 
@@ -83,7 +110,9 @@ std::set<std::string> heterogeneousContainers(const std::vector<std::string>& fq
     });
   std::set<std::string> out;
   for (const auto& [prefix, entries] : suffixes) {
-    bool repeated = false;
+    // One entry (a sibling of a container, above): nothing to compare, so nothing says its
+    // entries differ.
+    bool repeated = entries.size() == 1;
     const std::set<std::string>* prev = nullptr;
     for (const auto& [index, names] : entries) {
       if (prev && (std::includes(prev->begin(), prev->end(), names.begin(), names.end()) ||

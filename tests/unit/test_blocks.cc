@@ -117,6 +117,23 @@ TEST_CASE("blocks: names from FQN sets", "[blocks]") {
     CHECK(n.block_of == want);
     std::set<std::string> distinct(want.begin(), want.end());
     CHECK(distinct.size() == 12 + 1);  // 12 blocks and ""
+    // A stage of depth 1 (timm's tiny test configs: depths 1, 2, 1, 1) is the same stack, one
+    // deep: stages.0.blocks.0 is a block as stages.1.blocks.0 is, not stages.0.
+    auto shallow = nameBlocks({"stem.0.weight", "stem.1.weight", "stages.0.blocks.0.conv_dw.weight",
+                               "stages.0.blocks.0.mlp.fc1.weight", "stages.1.downsample.1.weight",
+                               "stages.1.blocks.0.conv_dw.weight",
+                               "stages.1.blocks.1.conv_dw.weight", "stages.2.downsample.1.weight",
+                               "stages.2.blocks.0.conv_dw.weight", "head.fc.weight"});
+    CHECK(shallow.containers ==
+          std::vector<std::string>{"stages.0.blocks", "stages.1.blocks", "stages.2.blocks"});
+    CHECK(shallow.block_of == std::vector<std::string>{"", "", "stages.0.blocks.0",
+                                                       "stages.0.blocks.0", "", "stages.1.blocks.0",
+                                                       "stages.1.blocks.1", "", "stages.2.blocks.0",
+                                                       ""});
+    // Only inside an indexed entry: a lone `encoder.layer.0` beside `decoder.layers.0/1` is
+    // not promoted.
+    CHECK(nameBlocks({"enc.layer.0.w", "dec.layer.0.w", "dec.layer.1.w"}).containers ==
+          std::vector<std::string>{"dec.layer"});
   }
   SECTION("ResNet (torchvision, timm): layerN.M; a block's own downsample stays in it") {
     auto n =
