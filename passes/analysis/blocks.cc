@@ -54,16 +54,43 @@ void forEachIndex(std::string_view fqn, F&& f, bool last_too = true) {
   }
 }
 
-// Candidate containers: prefixes followed by at least two distinct integers.
+// A prefix with its index components replaced by '#': "stages.#.blocks" for "stages.2.blocks".
+std::string indexPattern(std::string_view prefix) {
+  std::string out;
+  size_t start = 0;
+  while (start <= prefix.size()) {
+    size_t end = prefix.find('.', start);
+    if (end == std::string_view::npos) end = prefix.size();
+    std::string_view part = prefix.substr(start, end - start);
+    const bool index =
+        !part.empty() && part.find_first_not_of("0123456789") == std::string_view::npos;
+    if (start > 0) out += '.';
+    out += index ? std::string_view("#") : part;
+    start = end + 1;
+  }
+  return out;
+}
+
+// Candidate containers: prefixes followed by at least two distinct integers; and a prefix
+// followed by one, inside an indexed entry, whose siblings are containers (a stage of depth 1,
+// stages.0.blocks.0, beside stages.1.blocks.0 and stages.1.blocks.1: the same stack, one deep).
 std::set<std::string> candidateContainers(const std::vector<std::string>& fqns) {
   std::map<std::string, std::set<int64_t>> ints;
   for (const std::string& f : fqns)
     forEachIndex(
         f, [&](const IndexAt& ix) { ints[f.substr(0, ix.prefix_len)].insert(ix.value); },
         /*last_too=*/false);
-  std::set<std::string> out;
+  std::set<std::string> out, patterns;
   for (auto& [prefix, values] : ints)
-    if (values.size() >= 2) out.insert(prefix);
+    if (values.size() >= 2) {
+      out.insert(prefix);
+      patterns.insert(indexPattern(prefix));
+    }
+  for (auto& [prefix, values] : ints)
+    if (values.size() == 1 && !prefix.empty()) {
+      std::string pattern = indexPattern(prefix);
+      if (pattern != prefix && patterns.count(pattern)) out.insert(prefix);
+    }
   return out;
 }
 
@@ -83,7 +110,9 @@ std::set<std::string> heterogeneousContainers(const std::vector<std::string>& fq
     });
   std::set<std::string> out;
   for (const auto& [prefix, entries] : suffixes) {
-    bool repeated = false;
+    // One entry (a sibling of a container, above): nothing to compare, so nothing says its
+    // entries differ.
+    bool repeated = entries.size() == 1;
     const std::set<std::string>* prev = nullptr;
     for (const auto& [index, names] : entries) {
       if (prev && (std::includes(prev->begin(), prev->end(), names.begin(), names.end()) ||
@@ -126,10 +155,15 @@ std::set<std::string> layerListContainers(const std::vector<std::string>& fqns,
 // side with nothing around it, or read as side by side after bucketing hid which parameters a
 // compute node reads: a container whose entries repeat still beats a list of different
 // modules); else the innermost candidate.
-std::pair<std::string, std::string> chooseBlock(
-    std::string_view fqn, const std::set<std::string>& candidates,
-    const std::set<std::string>& heterogeneous, const std::set<std::string>& layer_lists,
-    const std::function<bool(const std::string&)>& parallel) {
+struct Choice {
+  std::string container;  // may be "", the root
+  std::string block;      // "" when none was found
+  bool module = false;    // entries are repeated modules with parts (not single layers)
+};
+Choice chooseBlock(std::string_view fqn, const std::set<std::string>& candidates,
+                   const std::set<std::string>& heterogeneous,
+                   const std::set<std::string>& layer_lists,
+                   const std::function<bool(const std::string&)>& parallel) {
   // (container, block); the block is "" when none was found (the container may be "", the root)
   std::pair<std::string, std::string> inner_any, inner_rep, inner_seq, inner_module;
   forEachIndex(fqn, [&](const IndexAt& ix) {
@@ -147,9 +181,18 @@ std::pair<std::string, std::string> chooseBlock(
     inner_seq = c;
     if (!layer_lists.count(prefix)) inner_module = c;
   });
-  if (!inner_module.second.empty()) return inner_module;
-  if (!inner_seq.second.empty()) return inner_seq;
-  return inner_rep.second.empty() ? inner_any : inner_rep;
+  if (!inner_module.second.empty()) return {inner_module.first, inner_module.second, true};
+  if (!inner_seq.second.empty()) return {inner_seq.first, inner_seq.second, false};
+  const auto& c = inner_rep.second.empty() ? inner_any : inner_rep;
+  return {c.first, c.second, false};
+}
+
+// Whether some block in `blocks` (sorted) lies strictly inside `block` ("stages.1.blocks.0"
+// inside "stages.1").
+bool enclosesBlock(const std::string& block, const std::set<std::string>& blocks) {
+  const std::string prefix = block + ".";
+  auto it = blocks.lower_bound(prefix);
+  return it != blocks.end() && it->starts_with(prefix);
 }
 
 }  // namespace
@@ -163,12 +206,29 @@ BlockNaming nameBlocks(const std::vector<std::string>& fqns,
   // A root of different modules is simply no container (no outer one it gave way to).
   for (const std::string& h : heterogeneous)
     if (!h.empty()) out.heterogeneous.push_back(h);
+  std::vector<Choice> choices;
+  choices.reserve(fqns.size());
+  bool any_module = false;
+  for (const std::string& f : fqns) {
+    choices.push_back(chooseBlock(f, candidates, heterogeneous, layer_lists, parallel));
+    any_module = any_module || choices.back().module;
+  }
+  // The units a user would wrap (docs/passes.md, "Blocks"). Where the model has blocks that are
+  // repeated modules, a list of single layers with no container around it (ConvNeXt's
+  // `stem.0` convolution and `stem.1` norm) is not a list of blocks; and the parameters an entry
+  // holds beside the blocks of an inner container (`stages.1.downsample` beside
+  // `stages.1.blocks.M`) are not a block either: both stay outside every block.
+  std::set<std::string> module_blocks;
+  for (const Choice& c : choices)
+    if (c.module) module_blocks.insert(c.block);
   std::set<std::string> used;
   out.block_of.reserve(fqns.size());
-  for (const std::string& f : fqns) {
-    auto [container, block] = chooseBlock(f, candidates, heterogeneous, layer_lists, parallel);
-    if (!block.empty()) used.insert(container);
-    out.block_of.push_back(block);
+  for (Choice& c : choices) {
+    if (!c.block.empty() && ((any_module && !c.module && layer_lists.count(c.container)) ||
+                             enclosesBlock(c.block, module_blocks)))
+      c.block.clear();
+    if (!c.block.empty()) used.insert(c.container);
+    out.block_of.push_back(std::move(c.block));
   }
   out.containers.assign(used.begin(), used.end());
   return out;

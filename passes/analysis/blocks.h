@@ -8,7 +8,12 @@
 //    with two distinct integers ("layers", "transformer.h", "model.layers", "encoder.layer",
 //    "stages.0.blocks", "stages"); a module name `<stem>_<int>` is such an index too, after the
 //    container `P.<stem>_` (torchvision's `encoder.layers.encoder_layer_3`), but a parameter's
-//    own name never is (`weight_ih_l0`);
+//    own name never is (`weight_ih_l0`); a prefix with a single index inside an indexed entry is
+//    one when a sibling of the same pattern is (`stages.0.blocks` beside `stages.1.blocks`:
+//    both `stages.#.blocks`, a stack one deep);
+//  - parameters an entry holds beside an inner container's blocks (a stage's downsample) are in
+//    no block, and where some blocks are modules with parts, a list of single layers with no
+//    container around it (a stem of Conv2d and norm) names none: the units a user would wrap;
 //  - a parameter's block is `P.<int>` for the innermost container P on its FQN, so
 //    `stages.0.blocks.3.conv.weight` is in block `stages.0.blocks.3`, not `stages.0`;
 //  - the root module is a container too when FQNs start with two or more integers (a model that

@@ -29,6 +29,7 @@
 #include "passes/analysis/simulator.h"
 #include "passes/bucket/schedule.h"
 #include "passes/bucket/split_comm_groups.h"
+#include "passes/plan/reference_plan.h"
 
 namespace jfx {
 namespace {
@@ -779,7 +780,8 @@ constexpr OptionDecl kBucketOptions[] = {
      "keep each gradient's summation order: pad reduce-scatter buckets to gloo ring chunks, leave "
      "the others alone"},
     {"memory-limit", "bytes", "input",
-     "estimated peak bound: input (the input's own peak), none, or BYTES"},
+     "estimated peak bound: input (the input's own peak), reference (the reference plan's, "
+     "FSDP2's, if larger), none, or BYTES"},
 };
 constexpr StatisticDecl kBucketStatistics[] = {
     {"collectives-before", "collectives in the input"},
@@ -794,6 +796,7 @@ constexpr StatisticDecl kBucketStatistics[] = {
     {"unbucketed.memory", "collectives left alone to stay under memory-limit"},
     {"memory-peak-before", "estimated peak bytes of the input"},
     {"memory-limit", "the bound in bytes"},
+    {"reference-peak", "memory-limit=reference: the reference plan's estimated peak bytes"},
     {"memory-rounds", "rounds that dropped buckets to fit the bound"},
     {"memory-peak-estimate", "estimated peak bytes of the output"},
     {"auto-candidates", "plan=auto: candidate plans timed"},
@@ -857,7 +860,10 @@ void BucketPass::configure(PassOptions& options) {
   opts_.exact_rs_order = options.getBool("exact-rs-order", true);
   std::string limit = options.getString("memory-limit", "input");
   try {
-    opts_.memory_limit = limit == "input" ? -1 : limit == "none" ? 0 : parseByteSize(limit);
+    opts_.memory_limit = limit == "input"       ? -1
+                         : limit == "reference" ? kMemoryLimitReference
+                         : limit == "none"      ? 0
+                                                : parseByteSize(limit);
   } catch (const JfxError& e) {
     throw JfxError({}, "pass 'bucket': option 'memory-limit': " + e.message());
   }
@@ -879,11 +885,27 @@ int64_t glooRingChunkElems(int64_t numel, int64_t elem_size, int64_t group_size)
 
 namespace {
 
-// The memory bound of bucketCollectives for a graph whose estimated peak is `peak_before`.
-int64_t boundFor(const BucketOptions& opts, int64_t peak_before) {
+// The memory bound of bucketCollectives for `g`, whose estimated peak is `peak_before`;
+// memory-limit=reference builds the reference plan's bucket and schedule on a copy of `g`.
+int64_t boundFor(const Graph& g, const BucketOptions& opts, int64_t peak_before, PassContext& ctx) {
+  if (opts.memory_limit == kMemoryLimitReference) {
+    const int64_t ref = referencePlanTail(g).peak_bytes;
+    ctx.stat("reference-peak", ref);
+    return std::max(ref, peak_before);
+  }
   return opts.memory_limit == 0  ? 0
          : opts.memory_limit < 0 ? peak_before
                                  : std::max(opts.memory_limit, peak_before);
+}
+
+// A finding whenever the bound keeps collectives out of buckets (the warning below when it keeps
+// every one out): how many, and under which bound.
+void warnUnbucketedForMemory(bool changed, int64_t bound, PassContext& ctx) {
+  auto it = ctx.stats.find("unbucketed.memory");
+  if (!changed || it == ctx.stats.end() || it->second == 0) return;
+  ctx.warn("bucket: " + std::to_string(it->second) +
+           " collectives stay unbucketed to keep the estimated peak within the memory bound " +
+           formatBytes(bound) + " (statistic unbucketed.memory)");
 }
 
 // After the final rewrite under `bound`: when the bound left out every collective a bucket would
@@ -894,7 +916,7 @@ int64_t boundFor(const BucketOptions& opts, int64_t peak_before) {
 bool warnIfBoundLeftNothing(bool changed, size_t excluded, int64_t bound, PassContext& ctx) {
   if (!changed && excluded > 0)
     ctx.warn("bucket: formed no bucket: the memory bound " + formatBytes(bound) +
-             " (the input's own estimated peak, or memory-limit if larger) left all " +
+             " (memory-limit, or the input's own estimated peak if larger) left all " +
              std::to_string(excluded) +
              " collectives unbucketed, since their buckets raised the estimated peak above it; "
              "memory-limit=none or a device limit such as memory-limit=70GiB buckets them");
@@ -920,7 +942,7 @@ std::unique_ptr<Graph> boundedCopy(const Graph& g, const BucketOptions& opts, in
 bool bucketAuto(Graph& g, const BucketOptions& opts, PassContext& ctx) {
   if (!opts.cost) throw JfxError({}, "pass 'bucket': plan=auto needs a hardware profile");
   const int64_t peak_before = ctx.analyses.get<MemoryProfile>(g).peak_bytes;
-  const int64_t bound = boundFor(opts, peak_before);
+  const int64_t bound = boundFor(g, opts, peak_before, ctx);
   const std::vector<BucketCandidate> cands = bucketAutoCandidates(opts);
   // Every copy is a clone of `g`, whose block analysis (FQNs only) is theirs too; and the
   // analyses of one pristine clone serve every candidate's copy (BucketAnalyses).
@@ -1036,6 +1058,7 @@ bool bucketAuto(Graph& g, const BucketOptions& opts, PassContext& ctx) {
                  formatBytes(bound));
   }
   const bool changed = Bucketer(g, cands[best].opts, ctx, best_excluded, &blocks).run();
+  warnUnbucketedForMemory(changed, bound, ctx);
   return warnIfBoundLeftNothing(changed, best_excluded.size(), bound, ctx);
 }
 
@@ -1175,7 +1198,7 @@ bool bucketFixed(Graph& g, const BucketOptions& opts, PassContext& ctx) {
   // moved storages are live at an over-bound step. A few rounds settle it (each drops every
   // offending bucket at once); past 8 rounds nothing is bucketed.
   const int64_t peak_before = ctx.analyses.get<MemoryProfile>(g).peak_bytes;
-  const int64_t bound = boundFor(opts, peak_before);
+  const int64_t bound = boundFor(g, opts, peak_before, ctx);
   ctx.stat("memory-peak-before", peak_before);
   ctx.stat("memory-limit", bound);
   // The copies are clones of `g`: one block analysis serves every round and the final rewrite.
@@ -1286,6 +1309,7 @@ bool bucketFixed(Graph& g, const BucketOptions& opts, PassContext& ctx) {
   const bool changed = last.run();
   if (blocksSurvive(opts, last.bucketMembers())) ctx.preserve<BlockAnalysis>();
   if (!writes) ctx.preserve<WrittenStorage>();
+  warnUnbucketedForMemory(changed, bound, ctx);
   return warnIfBoundLeftNothing(changed, excluded.size(), bound, ctx);
 }
 

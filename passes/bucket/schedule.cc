@@ -23,6 +23,7 @@
 #include "passes/analysis/phase.h"
 #include "passes/analysis/simulator.h"
 #include "passes/bucket/max_tree.h"
+#include "passes/plan/reference_plan.h"
 
 namespace jfx {
 namespace {
@@ -401,11 +402,13 @@ constexpr OptionDecl kScheduleOptions[] = {
      "0..max-prefetch with the shortest simulated step within memory-limit"},
     {"max-prefetch", "int", "", "prefetch=auto: the largest K tried, in [0, 64] (unset: 3)"},
     {"hardware", "path", "",
-     "prefetch=auto: the hardware profile (JSON) that times the candidates"},
+     "prefetch=auto: the hardware profile (JSON) that times the candidates; "
+     "memory-limit=reference: times the result against the reference plan"},
     {"defer-rs", "bool", "true",
      "defer each reduce-scatter's wait past the next reduce-scatter's launch"},
     {"memory-limit", "bytes", "input",
-     "estimated peak bound: input (the input's own peak), none, or BYTES"},
+     "estimated peak bound: input (the input's own peak), reference (the reference plan's, "
+     "FSDP2's, if larger), none, or BYTES"},
 };
 constexpr StatisticDecl kScheduleStatistics[] = {
     {"blocks", "blocks found by the block analysis"},
@@ -419,7 +422,14 @@ constexpr StatisticDecl kScheduleStatistics[] = {
     {"memory-peak-estimate", "estimated peak bytes of the output"},
     {"auto-candidates", "prefetch=auto: prefetch distances timed"},
     {"auto-prefetch", "prefetch=auto: the distance chosen"},
-    {"simulated-step-us", "prefetch=auto: the chosen distance's simulated step, microseconds"},
+    {"simulated-step-us",
+     "prefetch=auto: the chosen distance's simulated step; memory-limit=reference with hardware: "
+     "the result's (microseconds)"},
+    {"reference-peak", "memory-limit=reference: the reference plan's estimated peak bytes"},
+    {"reference-step-us", "memory-limit=reference with hardware: the reference plan's step"},
+    {"reference-fallback",
+     "memory-limit=reference: 1 when the reference plan was faster and "
+     "replaced the result"},
 };
 
 }  // namespace
@@ -446,23 +456,69 @@ void SchedulePass::configure(PassOptions& options) {
   opts_.max_prefetch = options.getInt("max-prefetch", 3, 0, 64);
   if (!opts_.auto_prefetch && options.has("max-prefetch"))
     throw JfxError({}, "pass 'schedule': option 'max-prefetch' is read by prefetch=auto only");
+  opts_.defer_reduce_scatter = options.getBool("defer-rs", true);
+  std::string limit = options.getString("memory-limit", "input");
+  try {
+    opts_.memory_limit = limit == "input"       ? -1
+                         : limit == "reference" ? kMemoryLimitReference
+                         : limit == "none"      ? 0
+                                                : parseByteSize(limit);
+  } catch (const JfxError& e) {
+    throw JfxError({}, "pass 'schedule': option 'memory-limit': " + e.message());
+  }
   std::string hardware = options.getString("hardware", "");
-  if (opts_.auto_prefetch) {
+  if (opts_.auto_prefetch && opts_.memory_limit == kMemoryLimitReference)
+    throw JfxError({},
+                   "pass 'schedule': memory-limit=reference is for a fixed prefetch (the "
+                   "reference plan prefetches 1); prefetch=auto takes BYTES, input or none");
+  if (!hardware.empty() && opts_.memory_limit == kMemoryLimitReference) {
+    opts_.cost = std::make_shared<const CostModel>(loadHardwareProfile(hardware));
+  } else if (opts_.auto_prefetch) {
     if (hardware.empty())
       throw JfxError({},
                      "pass 'schedule': prefetch=auto needs hardware=FILE (a profile such as "
                      "configs/hardware/h100.json) to time its candidates");
     opts_.cost = std::make_shared<const CostModel>(loadHardwareProfile(hardware));
   } else if (!hardware.empty()) {
-    throw JfxError({}, "pass 'schedule': option 'hardware' is read by prefetch=auto only");
+    throw JfxError({},
+                   "pass 'schedule': option 'hardware' is read by prefetch=auto and "
+                   "memory-limit=reference only");
   }
-  opts_.defer_reduce_scatter = options.getBool("defer-rs", true);
-  std::string limit = options.getString("memory-limit", "input");
-  try {
-    opts_.memory_limit = limit == "input" ? -1 : limit == "none" ? 0 : parseByteSize(limit);
-  } catch (const JfxError& e) {
-    throw JfxError({}, "pass 'schedule': option 'memory-limit': " + e.message());
-  }
+}
+
+bool SchedulePass::run(Graph& g, PassContext& ctx) {
+  if (opts_.memory_limit != kMemoryLimitReference) return scheduleCollectives(g, opts_, ctx);
+  return scheduleWithinReference(g, opts_, ctx);
+}
+
+bool scheduleWithinReference(Graph& g, const ScheduleOptions& opts, PassContext& ctx) {
+  ReferencePlan ref = referencePlanTail(g);
+  ScheduleOptions bounded = opts;
+  bounded.memory_limit = std::max(ref.peak_bytes, ctx.analyses.get<MemoryProfile>(g).peak_bytes);
+  ctx.stat("reference-peak", ref.peak_bytes);
+  bool changed = scheduleCollectives(g, bounded, ctx);
+  if (!opts.cost) return changed;
+  SimOptions so;
+  so.memory = false;
+  const double step = simulate(g, *opts.cost, so).step;
+  const double ref_step = simulate(*ref.graph, *opts.cost, so).step;
+  ctx.stat("simulated-step-us", static_cast<int64_t>(std::llround(step * 1e6)));
+  ctx.stat("reference-step-us", static_cast<int64_t>(std::llround(ref_step * 1e6)));
+  // Within the simulator's rounding of the same plan (1e-9 relative) the result stands.
+  if (ref_step >= step * (1 - 1e-9)) return changed;
+  // The reference plan is faster: take its choices (its buckets and schedule on this input).
+  char buf[160];
+  std::snprintf(buf, sizeof buf,
+                "schedule: the reference plan's simulated step %.1f us beats this plan's %.1f us "
+                "(%s); taking the reference plan",
+                ref_step * 1e6, step * 1e6, opts.cost->hardware().name.c_str());
+  ctx.warn(buf);
+  ctx.stat("reference-fallback");
+  ctx.stats["memory-peak-estimate"] = ref.peak_bytes;
+  g.takeContents(std::move(*ref.graph));
+  ctx.analyses.clear();
+  ctx.preserved = PreservedAnalyses{};
+  return true;
 }
 
 namespace {

@@ -26,9 +26,17 @@
 // shortest simulated step whose estimated peak (memory analysis of the scheduled order) is
 // within the limit wins, ties to the smaller K. O(max-prefetch x N log N). Statistics
 // auto-prefetch, auto-candidates, simulated-step-us.
+// memory-limit=reference bounds the estimated peak by the reference plan's (FSDP2's: bucket per
+// unit, prefetch 1; passes/plan/reference_plan.h) of the input, the input's own if larger; with
+// hardware=FILE the result is then simulated against the reference plan, and when the reference
+// is faster the pass returns the reference plan instead (a warning says so; statistics
+// reference-peak, reference-step-us, simulated-step-us, reference-fallback). What the default
+// pipeline runs (configs/pipelines/default.json): never more memory, never slower than FSDP2 by
+// the project's own models.
 // Options: prefetch=K|auto (default 1; 0 = no all-gather moves), max-prefetch=N (auto only),
-// hardware=FILE (auto only, required there), defer-rs=true, memory-limit=BYTES | input | none
-// (suffixes K, M, G, Ki, Mi, Gi with optional B; default input). O(N log N).
+// hardware=FILE (auto: required; memory-limit=reference: optional), defer-rs=true,
+// memory-limit=BYTES | input | reference | none (suffixes K, M, G, Ki, Mi, Gi with optional B;
+// default input). O(N log N); reference adds the reference plan's bucket and schedule on a copy.
 #pragma once
 
 #include <cstdint>
@@ -40,13 +48,20 @@
 
 namespace jfx {
 
+// memory-limit=reference (bucket and schedule): the estimated peak of the reference plan
+// (passes/plan/reference_plan.h) of the pass's input, or the input's own peak if larger.
+inline constexpr int64_t kMemoryLimitReference = -2;
+
 struct ScheduleOptions {
   int64_t prefetch = 1;
   bool defer_reduce_scatter = true;
-  int64_t memory_limit = 0;    // bytes; 0 = none; -1 = the input's estimated peak
+  // bytes; 0 = none; -1 = the input's estimated peak; kMemoryLimitReference (SchedulePass only)
+  int64_t memory_limit = 0;
   bool auto_prefetch = false;  // prefetch=auto: the best K in 0..max_prefetch by simulation
   int64_t max_prefetch = 3;
-  std::shared_ptr<const CostModel> cost;  // prefetch=auto (required there)
+  // prefetch=auto (required there); memory-limit=reference: times the result against the
+  // reference plan's (optional there)
+  std::shared_ptr<const CostModel> cost;
   // false: skip the block analysis, which only feeds the "blocks" statistic and a remark (a
   // planner's scratch runs, whose statistics and remarks nobody reads).
   bool report = true;
@@ -66,6 +81,10 @@ struct MemoryProfile;
 bool scheduleCollectives(Graph& g, const ScheduleOptions& opts, PassContext& ctx,
                          const PhaseInfo& phases, const MemoryProfile* memory);
 
+// memory-limit=reference (above): schedules `g` under the reference plan's estimated peak and,
+// with opts.cost, replaces the result by the reference plan when that simulates faster.
+bool scheduleWithinReference(Graph& g, const ScheduleOptions& opts, PassContext& ctx);
+
 // "80GiB", "512M", "1000000" -> bytes. Throws JfxError on anything else.
 int64_t parseByteSize(const std::string& text);
 
@@ -75,7 +94,7 @@ class SchedulePass : public Pass {
   std::span<const OptionDecl> options() const override;
   std::span<const StatisticDecl> statistics() const override;
   void configure(PassOptions& options) override;
-  bool run(Graph& g, PassContext& ctx) override { return scheduleCollectives(g, opts_, ctx); }
+  bool run(Graph& g, PassContext& ctx) override;
 
  private:
   ScheduleOptions opts_;

@@ -80,6 +80,12 @@ def check_report(report: Mapping[str, Any], header: Mapping[str, Any]) -> list[s
                 f"bucket formed no bucket out of {stats.get('collectives-before', 0)} "
                 f"collectives on a graph with {len(params)} parameters (expected FSDP "
                 "all-gathers / reduce-scatters grouped per block)")
+        elif stats.get("unbucketed.memory", 0) > 0:
+            findings.append(
+                f"bucket left {stats['unbucketed.memory']} collectives unbucketed to keep the "
+                f"estimated peak within its memory bound ({stats.get('memory-limit', 0)} B); "
+                "the default pipeline's bound is the reference plan's peak "
+                "(docs/passes.md, 'Reference plan')")
     if findings:
         what_changed = changes(report)
         findings = [f"{f}; {what_changed}" for f in findings]

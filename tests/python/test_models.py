@@ -488,7 +488,14 @@ def test_inprocess_default_pipeline(path: Path) -> None:
 
     doc = json.loads(path.read_text())
     passes = json.loads(DEFAULT_PIPELINE.read_text())["passes"]
-    spec = ",".join(p["name"] + ("{" + ",".join(f"{k}={v}" for k, v in p["options"].items())
+
+    def value(k: str, v: object) -> object:
+        # A file option is relative to the pipeline file's folder there, to the working
+        # directory in a text spec.
+        return (DEFAULT_PIPELINE.parent / str(v)).resolve() if k == "hardware" else v
+
+    spec = ",".join(p["name"] + ("{" + ",".join(f"{k}={value(k, v)}"
+                                                for k, v in p["options"].items())
                                  + "}" if p.get("options") else "") for p in passes)
     out = run_pipeline(import_graph(doc), spec)
     exported = export_graph(out)

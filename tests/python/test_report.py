@@ -220,3 +220,22 @@ def test_torch_logs_jointfx_shows_the_per_pass_lines(setting: str | None) -> Non
         assert (line in r.stderr) == (setting is not None), (line, r.stderr[-3000:])
     assert ("jointfx remarks:" in r.stderr) == (setting == "+jointfx")
     assert "JointfxWarning" not in r.stderr
+
+
+def test_collectives_unbucketed_for_memory_are_a_finding() -> None:
+    # Under the input's own peak bucket keeps 18 of encoder_w2's collectives out of its buckets
+    # (and forms others): a finding with the count. The default pipeline's bound (the reference
+    # plan's peak, docs/passes.md "Reference plan") keeps none out: no finding.
+    doc = load_graph(TRACED_DIR / "encoder_w2.json")
+    prep = "dce,tag-fsdp,remat,dedup-fsdp-unshard"
+    with pytest.warns(JointfxWarning, match=r"bucket left \d+ collectives unbucketed"):
+        new = run_pipeline(import_graph(doc), prep + ",bucket{memory-limit=input}")
+    report = new.meta["jointfx_report"]
+    stats = [p["stats"] for p in report["passes"] if p["name"] == "bucket"][0]
+    assert stats["unbucketed.memory"] > 0
+    assert any(f"bucket left {stats['unbucketed.memory']} collectives" in f
+               for f in report["findings"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", JointfxWarning)
+        new = run_pipeline(import_graph(doc), prep + ",bucket{memory-limit=reference}")
+    assert new.meta["jointfx_report"]["findings"] == []

@@ -3,9 +3,11 @@
 // what the analyses say about a graph. Sections, in order: graph, phases
 // (passes/analysis/phase.h), fsdp (passes/analysis/fsdp.h), blocks (passes/analysis/blocks.h),
 // memory (passes/analysis/memory.h),
-// and with --hardware the timeline simulation (passes/analysis/simulator.h). Exit codes: 0 ok,
-// 1 the graph fails verification (the analyses assume a well-formed graph; --no-verify skips the
-// check), 2 usage or input error.
+// with --hardware the timeline simulation (passes/analysis/simulator.h), and the reference plan
+// (passes/plan/reference_plan.h) beside the graph as given or, with --pipeline P, beside P's plan
+// of the graph (--no-reference leaves it out). Exit
+// codes: 0 ok, 1 the graph fails verification (the analyses assume a well-formed graph; --no-verify
+// skips the check), 2 usage or input error.
 //
 // Extending: add options to AnalyzeArgs, compute in runAnalyze() next to the others, and add one
 // JSON key and one text block (each section owns both, so --json and text stay in step).
@@ -19,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "ir/clone.h"
 #include "ir/collectives.h"
 #include "ir/verifier.h"
 #include "passes/analysis/blocks.h"
@@ -26,6 +29,8 @@
 #include "passes/analysis/memory.h"
 #include "passes/analysis/phase.h"
 #include "passes/analysis/simulator.h"
+#include "passes/pass_manager.h"
+#include "passes/plan/reference_plan.h"
 #include "tools/jointfx/cli_range.h"
 #include "tools/jointfx/cli_util.h"
 
@@ -42,6 +47,8 @@ struct AnalyzeArgs {
   size_t top = 10;
   std::string hardware;  // "" = no simulation
   std::string trace;     // "" = none; needs hardware
+  bool no_reference = false;
+  std::string pipeline;  // "" = compare the reference plan with the graph as given
 };
 
 std::string phaseOf(const PhaseInfo& phases, const Node* n) {
@@ -230,7 +237,115 @@ std::string memoryCsv(const Graph& g, const PhaseInfo& phases, const MemoryProfi
   return os.str();
 }
 
+// ---- reference plan (passes/plan/reference_plan.h): FSDP2's plan for this graph, beside the
+// graph as given or, with --pipeline, beside that pipeline's plan of the same graph.
+struct PlanColumn {
+  int64_t peak = 0;
+  std::optional<SimResult> sim;
+  ReferencePlan counts;  // the collective counts only
+};
+
+PlanColumn columnOf(const Graph& g, const MemoryOptions& mopts, const CostModel* cost) {
+  PlanColumn c;
+  PhaseInfo phases = computePhases(g);
+  MemoryOptions mo = mopts;
+  mo.top_k = 0;
+  c.peak = analyzeMemory(g, phases, mo).peak_bytes;
+  countPlanCollectives(g, phases, c.counts);
+  if (cost) {
+    SimOptions so;
+    so.memory = false;
+    c.sim = simulate(g, *cost, so);
+    c.sim->peak_memory_bytes = c.peak;
+  }
+  return c;
+}
+
+nlohmann::json columnJson(const PlanColumn& c, const CostModel* cost) {
+  nlohmann::json r = {{"peak_memory_bytes", c.peak},
+                      {"all_gathers_forward", c.counts.forward_all_gathers},
+                      {"all_gathers_backward", c.counts.backward_all_gathers},
+                      {"reduce_scatters", c.counts.reduce_scatters}};
+  if (c.sim) {
+    nlohmann::json s = simulationJson(*c.sim, cost->hardware());
+    for (auto it = s.begin(); it != s.end(); ++it)
+      if (!r.contains(it.key())) r[it.key()] = it.value();
+  }
+  return r;
+}
+
+// `pipeline`: the entries of --pipeline (empty: compare with the graph as given).
+int referenceSection(const Graph& g, const MemoryProfile& mem, const MemoryOptions& mopts,
+                     const CostModel* cost, const std::optional<SimResult>& sim,
+                     const std::string& pipeline_name, const std::vector<PipelineEntry>& pipeline,
+                     nlohmann::json& j, std::ostream& text) {
+  PlanColumn ref, left;
+  try {
+    ReferencePlan plan = buildReferencePlan(g, mopts);
+    ref = columnOf(*plan.graph, mopts, cost);
+    if (!pipeline.empty()) {
+      std::unique_ptr<Graph> copy = cloneGraph(g);
+      PassManagerOptions pm;
+      pm.verify_each = false;
+      pm.check_unchanged_hash = false;
+      std::ostringstream sink;  // the pipeline's warnings are for `jointfx opt`
+      pm.out = &sink;
+      runPipeline(*copy, pipeline, pm);
+      left = columnOf(*copy, mopts, cost);
+    }
+  } catch (const JfxError& e) {
+    printError("analyze", std::string("the reference plan: ") + e.what());
+    return kInputError;
+  }
+  if (pipeline.empty()) {
+    left.peak = mem.peak_bytes;
+    left.sim = sim;
+    countPlanCollectives(g, computePhases(g), left.counts);
+  } else {
+    nlohmann::json p = columnJson(left, cost);
+    p["pipeline"] = pipeline_name;
+    j["pipeline_plan"] = p;
+  }
+  nlohmann::json r = columnJson(ref, cost);
+  r["pipeline"] = referencePipelineSpec();
+  j["reference_plan"] = r;
+
+  char line[160];
+  text << "reference plan (FSDP2: one bucket per unit, prefetch 1, reshard after forward but the "
+          "last unit):\n";
+  auto row = [&](const char* what, const std::string& a, const std::string& b) {
+    std::snprintf(line, sizeof line, "  %-22s %16s %16s\n", what, a.c_str(), b.c_str());
+    text << line;
+  };
+  row("", pipeline.empty() ? "this graph" : "pipeline", "reference");
+  row("estimated peak", formatBytes(left.peak), formatBytes(ref.peak));
+  if (left.sim && ref.sim) {
+    char a[32], b[32];
+    std::snprintf(a, sizeof a, "%.1f us", left.sim->step * 1e6);
+    std::snprintf(b, sizeof b, "%.1f us", ref.sim->step * 1e6);
+    row("simulated step", a, b);
+  }
+  row("forward all-gathers", std::to_string(left.counts.forward_all_gathers),
+      std::to_string(ref.counts.forward_all_gathers));
+  row("backward all-gathers", std::to_string(left.counts.backward_all_gathers),
+      std::to_string(ref.counts.backward_all_gathers));
+  row("reduce-scatters", std::to_string(left.counts.reduce_scatters),
+      std::to_string(ref.counts.reduce_scatters));
+  return kOk;
+}
+
 int runAnalyze(const AnalyzeArgs& args) {
+  // The pipeline to compare is read (and its options checked) before the graph loads.
+  std::vector<PipelineEntry> pipeline;
+  if (!args.pipeline.empty()) {
+    try {
+      pipeline = resolvePipeline(args.pipeline);
+      buildPipeline(pipeline);
+    } catch (const JfxError& e) {
+      printError("analyze", e.what());
+      return kInputError;
+    }
+  }
   std::unique_ptr<Graph> g = loadInput("analyze", args.input);
   if (!g) return kInputError;
   auto issues = args.no_verify ? std::vector<VerifyIssue>{} : verifyGraph(*g);
@@ -259,8 +374,9 @@ int runAnalyze(const AnalyzeArgs& args) {
   memorySection(phases, mem, gloo, report, text);
 
   // ---- simulation (passes/analysis/simulator.h): the memory section above already has the peak.
+  std::optional<CostModel> cost;
+  std::optional<SimResult> simulated;
   if (!args.hardware.empty()) {
-    std::optional<CostModel> cost;
     try {
       cost.emplace(loadHardwareProfile(args.hardware));
     } catch (const JfxError& e) {
@@ -280,6 +396,7 @@ int runAnalyze(const AnalyzeArgs& args) {
     sim.peak_memory_bytes = mem.peak_bytes;
     report["simulation"] = simulationJson(sim, cost->hardware());
     text << simulationTable(sim, cost->hardware());
+    simulated = sim;
     if (!args.trace.empty()) {
       try {
         writeFileAtomic(args.trace, chromeTrace(sim));
@@ -291,6 +408,12 @@ int runAnalyze(const AnalyzeArgs& args) {
         return kInputError;
       }
     }
+  }
+
+  if (!args.no_reference) {
+    const int rc = referenceSection(*g, mem, mopts, cost ? &*cost : nullptr, simulated,
+                                    args.pipeline, pipeline, report, text);
+    if (rc != kOk) return rc;
   }
 
   if (!args.memory_csv.empty()) {
@@ -338,6 +461,14 @@ void addAnalyzeCommand(CLI::App& app, int& exit_code) {
   cmd->add_option("--trace", args->trace,
                   "With --hardware: write a Chrome/Perfetto trace of the simulated step")
       ->needs("--hardware");
+  cmd->add_flag("--no-reference", args->no_reference,
+                "Leave out the reference plan (FSDP2's plan for the graph, built on a copy by "
+                "the passes of docs/passes.md 'Reference plan')");
+  cmd->add_option("--pipeline", args->pipeline,
+                  "Put this pipeline's plan of the graph (text or configs/pipelines/*.json, run "
+                  "on a copy) beside the reference plan instead of the graph as given; JSON key "
+                  "pipeline_plan")
+      ->excludes("--no-reference");
   cmd->callback([args, &exit_code] { exit_code = runAnalyze(*args); });
 }
 

@@ -1,0 +1,57 @@
+// The reference plan: what FSDP2 (eager `fully_shard` on each unit, docs/passes.md "Reference
+// plan") runs on a graph, built from this project's own passes on a copy, so that its estimated
+// peak and simulated step come from the same models as every other plan's:
+//   dce, tag-fsdp{reshard=default} (keep-last=1: every unit resharded after forward except the
+//   last, which backward needs first), remat, dedup-fsdp-unshard,
+//   bucket{plan=blocks, kinds=ag,rs, memory-limit=none} (one all-gather and one reduce-scatter
+//   bucket per unit: the blocks of passes/analysis/blocks.h; the parameters outside every block
+//   by top-level module, as FSDP2's root wrap holds them),
+//   schedule{prefetch=1, memory-limit=none} (the next unit's all-gather issued before this
+//   unit's compute, in forward and in backward; each reduce-scatter waited for at the next, as
+//   FSDP2 keeps one reduce-scatter in flight).
+// The same process group carries all-gathers and reduce-scatters (FSDP2 issues both on one
+// communicator); no all-reduce is bucketed.
+//
+// The default pipeline is bounded by it (memory-limit=reference in bucket and schedule) and
+// falls back to it when its own schedule simulates slower (schedule's hardware option).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "ir/graph.h"
+#include "passes/analysis/memory.h"
+
+namespace jfx {
+
+class CostModel;
+class PhaseInfo;
+
+struct ReferencePlan {
+  std::unique_ptr<Graph> graph;  // the planned copy
+  int64_t peak_bytes = 0;        // estimated peak (passes/analysis/memory.h)
+  int64_t forward_all_gathers = 0;
+  int64_t backward_all_gathers = 0;
+  int64_t reduce_scatters = 0;
+};
+
+// The whole pipeline above, as text (for messages and `jointfx opt -p`).
+std::string referencePipelineSpec();
+
+// The reference plan of `g`, on a copy (`g` is left as it is). Throws JfxError when a pass of
+// the pipeline fails on it.
+ReferencePlan buildReferencePlan(const Graph& g, const MemoryOptions& memory = {});
+
+// Its last two passes only (bucket, schedule), on a copy of `g`: the reference plan of a graph
+// that has been through the first four, as the default pipeline's bucket and schedule are given
+// (their memory-limit=reference). A graph already bucketed per unit keeps its buckets (bucket
+// merges only collectives it has not made), and the group split-comm-groups added for
+// reduce-scatters goes back into the all-gathers' group (FSDP2 uses one communicator), so
+// schedule's input gives the same plan as bucket's.
+ReferencePlan referencePlanTail(const Graph& g);
+
+// Collectives of each kind by phase, as the plans are compared.
+void countPlanCollectives(const Graph& g, const PhaseInfo& phases, ReferencePlan& counts);
+
+}  // namespace jfx
