@@ -67,16 +67,6 @@ GATHERS = {"hf_t5": {"shared.weight": 3}}
 # Families whose default plan leaves collectives unbucketed for memory (`bucket.unbucketed.memory`,
 # measured here): issue 46, the default pipeline's bound is the input's own estimated peak, which
 # the leanest (traced) order already sits at, so per-block buckets do not fit under it.
-UNBUCKETED_FOR_MEMORY = {
-    "timm_vit": "issue 46: the default plan's memory bound (the input's estimated peak) leaves "
-                "20 of ViT's 73 collectives unbucketed (bucket.unbucketed.memory = 20)",
-    "timm_convnext": "issue 46: the default plan's memory bound (the input's estimated peak) "
-                     "leaves 58 of ConvNeXt's 163 collectives unbucketed "
-                     "(bucket.unbucketed.memory = 58)",
-    "timm_resnet18": "issue 46: the default plan's memory bound (the input's estimated peak) "
-                     "leaves 61 of ResNet-18's 160 collectives unbucketed "
-                     "(bucket.unbucketed.memory = 61)",
-}
 
 
 def _have_libraries() -> bool:
@@ -388,14 +378,8 @@ BLOCKS = {
 }
 
 
-def test_block_analysis(fixture: tuple[Path, dict[str, Any]], jfx_bin: Path,
-                        request: pytest.FixtureRequest) -> None:
+def test_block_analysis(fixture: tuple[Path, dict[str, Any]], jfx_bin: Path) -> None:
     path, _ = fixture
-    if _family(path) == "timm_convnext":
-        request.applymarker(pytest.mark.xfail(
-            strict=True, reason="issue 46 item 4: analyze takes stem.0, stem.1, stages.0, "
-            "stages.1 (its downsample), stages.1.blocks.0, stages.1.blocks.1, stages.2 and "
-            "stages.3 as ConvNeXt's 8 blocks"))
     names = [b["name"] for b in _analyze(path)["blocks"]["blocks"]]
     assert names == BLOCKS[_family(path)]
 
@@ -455,15 +439,11 @@ def test_default_pipeline_does_the_fsdp_work(fixture: tuple[Path, dict[str, Any]
 
 
 def test_default_plan_buckets_every_collective(fixture: tuple[Path, dict[str, Any]],
-                                               jfx_bin: Path, opt_dir: Path,
-                                               request: pytest.FixtureRequest) -> None:
-    """The default plan leaves no collective unbucketed for memory (issue 46: it should form
-    per-block buckets on every model). Where it does today, an expected failure with the
-    measured count."""
+                                               jfx_bin: Path, opt_dir: Path) -> None:
+    """The default plan leaves no collective unbucketed for memory: its bound is the reference
+    plan's peak (FSDP2's per-unit buckets), so per-block buckets form on every model (before that
+    bound ViT left 20 of 73 collectives unbucketed, ConvNeXt 58 of 163, ResNet-18 61 of 160)."""
     path, _ = fixture
-    if _family(path) in UNBUCKETED_FOR_MEMORY:
-        request.applymarker(pytest.mark.xfail(strict=True,
-                                              reason=UNBUCKETED_FOR_MEMORY[_family(path)]))
     _, stats = _optimized(path, str(DEFAULT_PIPELINE), opt_dir)
     assert stats.get("bucket.unbucketed.memory", 0) == 0
 
