@@ -487,7 +487,8 @@ TEST_CASE("json: meta integers past int64 round-trip through JSON and text uncha
   std::string wide_arg = text;
   wide_arg.replace(wide_arg.find(R"("args":[{"node":"x"}])"), 21,
                    R"("args":[{"node":"x"},1180591620717411303424])");
-  const Arg& a = readJsonGraph(wide_arg, "wide_arg.json")->findNode("y")->args()[1];
+  auto wide = readJsonGraph(wide_arg, "wide_arg.json");  // the graph owns the Arg read below
+  const Arg& a = wide->findNode("y")->args()[1];
   REQUIRE(a.kind() == Arg::Kind::Float);
   CHECK(a.toFloat() == 1180591620717411303424.0);
 }
