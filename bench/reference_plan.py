@@ -35,7 +35,10 @@ DEFAULT = REPO / "configs/pipelines/default.json"
 AUTO = REPO / "configs/pipelines/auto.json"
 H100 = REPO / "configs/hardware/h100.json"
 FAMILIES = ["fsdp_w2", "titan_qwen3_w2", "gpt2_w2", "encoder_w2", "albert_w2", "t5_w2", "moe_w2",
-            "vit_w2", "tvvit_w2", "mixer_w2", "convbn_w2", "lstm_w2", "sequential_w2"]
+            "vit_w2", "tvvit_w2", "mixer_w2", "convbn_w2", "lstm_w2", "sequential_w2",
+            # the model libraries' own classes (jointfx.models.real)
+            "hf_llama_w2", "hf_qwen3_moe_w2", "hf_t5_w2", "timm_vit_w2", "timm_convnext_w2",
+            "timm_resnet18_w2"]
 SYNTH = [("llama3-8b", 8), ("llama3-70b", 64)]
 
 
