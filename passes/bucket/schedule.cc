@@ -496,8 +496,19 @@ bool scheduleWithinReference(Graph& g, const ScheduleOptions& opts, PassContext&
   ScheduleOptions bounded = opts;
   bounded.memory_limit = std::max(ref.peak_bytes, ctx.analyses.get<MemoryProfile>(g).peak_bytes);
   ctx.stat("reference-peak", ref.peak_bytes);
-  bool changed = scheduleCollectives(g, bounded, ctx);
-  if (!opts.cost) return changed;
+  // Recorded, so that a faster reference plan replaces this one on the same nodes (ids kept).
+  g.beginUndo();
+  bool changed = false;
+  try {
+    changed = scheduleCollectives(g, bounded, ctx);
+  } catch (...) {
+    g.rollback();
+    throw;
+  }
+  if (!opts.cost) {
+    g.commitUndo();
+    return changed;
+  }
   SimOptions so;
   so.memory = false;
   const double step = simulate(g, *opts.cost, so).step;
@@ -505,7 +516,10 @@ bool scheduleWithinReference(Graph& g, const ScheduleOptions& opts, PassContext&
   ctx.stat("simulated-step-us", static_cast<int64_t>(std::llround(step * 1e6)));
   ctx.stat("reference-step-us", static_cast<int64_t>(std::llround(ref_step * 1e6)));
   // Within the simulator's rounding of the same plan (1e-9 relative) the result stands.
-  if (ref_step >= step * (1 - 1e-9)) return changed;
+  if (ref_step >= step * (1 - 1e-9)) {
+    g.commitUndo();
+    return changed;
+  }
   // The reference plan is faster: take its choices (its buckets and schedule on this input).
   char buf[160];
   std::snprintf(buf, sizeof buf,
@@ -515,7 +529,8 @@ bool scheduleWithinReference(Graph& g, const ScheduleOptions& opts, PassContext&
   ctx.warn(buf);
   ctx.stat("reference-fallback");
   ctx.stats["memory-peak-estimate"] = ref.peak_bytes;
-  g.takeContents(std::move(*ref.graph));
+  g.rollback();
+  applyReferenceTail(g);
   ctx.analyses.clear();
   ctx.preserved = PreservedAnalyses{};
   return true;

@@ -94,22 +94,26 @@ ReferencePlan buildReferencePlan(const Graph& g, const MemoryOptions& memory) {
   return plan;
 }
 
-ReferencePlan referencePlanTail(const Graph& g) {
-  ReferencePlan plan;
-  plan.graph = cloneGraph(g);
-  mergeSplitGroups(*plan.graph);
+void applyReferenceTail(Graph& g) {
+  mergeSplitGroups(g);
   PassContext quiet;
   BucketOptions bo;
   bo.plan = BucketOptions::Plan::Blocks;
   bo.all_reduce = false;
   bo.memory_limit = 0;
-  bucketCollectives(*plan.graph, bo, quiet);
+  bucketCollectives(g, bo, quiet);
   PassContext quiet_schedule;
   ScheduleOptions so;
   so.prefetch = 1;
   so.memory_limit = 0;
   so.report = false;
-  scheduleCollectives(*plan.graph, so, quiet_schedule);
+  scheduleCollectives(g, so, quiet_schedule);
+}
+
+ReferencePlan referencePlanTail(const Graph& g) {
+  ReferencePlan plan;
+  plan.graph = cloneGraph(g);
+  applyReferenceTail(*plan.graph);
   finish(plan, MemoryOptions{});
   return plan;
 }

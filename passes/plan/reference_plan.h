@@ -51,6 +51,11 @@ ReferencePlan buildReferencePlan(const Graph& g, const MemoryOptions& memory = {
 // schedule's input gives the same plan as bucket's.
 ReferencePlan referencePlanTail(const Graph& g);
 
+// What referencePlanTail does to its copy, done to `g` itself: the nodes `g` keeps keep their
+// ids, so callers that tell nodes apart by id (the Python bridge's edit scripts) see a plan, not
+// a new graph. Gives the same graph as referencePlanTail(g).graph.
+void applyReferenceTail(Graph& g);
+
 // Collectives of each kind by phase, as the plans are compared.
 void countPlanCollectives(const Graph& g, const PhaseInfo& phases, ReferencePlan& counts);
 
