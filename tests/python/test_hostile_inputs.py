@@ -75,6 +75,9 @@ def base_doc() -> dict[str, Any]:
     torch.cond with its two subgraphs. Node 4 is the get_attr, 16 the cond, 18 the node with a
     kwarg, 19 the output."""
     if not _BASE:
+        # torch.cond traces its branches through Dynamo, whose cache an earlier test's cond may
+        # have filled (then a branch lifts an extra operand): trace from a fresh cache.
+        torch._dynamo.reset()
         gm = make_fx(_small_model)(torch.randn(3, 4), torch.randn(2, 4))
         _BASE.append(dumps_graph(export_graph(gm)))
     return json.loads(_BASE[0])

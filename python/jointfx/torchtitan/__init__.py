@@ -181,12 +181,19 @@ def pipeline_spec(file_stem: str, opts: JointfxConfig) -> str:
     path = pipeline_file(file_stem)
     doc = json.loads(path.read_text())
     changed = False
+    # The planner (auto.json) always gets a byte limit, the device's when none is given; the
+    # default pipeline keeps its own bound (the reference plan's peak) unless one is given.
+    planner = any(p.get("options", {}).get("plan") == "auto" for p in doc["passes"])
     for p in doc["passes"]:
         options = p.get("options", {})
-        if "memory-limit" in options or (opts.memory_limit and p["name"] in ("bucket", "schedule")):
+        if opts.memory_limit and p["name"] in ("bucket", "schedule") or \
+                planner and "memory-limit" in options:
             options["memory-limit"] = opts.memory_limit or str(default_memory_limit())
             changed = True
-        if "hardware" in options:
+            if p["name"] == "schedule" and options.get("prefetch") != "auto":
+                options.pop("hardware", None)  # read only with prefetch=auto or the reference
+        if "hardware" in options and (opts.hardware or changed):
+            # A copy in the temporary folder: the file's relative paths made absolute.
             options["hardware"] = str(Path(opts.hardware).resolve() if opts.hardware
                                       else (path.parent / options["hardware"]).resolve())
             changed = True
