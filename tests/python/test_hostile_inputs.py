@@ -271,7 +271,7 @@ def test_attack_through_run_pipeline_doc(attack: str, tmp_path: Path) -> None:
     """In process: the C++ verifier refuses the names before any pass runs (rule identifier,
     naming the node); without verification the pipeline's result is refused by import_graph.
     builtins.exec is an op the C++ library does not know, which it carries; import refuses it."""
-    pytest.importorskip("_jointfx_C")
+    pytest.importorskip("jointfx._C")
     marker = tmp_path / "pwned"
     doc = base_doc()
     where = ATTACKS[attack](doc, marker)
@@ -288,7 +288,7 @@ def test_attack_through_run_pipeline(tmp_path: Path) -> None:
     """run_pipeline takes a GraphModule: a hostile file never becomes one, and a GraphModule
     whose in-memory names are not identifiers is refused by the C++ verifier (verify=True, the
     default) before its document is applied."""
-    pytest.importorskip("_jointfx_C")
+    pytest.importorskip("jointfx._C")
     marker = tmp_path / "pwned"
     gm = import_graph(base_doc())
     gm.graph.find_nodes(op="placeholder")[0].target = _payload(marker)
@@ -371,7 +371,7 @@ def test_every_target_of_every_fixture_resolves() -> None:
     "torch.jit.load", "torch.save", "math.sqrt", "import_module.__call__",
     "load_library.__call__", "aten.__class__", "aten.mm.__call__", "aten.mm.__class__",
     "higher_order.__class__", "higher_order.cond.__call__", "aten.mm.default.__call__",
-    "_jointfx_C.run_pipeline_json", "jointfx.export.load_graph", "torch.ops.aten.mm.default",
+    "jointfx._C.run_pipeline_json", "jointfx.export.load_graph", "torch.ops.aten.mm.default",
     "", ".", "aten..default", "aten.no_such_op.default", "aten.mm.no_such_overload",
     "operator.getitem.__globals__", "_operator.getitem",
 ])
@@ -796,7 +796,7 @@ def test_what_has_no_json_form_is_refused_before_the_pipeline(
         case: tuple[str, Mutation, str]) -> None:
     """run_pipeline_doc sends the document as JSON: what JSON cannot hold is an ExportError
     naming the place, never a null in its stead (orjson writes NaN as null)."""
-    pytest.importorskip("_jointfx_C")
+    pytest.importorskip("jointfx._C")
     _, mutate, where = case
     doc = base_doc()
     mutate(doc)
@@ -903,7 +903,7 @@ def _nan_graph() -> torch.fx.GraphModule:
 def test_nan_and_infinities_survive_every_path(tmp_path: Path) -> None:
     """Kept: export, canonical text, write_graph/load_graph, import, run_pipeline_doc and
     run_pipeline in place and not."""
-    pytest.importorskip("_jointfx_C")
+    pytest.importorskip("jointfx._C")
     doc = export_graph(_nan_graph())
     assert doc["nodes"][1]["args"][1] == {"float": "nan"}
     assert doc["nodes"][2]["args"][1:] == [{"float": "-inf"}, {"float": "inf"}]
@@ -922,7 +922,7 @@ def test_nan_and_infinities_survive_every_path(tmp_path: Path) -> None:
 def test_a_raw_nan_in_a_document_is_refused_not_nulled() -> None:
     """A float('nan') where the format writes {"float": "nan"} (a document built by hand, or
     read by a JSON reader that takes NaN): run_pipeline_doc gave back None in its place."""
-    pytest.importorskip("_jointfx_C")
+    pytest.importorskip("jointfx._C")
     doc = export_graph(_nan_graph())
     doc["nodes"][1]["args"][1] = math.nan
     with pytest.raises(ExportError, match=r"at /nodes/1/args/1 \(node 'add_scalar'\): a "
