@@ -858,15 +858,7 @@ void BucketPass::configure(PassOptions& options) {
   opts_.fsdp_only = options.getBool("fsdp-only", true);
   opts_.head = options.getList("head", opts_.head);
   opts_.exact_rs_order = options.getBool("exact-rs-order", true);
-  std::string limit = options.getString("memory-limit", "input");
-  try {
-    opts_.memory_limit = limit == "input"       ? -1
-                         : limit == "reference" ? kMemoryLimitReference
-                         : limit == "none"      ? 0
-                                                : parseByteSize(limit);
-  } catch (const JfxError& e) {
-    throw JfxError({}, "pass 'bucket': option 'memory-limit': " + e.message());
-  }
+  opts_.memory_limit = parseMemoryLimitOption(options, "bucket");
 }
 
 int64_t glooRingChunkElems(int64_t numel, int64_t elem_size, int64_t group_size) {

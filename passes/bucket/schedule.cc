@@ -457,15 +457,7 @@ void SchedulePass::configure(PassOptions& options) {
   if (!opts_.auto_prefetch && options.has("max-prefetch"))
     throw JfxError({}, "pass 'schedule': option 'max-prefetch' is read by prefetch=auto only");
   opts_.defer_reduce_scatter = options.getBool("defer-rs", true);
-  std::string limit = options.getString("memory-limit", "input");
-  try {
-    opts_.memory_limit = limit == "input"       ? -1
-                         : limit == "reference" ? kMemoryLimitReference
-                         : limit == "none"      ? 0
-                                                : parseByteSize(limit);
-  } catch (const JfxError& e) {
-    throw JfxError({}, "pass 'schedule': option 'memory-limit': " + e.message());
-  }
+  opts_.memory_limit = parseMemoryLimitOption(options, "schedule");
   std::string hardware = options.getString("hardware", "");
   if (opts_.auto_prefetch && opts_.memory_limit == kMemoryLimitReference)
     throw JfxError({},
@@ -483,6 +475,18 @@ void SchedulePass::configure(PassOptions& options) {
     throw JfxError({},
                    "pass 'schedule': option 'hardware' is read by prefetch=auto and "
                    "memory-limit=reference only");
+  }
+}
+
+int64_t parseMemoryLimitOption(PassOptions& options, const std::string& pass) {
+  const std::string limit = options.getString("memory-limit", "input");
+  try {
+    return limit == "input"       ? -1
+           : limit == "reference" ? kMemoryLimitReference
+           : limit == "none"      ? 0
+                                  : parseByteSize(limit);
+  } catch (const JfxError& e) {
+    throw JfxError({}, "pass '" + pass + "': option 'memory-limit': " + e.message());
   }
 }
 

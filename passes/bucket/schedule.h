@@ -52,6 +52,10 @@ namespace jfx {
 // (passes/plan/reference_plan.h) of the pass's input, or the input's own peak if larger.
 inline constexpr int64_t kMemoryLimitReference = -2;
 
+// The memory-limit option of bucket and schedule: input (-1), reference
+// (kMemoryLimitReference), none (0) or a byte size; a bad value names the pass.
+int64_t parseMemoryLimitOption(PassOptions& options, const std::string& pass);
+
 struct ScheduleOptions {
   int64_t prefetch = 1;
   bool defer_reduce_scatter = true;
