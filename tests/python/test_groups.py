@@ -39,8 +39,9 @@ def test_default_pipeline_output_runs_on_gloo_ranks(tmp_path: Path) -> None:
            "PYTHONPATH": os.pathsep.join([str(REPO / "python"), str(REPO / "build" / "python"),
                                           os.environ.get("PYTHONPATH", "")])}
     procs = [subprocess.Popen(
-        [sys.executable, __file__, "--worker", "--rank", str(r), "--port", str(store.port),
-         "--params", str(params), "--batch", str(batch), "--out", str(tmp_path / f"r{r}.json")],
+        [sys.executable, "-X", "faulthandler", __file__, "--worker", "--rank", str(r),
+         "--port", str(store.port), "--params", str(params), "--batch", str(batch),
+         "--out", str(tmp_path / f"r{r}.json")],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         for r in range(WORLD)]
     logs = []

@@ -59,8 +59,9 @@ def _launch(world: int, names: list[str], out_dir: Path) -> list[dict]:
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     fixtures = [str(TRACED_DIR / f"{n}.json") for n in names]
     procs = [subprocess.Popen(
-        [sys.executable, __file__, "--worker", "--rank", str(rank), "--world", str(world),
-         "--port", str(store.port), "--out", str(out_dir / f"rank{rank}.json"), *fixtures],
+        [sys.executable, "-X", "faulthandler", __file__, "--worker", "--rank", str(rank),
+         "--world", str(world), "--port", str(store.port),
+         "--out", str(out_dir / f"rank{rank}.json"), *fixtures],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         for rank in range(world)]
     logs = []
