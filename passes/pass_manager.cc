@@ -19,7 +19,6 @@ class PassManagerAccess {
     ctx.depth_ = depth;
     ctx.quiet_ = quiet;
   }
-  static PassInstrumentor* instrumentor(const PassContext& ctx) { return ctx.instrumentor_; }
 };
 
 namespace {
