@@ -23,13 +23,7 @@
 #include "ir/io.h"
 #include "ir/verifier.h"
 #include "passes/analysis/simulator.h"
-#include "passes/bucket/bucket.h"
-#include "passes/bucket/schedule.h"
-#include "passes/bucket/split_comm_groups.h"
-#include "passes/fsdp/dedup_fsdp_unshard.h"
-#include "passes/fsdp/remat.h"
-#include "passes/fsdp/tag_fsdp.h"
-#include "passes/transforms/dce.h"
+#include "passes/registry.h"
 #include "tools/synth/synth.h"
 
 using namespace jfx;
@@ -50,19 +44,19 @@ double cpuSeconds() {
 std::vector<std::unique_ptr<Pass>> pipeline(const std::string& reshard, int level,
                                             int64_t prefetch = 1) {
   std::vector<std::unique_ptr<Pass>> out;
-  auto add = [&](std::unique_ptr<Pass> p, std::map<std::string, std::string> opts = {}) {
-    PassOptions o(std::string(p->name()), std::move(opts));
-    p->configure(o);
+  auto add = [&](std::string_view name, std::map<std::string, std::string> opts = {}) {
+    std::unique_ptr<Pass> p = createPass(name);
+    p->configure(PassOptions(std::string(name), std::move(opts)));
     out.push_back(std::move(p));
   };
-  add(std::make_unique<Dce>());
-  add(std::make_unique<TagFsdpPass>(), {{"reshard", reshard}});
-  add(std::make_unique<RematPass>());
-  add(std::make_unique<DedupFsdpUnshardPass>());
-  if (level >= 1) add(std::make_unique<BucketPass>(), {{"plan", "blocks"}});
+  add("dce");
+  add("tag-fsdp", {{"reshard", reshard}});
+  add("remat");
+  add("dedup-fsdp-unshard");
+  if (level >= 1) add("bucket", {{"plan", "blocks"}});
   if (level >= 2) {
-    add(std::make_unique<SplitCommGroupsPass>());
-    add(std::make_unique<SchedulePass>(), {{"prefetch", std::to_string(prefetch)}});
+    add("split-comm-groups");
+    add("schedule", {{"prefetch", std::to_string(prefetch)}});
   }
   return out;
 }

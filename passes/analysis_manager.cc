@@ -1,6 +1,7 @@
 #include "passes/analysis_manager.h"
 
 #include "ir/error.h"
+#include "passes/diagnostic.h"
 
 namespace jfx {
 
@@ -40,7 +41,36 @@ void AnalysisManager::invalidate(const PreservedAnalyses& keep) {
 void AnalysisManager::restamp(const Graph& g) {
   if (graph_ != &g) return;
   for (auto& [name, entry] : entries_)
-    entry.generation = g.generation();
+    entry.revision = g.revision();
+}
+
+AnalysisManager AnalysisManager::followTo(const Graph& source, const Graph& copy) const {
+  AnalysisManager out;
+  out.graph_ = &copy;
+  if (graph_ != &source) return out;
+  for (const auto& [name, entry] : entries_) {
+    if (entry.revision != graph_->revision() || !entry.follow) continue;
+    Entry e = entry;
+    e.source = entry.value ? entry.value : entry.source;
+    e.value.reset();
+    e.revision = copy.revision();
+    if (e.source) out.entries_.emplace(name, std::move(e));
+  }
+  return out;
+}
+
+AnalysisManager AnalysisManager::borrow() const {
+  AnalysisManager out;
+  out.graph_ = graph_;
+  out.entries_ = entries_;
+  return out;
+}
+
+void AnalysisManager::absorb(AnalysisManager&& nested, const Graph& g) {
+  if (nested.graph_ != &g) return;
+  bind(g);
+  for (auto& [name, entry] : nested.entries_)
+    if (entry.revision == g.revision()) entries_[name] = std::move(entry);
 }
 
 void AnalysisManager::clear() {
@@ -53,24 +83,23 @@ std::vector<std::string_view> AnalysisManager::verifyPreserved(const Graph& g) c
   std::vector<std::string_view> broken;
   if (graph_ != &g) return broken;  // nothing cached for this graph
   for (const auto& [name, entry] : entries_)
-    if (entry.fingerprint_cached(g, entry.value.get()) != entry.fingerprint_fresh(g))
+    if (entry.value && entry.fingerprint_cached(g, entry.value.get()) != entry.fingerprint_fresh(g))
       broken.push_back(name);
   return broken;
 }
 
 void AnalysisManager::throwOtherGraph() {
-  throw JfxError({},
-                 "internal error: an analysis manager (PassContext) asked about a second "
-                 "graph; a pass working on a copy needs a PassContext of its own");
+  apiMisuse(
+      "an analysis manager (PassContext) asked about a second graph; a pass working on a copy "
+      "needs a PassContext of its own (PassContext::fork)");
 }
 
 void AnalysisManager::throwCycle(std::string_view name) const {
   std::string chain;
   for (std::string_view s : stack_)
     chain += std::string(s) + " -> ";
-  throw JfxError({}, "internal error: analysis " + quoteForMessage(name) +
-                         " asks for itself while being computed (" + chain + std::string(name) +
-                         ")");
+  apiMisuse("analysis " + quoteForMessage(name) + " asks for itself while being computed (" +
+            chain + std::string(name) + ")");
 }
 
 }  // namespace jfx

@@ -11,20 +11,28 @@
 // --verify-full` checks every such promise by recomputing (verifyPreserved below).
 //
 // A result describes the graph as it was when it was computed, and a reference to it stays valid
-// until the pass manager's next invalidation (or clear()). Asking again after a structural edit
-// (Graph::generation() moved: nodes made, moved, erased, rewired or renamed) computes afresh, so
-// a pass that edits the graph and asks again, or a caller running passes by hand with one
-// PassContext, never gets a stale answer; only the pass manager, between passes, vouches that a
-// kept result still holds (restamp). Meta edits are not structural: an analysis that reads a
-// meta field (the phase analysis reads meta.phase) is stale after a pass rewrites that field on
-// existing nodes unless the pass manager invalidates it, which it does unless the pass declared
-// it preserved.
+// until the pass manager's next invalidation (or clear()). It is stamped with the graph's
+// revision() (ir/graph.h): asking again after a structural edit (nodes made, moved, erased,
+// rewired or renamed) computes afresh, so a pass that edits the graph and asks again, or a caller
+// running passes by hand with one PassContext, never gets a stale answer; only the pass manager,
+// between passes, vouches that a kept result still holds (restamp). A rollback gives the graph
+// back the revision it had (Graph::rollback), so a result computed before a speculative rewrite
+// serves again once the rewrite is undone (schedule{prefetch=auto} tries each distance so). Meta
+// edits are not structural: an analysis that reads a meta field (the phase analysis reads
+// meta.phase) is stale after a pass rewrites that field on existing nodes unless the pass manager
+// invalidates it, which it does unless the pass declared it preserved.
+//
+// Copies (PassContext::fork): the manager of an exact copy of a graph (Graph::copy: same node
+// ids) starts with the source's current results, each translated to the copy's nodes when first
+// asked for (AnalysisTraits<A>::follow), and counted as followed rather than computed.
 //
 // An analysis A is any type with a specialization of AnalysisTraits<A> next to it:
 //   static constexpr std::string_view name = "phases";          // unique, for messages
 //   static A compute(const Graph& g, AnalysisManager& am);      // may get<> other analyses
 //   static std::string fingerprint(const Graph& g, const A& a);  // equal iff the results agree
 //                                                                // about g's live nodes
+//   static A follow(const A& a, const NodeTranslation& to);      // optional: the same result
+//                                                                // for an exact copy
 #pragma once
 
 #include <algorithm>
@@ -44,6 +52,20 @@ class AnalysisManager;
 
 template <class A>
 struct AnalysisTraits;
+
+// From a graph's nodes to the same nodes of an exact copy (Graph::copy keeps every id).
+class NodeTranslation {
+ public:
+  explicit NodeTranslation(const Graph& copy) : copy_(copy) {}
+  Node* operator()(const Node* n) const { return n ? copy_.nodeById(n->id()) : nullptr; }
+  void all(std::vector<Node*>& nodes) const {
+    for (Node*& n : nodes)
+      n = (*this)(n);
+  }
+
+ private:
+  const Graph& copy_;
+};
 
 // What a changing pass leaves valid. Default: nothing.
 class PreservedAnalyses {
@@ -77,8 +99,14 @@ class AnalysisManager {
     constexpr std::string_view name = AnalysisTraits<A>::name;
     noteUse(name);
     if (auto it = entries_.find(name); it != entries_.end()) {
-      if (it->second.generation == g.generation()) {
-        ++counts_[name].reused;
+      if (it->second.revision == g.revision()) {
+        if (!it->second.value) {  // a source's result, translated to this copy on first use
+          it->second.value = it->second.follow(it->second.source.get(), g);
+          it->second.source.reset();
+          ++counts_[name].followed;
+        } else {
+          ++counts_[name].reused;
+        }
         return *static_cast<const A*>(it->second.value.get());
       }
       // The graph changed since: compute afresh, keeping the old result alive for whoever still
@@ -133,6 +161,17 @@ class AnalysisManager {
   // Drops every result and forgets the graph.
   void clear();
 
+  // A manager for `copy`, an exact copy (Graph::copy) of `source` as it is now: when this
+  // manager describes `source`, it serves this manager's current results, translated when first
+  // asked for (those whose AnalysisTraits have follow()). Reads this manager only.
+  AnalysisManager followTo(const Graph& source, const Graph& copy) const;
+  // A manager for the same graph starting from this one's results (shared, not copied), for a
+  // nested pipeline: what it drops, this one keeps.
+  AnalysisManager borrow() const;
+  // Takes `nested`'s results that describe `g` as it is now (a nested pipeline's, over this
+  // manager's graph), in place of this one's.
+  void absorb(AnalysisManager&& nested, const Graph& g);
+
   // The cached analyses whose recomputation on `g` disagrees with the cached result: broken
   // preservation promises. Costs one computation of each cached analysis.
   std::vector<std::string_view> verifyPreserved(const Graph& g) const;
@@ -143,16 +182,20 @@ class AnalysisManager {
     int64_t reused = 0;
     int64_t stale = 0;     // cached, but the graph had changed: computed again
     int64_t provided = 0;  // handed on by a pass that computed it itself (provide)
+    int64_t followed = 0;  // a source graph's result, translated to its copy (followTo)
   };
   const std::map<std::string_view, Counts>& counts() const { return counts_; }
 
  private:
   struct Entry {
-    std::shared_ptr<const void> value;
-    uint64_t generation = 0;             // Graph::generation() it describes
+    std::shared_ptr<const void> value;   // null until a followed result is translated
+    uint64_t revision = 0;               // Graph::revision() it describes
     std::vector<std::string_view> deps;  // analyses its computation asked for
     std::string (*fingerprint_cached)(const Graph&, const void*) = nullptr;
     std::string (*fingerprint_fresh)(const Graph&) = nullptr;
+    // A source graph's result and how to translate it to this manager's graph (followTo).
+    std::shared_ptr<const void> (*follow)(const void*, const Graph&) = nullptr;
+    std::shared_ptr<const void> source;
   };
 
   template <class A>
@@ -160,8 +203,18 @@ class AnalysisManager {
     constexpr std::string_view name = AnalysisTraits<A>::name;
     Entry& e = entries_[name];
     e.value = std::move(value);
-    e.generation = g.generation();
+    e.revision = g.revision();
     e.deps = std::move(deps);
+    e.source.reset();
+    e.follow = nullptr;
+    if constexpr (requires(const A& a, const NodeTranslation& t) {
+                    AnalysisTraits<A>::follow(a, t);
+                  }) {
+      e.follow = [](const void* p, const Graph& copy) -> std::shared_ptr<const void> {
+        return std::make_shared<const A>(
+            AnalysisTraits<A>::follow(*static_cast<const A*>(p), NodeTranslation(copy)));
+      };
+    }
     e.fingerprint_cached = [](const Graph& graph, const void* p) {
       return AnalysisTraits<A>::fingerprint(graph, *static_cast<const A*>(p));
     };

@@ -1,6 +1,7 @@
-// The pass manager: parses pipelines, runs passes, and makes every pass observable (verify after
-// each changing pass, print IR, time, statistics, stop after N, and checks that catch a pass
-// claiming "unchanged" while it changed the graph: its structure always, its meta with the hash).
+// The pass manager: parses pipelines, runs passes, and makes every pass observable through
+// instrumentation (passes/instrumentation.h): verification after each changing pass, print IR,
+// timing, statistics, reproducers, and the check that catches a pass claiming "unchanged" while
+// it changed the graph (its structure always, its meta with the hash). Stop after N.
 #pragma once
 
 #include <cstdint>
@@ -15,6 +16,7 @@
 #include "ir/error.h"
 #include "ir/graph.h"
 #include "ir/verifier.h"
+#include "passes/instrumentation.h"
 #include "passes/pass.h"
 
 namespace jfx {
@@ -34,10 +36,11 @@ std::vector<PipelineEntry> loadPipelineFile(const std::string& path);
 // parsed as text.
 std::vector<PipelineEntry> resolvePipeline(const std::string& spec_or_path);
 
-// Instrumentation: called around each pass with its name, its 0-based index in the pipeline and
-// the graph; the after-hook also gets whether the pass reported a change. The after-hooks run once
-// the pass's checks (hash, verification) have passed, so they never see a graph the manager is
-// about to reject. Hooks must not change the graph.
+// Hooks: called around each pass of the top-level pipeline with its name, its 0-based index in
+// the pipeline and the graph; the after-hook also gets whether the pass reported a change. The
+// after-hooks run once the pass's checks (hash, verification) have passed, so they never see a
+// graph the manager is about to reject. Hooks must not change the graph. (A
+// PassInstrumentation sees more: nested pipelines, failures, the pass's context.)
 using BeforePassHook = std::function<void(std::string_view pass, size_t index, const Graph& g)>;
 using AfterPassHook =
     std::function<void(std::string_view pass, size_t index, const Graph& g, bool changed)>;
@@ -72,7 +75,10 @@ struct PassManagerOptions {
   bool remarks = false;         // route PassContext::remark() to `out`
   std::ostream* out = nullptr;  // where IR dumps, timing and stats go (stderr when null)
   std::vector<BeforePassHook> before_pass;  // in order, before each pass runs
-  std::vector<AfterPassHook> after_pass;    // in order, after each pass (print-ir-after is one)
+  std::vector<AfterPassHook> after_pass;    // in order, after each pass (after print-ir-after)
+  // The caller's instrumentation, outermost first (its after-hooks run after every check):
+  // observes every pass, nested pipelines' too. Not owned.
+  std::vector<PassInstrumentation*> instrumentations;
   // Reproducers: when set, the graph is copied before each pass (only then: this costs nothing
   // when empty), and when a pass fails (it throws, reports "unchanged" but changed the graph, or
   // the graph fails verification after it) its input is written as text IR to
@@ -103,7 +109,8 @@ struct PipelineResult {
   size_t verify_between_runs = 0;
   double hash_seconds = 0;  // structural hashes behind check_unchanged_hash
   size_t hash_runs = 0;
-  // Per analysis (passes/analysis_manager.h): computed and served from the cache.
+  // Per analysis (passes/analysis_manager.h): computed and served from the cache. A nested
+  // pipeline's are in its own result.
   std::map<std::string_view, AnalysisManager::Counts> analyses;
 };
 
@@ -129,11 +136,12 @@ struct ConfiguredPass {
 
 // Creates and configures every pass before any runs, so a typo in the last pass's options fails
 // before the first pass touches the graph. Throws JfxError on an unknown pass (listing the known
-// ones) or an option key the pass did not read.
+// ones), an option the pass does not declare, or a value it refuses.
 std::vector<ConfiguredPass> buildPipeline(const std::vector<PipelineEntry>& pipeline);
 
-// Throws JfxError when a pass fails, when verification fails after a changing pass (the message
-// names the pass and the first issues), or when a pass reports "unchanged" but the hash changed.
+// Throws JfxError when a pass fails (its message names the pass: "pass 'remat' (#3) failed: ..."),
+// when verification fails after a changing pass (the message names the pass and the first
+// issues), or when a pass reports "unchanged" but the graph changed.
 PipelineResult runPipeline(Graph& g, const std::vector<PipelineEntry>& pipeline,
                            const PassManagerOptions& opts);
 // runPipeline over passes built elsewhere (tests run passes that are not in the registry).

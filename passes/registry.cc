@@ -10,7 +10,8 @@
 
 namespace jfx {
 
-// One line per pass: name as written in pipelines, one-line summary, factory.
+// One line per pass: its name as written in pipelines (the pass's only name), a one-line summary,
+// its factory.
 const std::vector<PassRegistration>& passRegistry() {
   static const std::vector<PassRegistration> kPasses = {
       {"dce", "remove unused nodes that have no effects", [] { return std::make_unique<Dce>(); }},
@@ -32,8 +33,19 @@ const std::vector<PassRegistration>& passRegistry() {
 
 std::unique_ptr<Pass> createPass(std::string_view name) {
   for (const PassRegistration& r : passRegistry())
-    if (r.name == name) return r.create();
+    if (r.name == name) {
+      std::unique_ptr<Pass> pass = r.make();
+      pass->name_ = std::string(r.name);
+      return pass;
+    }
   return nullptr;
+}
+
+std::string knownPassNames() {
+  std::string s;
+  for (const auto& r : passRegistry())
+    s += (s.empty() ? "" : ", ") + std::string(r.name);
+  return s.empty() ? "none" : s;
 }
 
 }  // namespace jfx

@@ -1,4 +1,4 @@
-// The pass registry: passes/registry.cc holds one line per pass.
+// The pass registry: passes/registry.cc holds one line per pass, which gives the pass its name.
 #pragma once
 
 #include <functional>
@@ -11,13 +11,15 @@
 namespace jfx {
 
 struct PassRegistration {
-  std::string_view name;     // kebab-case, as written in pipelines
-  std::string_view summary;  // one line for `jointfx passes`
-  std::function<std::unique_ptr<Pass>()> create;
+  std::string_view name;                        // kebab-case, as written in pipelines
+  std::string_view summary;                     // one line for `jointfx passes`
+  std::function<std::unique_ptr<Pass>()> make;  // the pass, unnamed: createPass names it
 };
 
 const std::vector<PassRegistration>& passRegistry();
-// nullptr when no pass has that name.
+// The pass registered under `name`, named so; nullptr when no pass has that name.
 std::unique_ptr<Pass> createPass(std::string_view name);
+// "dce, dedup-fsdp-unshard, ..." in registry order, for messages that list them.
+std::string knownPassNames();
 
 }  // namespace jfx

@@ -7,6 +7,7 @@
 #include <set>
 #include <utility>
 
+#include "ir/walk.h"
 #include "passes/analysis/phase.h"
 
 namespace jfx {
@@ -290,187 +291,193 @@ BlockAnalysis analyzeBlocks(const Graph& g) {
   return analyzeBlocks(g, computePhases(g));
 }
 
-BlockAnalysis analyzeBlocks(const Graph& g, const PhaseInfo& phases) {
-  BlockAnalysis a;
-  const size_t n_ids = g.maxId();
-  // One walk of the program (a node's memory is read once: at 10^6 nodes each walk that comes
-  // back to a node costs a cache miss per node). Operands precede users, so a parameter is known
-  // before any node reading it.
-  std::vector<uint32_t> pos(n_ids, 0);
-  std::vector<Node*> params;
-  std::vector<std::string> fqns;
-  // group[id]: the parameters a node is computed from alone, ignoring input-free factories
-  // (padding zeros), as an index into `groups` (sorted parameter indices), or -1 when it reads an
-  // activation. Parameter k's own group is k: its casts, views and gather. A node reading several
-  // groups and nothing else has their union, up to kMaxParamsPerValue parameters: a bucket's
-  // copy-in (the concatenation of a block's parameters), its gather and the pieces split from it
-  // are the parameters' own values, not compute, so the first compute node reading a block is the
-  // same before and after bucketing.
-  std::vector<int32_t> group(n_ids, -1);
-  std::vector<std::vector<uint32_t>> groups;
-  // Per group: the first compute node reading it, forward first (steps; SIZE_MAX for none).
-  std::vector<size_t> group_fwd, group_any;
-  std::vector<Node*> group_fwd_node, group_any_node;
-  auto newGroup = [&](std::vector<uint32_t> members) {
-    groups.push_back(std::move(members));
-    group_fwd.push_back(SIZE_MAX);
-    group_any.push_back(SIZE_MAX);
-    group_fwd_node.push_back(nullptr);
-    group_any_node.push_back(nullptr);
-    return static_cast<int32_t>(groups.size() - 1);
-  };
-  std::vector<int32_t> read;  // scratch: the groups one node reads
-  uint32_t i = 0;
-  for (Node* n = g.first(); n; n = n->next(), ++i) {
-    pos[n->id()] = i;
-    if (n->op() == OpKind::Placeholder && n->inputKind() == InputKind::Parameter) {
-      group[n->id()] = newGroup({static_cast<uint32_t>(params.size())});
-      params.push_back(n);
-      std::string f(n->inputFqn());
-      if (f.empty())
-        for (Node* u : n->users())
-          if (!u->meta().module_fqn.str().empty()) {
-            f = std::string(u->meta().module_fqn.str());
-            break;
-          }
-      fqns.push_back(f.empty() ? std::string(n->name()) : f);
-      continue;
-    }
-    if (n->op() != OpKind::CallFunction) continue;
-    read.clear();
+namespace {
+
+// Step 1 of the block analysis, one sweep of the program (ir/walk.h: a node's memory is read
+// once). Operands precede
+// users, so a parameter is known before any node reading it.
+//
+// group[id]: the parameters a node is computed from alone, ignoring input-free factories
+// (padding zeros), as an index into `groups` (sorted parameter indices), or -1 when it reads an
+// activation. Parameter k's own group is k: its casts, views and gather. A node reading several
+// groups and nothing else has their union, up to kMaxParamsPerValue parameters: a bucket's
+// copy-in (the concatenation of a block's parameters), its gather and the pieces split from it
+// are the parameters' own values, not compute, so the first compute node reading a block is the
+// same before and after bucketing.
+class ParameterReaders {
+ public:
+  ParameterReaders(const Graph& g, const PhaseInfo& phases)
+      : pos(g), group(g, -1), phases_(phases) {}
+
+  void visit(Node* n, uint32_t i) {
+    pos[n] = i;
+    if (n->op() == OpKind::Placeholder && n->inputKind() == InputKind::Parameter)
+      return addParameter(n);
+    if (n->op() != OpKind::CallFunction) return;
     bool activation = false;
+    read_.clear();
     for (Node* p : n->inputs()) {
       if (p->op() == OpKind::CallFunction && p->inputs().empty()) continue;  // factory
-      const int32_t gp = group[p->id()];
+      const int32_t gp = group[p];
       if (gp < 0)
         activation = true;
-      else if (std::find(read.begin(), read.end(), gp) == read.end())
-        read.push_back(gp);
+      else if (std::find(read_.begin(), read_.end(), gp) == read_.end())
+        read_.push_back(gp);
     }
-    if (!activation && read.size() == 1) {
-      group[n->id()] = read[0];
-      continue;
+    if (!activation && computedFromParameters(n)) return;
+    if (read_.empty()) return;
+    const bool fwd = phases_.isForwardOrLoss(n);
+    for (int32_t gp : read_) {
+      if (i < any[gp].step) any[gp] = {i, n};
+      if (fwd && i < fwd_first[gp].step) fwd_first[gp] = {i, n};
     }
-    if (!activation && read.size() > 1) {
-      std::vector<uint32_t> members;
-      for (int32_t gp : read)
-        members.insert(members.end(), groups[gp].begin(), groups[gp].end());
-      std::sort(members.begin(), members.end());
-      members.erase(std::unique(members.begin(), members.end()), members.end());
-      if (members.size() <= kMaxParamsPerValue) {
-        group[n->id()] = newGroup(std::move(members));
+  }
+
+  struct Reader {
+    size_t step = SIZE_MAX;  // SIZE_MAX for none
+    Node* node = nullptr;
+  };
+  NodeMap<uint32_t> pos;
+  std::vector<Node*> params;
+  std::vector<std::string> fqns;
+  NodeMap<int32_t> group;
+  std::vector<std::vector<uint32_t>> groups;
+  // Per group: the first compute node reading it in forward, and at all.
+  std::vector<Reader> fwd_first, any;
+
+ private:
+  int32_t newGroup(std::vector<uint32_t> members) {
+    groups.push_back(std::move(members));
+    fwd_first.emplace_back();
+    any.emplace_back();
+    return static_cast<int32_t>(groups.size() - 1);
+  }
+  void addParameter(Node* n) {
+    group[n] = newGroup({static_cast<uint32_t>(params.size())});
+    params.push_back(n);
+    std::string f(n->inputFqn());
+    if (f.empty())
+      for (Node* u : n->users())
+        if (!u->meta().module_fqn.str().empty()) {
+          f = std::string(u->meta().module_fqn.str());
+          break;
+        }
+    fqns.push_back(f.empty() ? std::string(n->name()) : f);
+  }
+  // A node reading one or more parameter groups and no activation: its value is theirs (up to
+  // kMaxParamsPerValue parameters), not compute.
+  bool computedFromParameters(Node* n) {
+    if (read_.size() == 1) {
+      group[n] = read_[0];
+      return true;
+    }
+    if (read_.empty()) return false;
+    std::vector<uint32_t> members;
+    for (int32_t gp : read_)
+      members.insert(members.end(), groups[gp].begin(), groups[gp].end());
+    std::sort(members.begin(), members.end());
+    members.erase(std::unique(members.begin(), members.end()), members.end());
+    if (members.size() > kMaxParamsPerValue) return false;
+    group[n] = newGroup(std::move(members));
+    return true;
+  }
+  const PhaseInfo& phases_;
+  std::vector<int32_t> read_;  // scratch: the groups one node reads
+};
+
+// The first compute node reading each parameter: the first reading any group it is in.
+struct FirstUsers {
+  std::vector<ParameterReaders::Reader> fwd, any;
+};
+FirstUsers firstUsers(const ParameterReaders& r) {
+  FirstUsers f;
+  f.fwd.resize(r.params.size());
+  f.any.resize(r.params.size());
+  for (size_t gp = 0; gp < r.groups.size(); ++gp)
+    for (uint32_t k : r.groups[gp]) {
+      if (r.fwd_first[gp].step < f.fwd[k].step) f.fwd[k] = r.fwd_first[gp];
+      if (r.any[gp].step < f.any[k].step) f.any[k] = r.any[gp];
+    }
+  return f;
+}
+
+// One candidate container's block, for the side-by-side check: its first compute step and node,
+// and its parameters.
+struct Entry {
+  size_t first = SIZE_MAX;
+  Node* node = nullptr;
+  std::vector<size_t> params;
+};
+
+// Whether `cur`'s first compute node depends on `prev`'s parameters: a walk back over
+// activations (not parameter chains), never before prev's first compute node (nothing earlier
+// can read prev's parameters). `in_prev` marks prev's parameters; `seen`/`stamp`: scratch.
+bool readsPrevious(const ParameterReaders& r, const Entry& prev, const Entry& cur,
+                   const std::vector<uint8_t>& in_prev, NodeMap<uint32_t>& seen, uint32_t stamp) {
+  std::vector<Node*> work{cur.node};
+  seen[cur.node] = stamp;
+  while (!work.empty()) {
+    Node* x = work.back();
+    work.pop_back();
+    for (Node* p : x->inputs()) {
+      if (seen[p] == stamp) continue;
+      seen[p] = stamp;
+      if (const int32_t gp = r.group[p]; gp >= 0) {
+        for (uint32_t k : r.groups[gp])
+          if (in_prev[k]) return true;
         continue;
       }
-    }
-    if (read.empty()) continue;
-    const bool fwd = phases.isForwardOrLoss(n);
-    for (int32_t gp : read) {
-      if (i < group_any[gp]) {
-        group_any[gp] = i;
-        group_any_node[gp] = n;
-      }
-      if (fwd && i < group_fwd[gp]) {
-        group_fwd[gp] = i;
-        group_fwd_node[gp] = n;
-      }
+      if (r.pos[p] < prev.first) continue;
+      work.push_back(p);
     }
   }
-  // First compute node reading each parameter: the first reading any group it is in.
-  std::vector<size_t> first_fwd(params.size(), SIZE_MAX), first_any(params.size(), SIZE_MAX);
-  std::vector<Node*> first_fwd_node(params.size(), nullptr);
-  std::vector<Node*> first_any_node(params.size(), nullptr);
-  for (size_t gp = 0; gp < groups.size(); ++gp)
-    for (uint32_t k : groups[gp]) {
-      if (group_fwd[gp] < first_fwd[k]) {
-        first_fwd[k] = group_fwd[gp];
-        first_fwd_node[k] = group_fwd_node[gp];
-      }
-      if (group_any[gp] < first_any[k]) {
-        first_any[k] = group_any[gp];
-        first_any_node[k] = group_any_node[gp];
-      }
-    }
-  a.parameters = static_cast<int64_t>(params.size());
-  a.of_param_.assign(n_ids, -1);
-  if (params.empty()) return a;
+  return false;
+}
 
-  // Which candidate containers run their blocks one after another.
-  std::set<std::string> candidates = candidateContainers(fqns);
+// The candidate containers whose blocks run side by side: for consecutive blocks (by first
+// use), fewer than half of the pairs have the later block read the earlier one's parameters.
+std::set<std::string> parallelContainers(const Graph& g, const ParameterReaders& r,
+                                         const FirstUsers& first) {
+  const std::set<std::string> candidates = candidateContainers(r.fqns);
+  std::map<std::string, std::map<int64_t, Entry>> by_container;
+  for (size_t k = 0; k < r.params.size(); ++k)
+    forEachIndex(r.fqns[k], [&](const IndexAt& ix) {
+      std::string prefix = r.fqns[k].substr(0, ix.prefix_len);
+      if (!candidates.count(prefix)) return;
+      Entry& c = by_container[prefix][ix.value];
+      c.params.push_back(k);
+      if (first.fwd[k].step < c.first) c.first = first.fwd[k].step, c.node = first.fwd[k].node;
+    });
   std::set<std::string> parallel;
-  {
-    // container -> block index -> (first compute step, node, params)
-    struct Cand {
-      size_t first = SIZE_MAX;
-      Node* node = nullptr;
-      std::vector<size_t> params;
-    };
-    std::map<std::string, std::map<int64_t, Cand>> by_container;
-    for (size_t k = 0; k < params.size(); ++k)
-      forEachIndex(fqns[k], [&](const IndexAt& ix) {
-        std::string prefix = fqns[k].substr(0, ix.prefix_len);
-        if (!candidates.count(prefix)) return;
-        Cand& c = by_container[prefix][ix.value];
-        c.params.push_back(k);
-        if (first_fwd[k] < c.first) {
-          c.first = first_fwd[k];
-          c.node = first_fwd_node[k];
-        }
-      });
-    std::vector<uint8_t> in_prev(params.size(), 0);
-    std::vector<uint32_t> seen(n_ids, 0);
-    uint32_t stamp = 0;
-    for (auto& [container, blocks_map] : by_container) {
-      std::vector<const Cand*> seq;
-      for (auto& [idx, c] : blocks_map)
-        if (c.node) seq.push_back(&c);
-      std::sort(seq.begin(), seq.end(),
-                [](const Cand* x, const Cand* y) { return x->first < y->first; });
-      size_t pairs = 0, chained = 0;
-      for (size_t i = 1; i < seq.size(); ++i) {
-        const Cand& prev = *seq[i - 1];
-        const Cand& cur = *seq[i];
-        ++pairs;
-        for (size_t k : prev.params)
-          in_prev[k] = 1;
-        // Walk back from cur's first compute node over activations (not parameter chains),
-        // never before prev's first compute node: nothing earlier can read prev's parameters.
-        ++stamp;
-        bool found = false;
-        std::vector<Node*> work{cur.node};
-        seen[cur.node->id()] = stamp;
-        while (!work.empty() && !found) {
-          Node* x = work.back();
-          work.pop_back();
-          for (Node* p : x->inputs()) {
-            if (seen[p->id()] == stamp) continue;
-            seen[p->id()] = stamp;
-            if (const int32_t gp = group[p->id()]; gp >= 0) {
-              for (uint32_t k : groups[gp])
-                found = found || in_prev[k];
-              continue;
-            }
-            if (pos[p->id()] < prev.first) continue;
-            work.push_back(p);
-          }
-        }
-        chained += found;
-        for (size_t k : prev.params)
-          in_prev[k] = 0;
-      }
-      if (pairs > 0 && 2 * chained < pairs) parallel.insert(container);
+  std::vector<uint8_t> in_prev(r.params.size(), 0);
+  NodeMap<uint32_t> seen(g, 0);
+  uint32_t stamp = 0;
+  for (auto& [container, blocks_map] : by_container) {
+    std::vector<const Entry*> seq;
+    for (auto& [idx, c] : blocks_map)
+      if (c.node) seq.push_back(&c);
+    std::sort(seq.begin(), seq.end(),
+              [](const Entry* x, const Entry* y) { return x->first < y->first; });
+    size_t pairs = 0, chained = 0;
+    for (size_t i = 1; i < seq.size(); ++i, ++pairs) {
+      for (size_t k : seq[i - 1]->params)
+        in_prev[k] = 1;
+      chained += readsPrevious(r, *seq[i - 1], *seq[i], in_prev, seen, ++stamp);
+      for (size_t k : seq[i - 1]->params)
+        in_prev[k] = 0;
     }
+    if (pairs > 0 && 2 * chained < pairs) parallel.insert(container);
   }
-  a.parallel_containers.assign(parallel.begin(), parallel.end());
+  return parallel;
+}
 
-  BlockNaming naming =
-      nameBlocks(fqns, [&](const std::string& c) { return parallel.count(c) > 0; });
-  a.containers = naming.containers;
-  for (const std::string& c : naming.heterogeneous)
-    if (!std::binary_search(a.containers.begin(), a.containers.end(), c))
-      a.heterogeneous_containers.push_back(c);
+// The blocks `naming` gives the parameters, each with its first user (the first compute node
+// reading one of its parameters, forward first), in first-appearance order; `step` gets each
+// block's first user's step.
+void assembleBlocks(BlockAnalysis& a, const BlockNaming& naming, const ParameterReaders& r,
+                    const FirstUsers& first, std::vector<size_t>& step) {
   std::map<std::string, size_t> index_of;  // block name -> position in a.blocks (unsorted)
-  std::vector<size_t> step;                // by position in a.blocks: the first user's step
-  for (size_t k = 0; k < params.size(); ++k) {
+  for (size_t k = 0; k < r.params.size(); ++k) {
     const std::string& name = naming.block_of[k];
     if (name.empty()) continue;
     auto [it, fresh] = index_of.emplace(name, a.blocks.size());
@@ -485,14 +492,19 @@ BlockAnalysis analyzeBlocks(const Graph& g, const PhaseInfo& phases) {
       step.push_back(SIZE_MAX);
     }
     Block& b = a.blocks[it->second];
-    b.params.push_back(params[k]);
-    const bool fwd = first_fwd[k] != SIZE_MAX;
-    if (const size_t s = fwd ? first_fwd[k] : first_any[k]; s < step[it->second]) {
-      step[it->second] = s;
-      b.first_user = fwd ? first_fwd_node[k] : first_any_node[k];
+    b.params.push_back(r.params[k]);
+    const bool fwd = first.fwd[k].step != SIZE_MAX;
+    const ParameterReaders::Reader& user = fwd ? first.fwd[k] : first.any[k];
+    if (user.step < step[it->second]) {
+      step[it->second] = user.step;
+      b.first_user = user.node;
     }
     ++a.parameters_in_blocks;
   }
+}
+
+// Blocks by first use in forward, then container and index.
+void sortBlocks(BlockAnalysis& a, const std::vector<size_t>& step) {
   std::vector<size_t> order(a.blocks.size());
   for (size_t k = 0; k < order.size(); ++k)
     order[k] = k;
@@ -506,6 +518,30 @@ BlockAnalysis analyzeBlocks(const Graph& g, const PhaseInfo& phases) {
   for (size_t k : order)
     sorted.push_back(std::move(a.blocks[k]));
   a.blocks = std::move(sorted);
+}
+
+}  // namespace
+
+BlockAnalysis analyzeBlocks(const Graph& g, const PhaseInfo& phases) {
+  BlockAnalysis a;
+  ParameterReaders readers(g, phases);
+  sweep(g, readers);
+  const FirstUsers first = firstUsers(readers);
+  a.parameters = static_cast<int64_t>(readers.params.size());
+  a.of_param_.assign(g.maxId(), -1);
+  if (readers.params.empty()) return a;
+
+  const std::set<std::string> parallel = parallelContainers(g, readers, first);
+  a.parallel_containers.assign(parallel.begin(), parallel.end());
+  BlockNaming naming =
+      nameBlocks(readers.fqns, [&](const std::string& c) { return parallel.count(c) > 0; });
+  a.containers = naming.containers;
+  for (const std::string& c : naming.heterogeneous)
+    if (!std::binary_search(a.containers.begin(), a.containers.end(), c))
+      a.heterogeneous_containers.push_back(c);
+  std::vector<size_t> step;  // by position in a.blocks: the first user's step
+  assembleBlocks(a, naming, readers, first, step);
+  sortBlocks(a, step);
   for (size_t i = 0; i < a.blocks.size(); ++i) {
     a.by_name_[a.blocks[i].name] = static_cast<int32_t>(i);
     for (Node* p : a.blocks[i].params)

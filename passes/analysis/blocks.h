@@ -128,6 +128,14 @@ struct AnalysisTraits<BlockAnalysis> {
     return analyzeBlocks(g, am.get<PhaseInfo>(g));
   }
   static std::string fingerprint(const Graph& g, const BlockAnalysis& a);
+  static BlockAnalysis follow(const BlockAnalysis& a, const NodeTranslation& to) {
+    BlockAnalysis b = a;
+    for (Block& block : b.blocks) {
+      to.all(block.params);
+      block.first_user = to(block.first_user);
+    }
+    return b;
+  }
 };
 
 }  // namespace jfx

@@ -147,10 +147,12 @@ double HardwareProfile::peakFlops(ScalarType t) const {
   return default_peak_flops;
 }
 
-HardwareProfile parseHardwareProfile(std::string_view json_text, const std::string& filename) {
-  json doc;
+namespace {
+
+// The profile's JSON document; errors located at the byte or the file.
+json parseProfileJson(std::string_view json_text, const std::string& filename) {
   try {
-    doc = json::parse(json_text.begin(), json_text.end());
+    return json::parse(json_text.begin(), json_text.end());
   } catch (const json::parse_error& e) {
     // nlohmann counts bytes from 1 and points just past the offending character.
     size_t offset = e.byte > 0 ? e.byte - 1 : 0;
@@ -163,6 +165,44 @@ HardwareProfile parseHardwareProfile(std::string_view json_text, const std::stri
     loc.file = filename;
     throw JfxError(loc, "invalid JSON: " + humanLibraryMessage(e.what()));
   }
+}
+
+// The links: "intra_node" and "inter_node".
+void readLinks(const json& doc, const std::string& filename, HardwareProfile& hw) {
+  for (const char* which : {"intra_node", "inter_node"}) {
+    std::string at = std::string("/") + which;
+    if (!doc.contains(which))
+      profileError(filename, at, std::string("missing key '") + which + "'");
+    const json& link = doc[which];
+    bool inter = std::string_view(which) == "inter_node";
+    if (inter)
+      checkKeys(link,
+                {"bus_bandwidth_gbps", "hop_latency_us", "net_overhead_us", "nic_efficiency_min",
+                 "nic_full_nodes", "multi_rail_bytes", "multi_rail_exponent", "notes"},
+                filename, at);
+    else
+      checkKeys(link, {"bus_bandwidth_gbps", "hop_latency_us", "notes"}, filename, at);
+    double bw = number(link, "bus_bandwidth_gbps", filename, at, true, 0, kBandwidthGbps) * 1e9;
+    double hop = number(link, "hop_latency_us", filename, at, false, 0, kLatencyUs) * 1e-6;
+    if (!inter) {
+      hw.intra_node_bus_bw = bw;
+      hw.intra_node_hop_latency = hop;
+      continue;
+    }
+    hw.inter_node_bus_bw = bw;
+    hw.inter_node_hop_latency = hop;
+    hw.net_overhead = number(link, "net_overhead_us", filename, at, false, 0, kLatencyUs) * 1e-6;
+    hw.nic_efficiency_min = number(link, "nic_efficiency_min", filename, at, false, 1, kEfficiency);
+    hw.nic_full_nodes = count(link, "nic_full_nodes", filename, at, false, 8, 2, 1000000);
+    hw.multi_rail_bytes = number(link, "multi_rail_bytes", filename, at, false, 50e6, kRailBytes);
+    hw.multi_rail_exponent = number(link, "multi_rail_exponent", filename, at, false, 0, kExponent);
+  }
+}
+
+}  // namespace
+
+HardwareProfile parseHardwareProfile(std::string_view json_text, const std::string& filename) {
+  json doc = parseProfileJson(json_text, filename);
   checkKeys(doc,
             {"name", "description", "gpus_per_node", "peak_tflops", "compute_efficiency",
              "memory_bandwidth_gbps", "memory_efficiency", "memory_capacity_gib",
@@ -212,34 +252,7 @@ HardwareProfile parseHardwareProfile(std::string_view json_text, const std::stri
       profileError(filename, "/collective_streams", "expected \"per_group\" or \"per_rank_set\"");
     hw.stream_per_rank_set = v == "per_rank_set";
   }
-  for (const char* which : {"intra_node", "inter_node"}) {
-    std::string at = std::string("/") + which;
-    if (!doc.contains(which))
-      profileError(filename, at, std::string("missing key '") + which + "'");
-    const json& link = doc[which];
-    bool inter = std::string_view(which) == "inter_node";
-    if (inter)
-      checkKeys(link,
-                {"bus_bandwidth_gbps", "hop_latency_us", "net_overhead_us", "nic_efficiency_min",
-                 "nic_full_nodes", "multi_rail_bytes", "multi_rail_exponent", "notes"},
-                filename, at);
-    else
-      checkKeys(link, {"bus_bandwidth_gbps", "hop_latency_us", "notes"}, filename, at);
-    double bw = number(link, "bus_bandwidth_gbps", filename, at, true, 0, kBandwidthGbps) * 1e9;
-    double hop = number(link, "hop_latency_us", filename, at, false, 0, kLatencyUs) * 1e-6;
-    if (!inter) {
-      hw.intra_node_bus_bw = bw;
-      hw.intra_node_hop_latency = hop;
-      continue;
-    }
-    hw.inter_node_bus_bw = bw;
-    hw.inter_node_hop_latency = hop;
-    hw.net_overhead = number(link, "net_overhead_us", filename, at, false, 0, kLatencyUs) * 1e-6;
-    hw.nic_efficiency_min = number(link, "nic_efficiency_min", filename, at, false, 1, kEfficiency);
-    hw.nic_full_nodes = count(link, "nic_full_nodes", filename, at, false, 8, 2, 1000000);
-    hw.multi_rail_bytes = number(link, "multi_rail_bytes", filename, at, false, 50e6, kRailBytes);
-    hw.multi_rail_exponent = number(link, "multi_rail_exponent", filename, at, false, 0, kExponent);
-  }
+  readLinks(doc, filename, hw);
   return hw;
 }
 

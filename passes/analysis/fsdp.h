@@ -80,6 +80,8 @@ class FsdpAnalysis {
 
  private:
   friend FsdpAnalysis analyzeFsdp(const Graph& g, const PhaseInfo& phases);
+  friend class FsdpMatcher;
+  friend struct AnalysisTraits<FsdpAnalysis>;
   std::vector<int32_t> chain_of_;     // node id -> index in `unshard`, or -1
   std::vector<CollectiveRole> role_;  // node id -> role
 };
@@ -97,6 +99,7 @@ struct AnalysisTraits<FsdpAnalysis> {
     return analyzeFsdp(g, am.get<PhaseInfo>(g));
   }
   static std::string fingerprint(const Graph& g, const FsdpAnalysis& a);
+  static FsdpAnalysis follow(const FsdpAnalysis& a, const NodeTranslation& to);
 };
 
 // True for a collective `bucket` made from FSDP members: it carries the fsdp_bucket attribute

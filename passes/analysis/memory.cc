@@ -5,6 +5,7 @@
 #include <span>
 
 #include "ir/checked.h"
+#include "ir/walk.h"
 
 namespace jfx {
 namespace {
@@ -22,7 +23,7 @@ uint32_t outputCount(const Node* n) {
 }
 
 // Storage ids of each walked node's outputs, flattened: elems[begin[id] .. + outputCount(n)).
-// The count is read from the node, not kept: a second table by id was 5.8 MB at 10^6 nodes.
+// The count is read from the node, not kept in a second table by id.
 struct StorageMap {
   std::vector<Storage> storages;
   std::vector<uint32_t> begin;
@@ -140,80 +141,90 @@ int64_t glooStagingBytes(const Node* n) {
   return b;
 }
 
-}  // namespace
+// Step 1 of the analysis, one sweep of the program (ir/walk.h: each node's memory is read
+// once): which storage each output names, and the last use of each storage its inputs name (they
+// come earlier, so theirs are known). The curve gets its bytes in step 2, which needs only what
+// this keeps by step.
+class StorageNaming {
+ public:
+  StorageNaming(const Graph& g, const PhaseInfo& phases, const MemoryOptions& opts,
+                MemoryProfile& prof)
+      : phases_(phases), prof_(prof), gloo_(opts.backend == CommBackend::Gloo) {
+    m.begin.assign(g.maxId(), 0);
+    if (gloo_) staging_of_.assign(g.maxId(), -1);
+    // About one storage and one element per node: no regrowth (a copy of everything so far) on
+    // large graphs.
+    m.storages.reserve(g.size());
+    m.elems.reserve(g.size() + g.size() / 8);
+    phase_at.reserve(g.size());
+    id_at.reserve(g.size());
+  }
 
-MemoryProfile analyzeMemory(const Graph& g, const PhaseInfo& phases, const MemoryOptions& opts) {
-  MemoryProfile prof;
-  const size_t n_ids = g.maxId();
+  void visit(const Node* n, uint32_t step) {
+    id_at.push_back(n->id());
+    phase_at.push_back(phases_.of(n));
+    const uint32_t k = outputCount(n);
+    m.begin[n->id()] = static_cast<uint32_t>(m.elems.size());
+    for (uint32_t i = 0; i < k; ++i)
+      m.elems.push_back(storageOf(n, i, step));
+    readInputs(n, step);
+    if (gloo_ && n->isCollective()) addStaging(n, step);
+    extendToWait(n, step);
+  }
+
+  // Step 2 needs only the storages: the node tables go before its own are made (bucket profiles
+  // its output at the pipeline's peak).
+  void releaseNodeTables() {
+    std::vector<uint32_t>().swap(m.begin);
+    std::vector<int32_t>().swap(m.elems);
+  }
+
   StorageMap m;
-  m.begin.assign(n_ids, 0);
-  // About one storage and one element per node: no regrowth (a copy of everything so far) on
-  // large graphs.
-  m.storages.reserve(g.size());
-  m.elems.reserve(g.size() + g.size() / 8);
-  auto fresh = [&](const Node* n, int32_t element, const ValueMeta& v, size_t t, bool input) {
-    if (v.kind != ValueMeta::Kind::Tensor && v.kind != ValueMeta::Kind::List) return int32_t{-1};
+  std::vector<Phase> phase_at;  // phase of each step, so step 2 reads no node
+  std::vector<uint32_t> id_at;  // node id of each step, for the peaks step 2 finds
+
+ private:
+  // The storage output `i` of `n` names: a fresh one, its base's (views, in-place and out= ops,
+  // getitems), or none.
+  int32_t storageOf(const Node* n, uint32_t i, size_t step) {
+    const ValueMeta& v = n->val();
+    const ValueMeta& ev = isMultiOutput(n) ? v.items[i] : v;
+    const Node* in0 = n->input(0);
+    if (n->op() == OpKind::Output) return -1;
+    if (n->op() == OpKind::Placeholder || n->op() == OpKind::GetAttr)
+      return fresh(n, static_cast<int32_t>(i), ev, step, true);
+    if (n->info().category == OpCategory::Getitem && in0 && n->numArgs() > 1 && n->arg(1).isInt())
+      return views_.aliasesInput0(in0) ? m.first(in0) : m.element(in0, n->arg(1).toInt());
+    if (in0 && views_.aliasesInput0(n)) return m.first(in0);
+    if (n->info().alias == AliasKind::Out) {
+      const Arg* out = n->kwarg("out");
+      if (out && out->node()) return m.first(out->node());
+    }
+    return fresh(n, static_cast<int32_t>(i), ev, step, false);
+  }
+
+  int32_t fresh(const Node* n, int32_t element, const ValueMeta& v, size_t t, bool input) {
+    if (v.kind != ValueMeta::Kind::Tensor && v.kind != ValueMeta::Kind::List) return -1;
     const auto step = static_cast<uint32_t>(t);
     const int64_t bytes = v.bytes();
-    if (input) prof.input_bytes = saturatingAdd(prof.input_bytes, bytes);
+    if (input) prof_.input_bytes = saturatingAdd(prof_.input_bytes, bytes);
     m.storages.push_back({n->id(), element, step, input ? Storage::kPinned : step, bytes});
     return static_cast<int32_t>(m.storages.size() - 1);
-  };
+  }
+
+  void extendStorage(int32_t s, size_t t) {
+    if (s >= 0) m.storages[s].last_use = std::max(m.storages[s].last_use, static_cast<uint32_t>(t));
+  }
+
   // Reading a node keeps all its outputs: a multi-output node's value is one tuple, which the
   // executor (and FX's generated code) drops after its last reader, the last getitem, so every
   // element lives at least that long.
-  auto extendStorage = [&](int32_t s, size_t t) {
-    if (s >= 0) m.storages[s].last_use = std::max(m.storages[s].last_use, static_cast<uint32_t>(t));
-  };
-  auto extend = [&](const Node* p, size_t t) {
+  void extend(const Node* p, size_t t) {
     for (uint32_t i = 0, k = outputCount(p); i < k; ++i)
       extendStorage(m.elems[m.begin[p->id()] + i], t);
-  };
-  const MaybeViews views;
-  // Gloo's own buffers (MemoryOptions::backend): the staging storage of each collective that
-  // lives until its wait, by node id.
-  const bool gloo = opts.backend == CommBackend::Gloo;
-  std::vector<int32_t> staging_of(gloo ? n_ids : 0, -1);
+  }
 
-  // 1. One walk of the program (each node's memory is read once: at 10^6 nodes a walk that
-  // comes back to a node costs a cache miss per node): which storage each output names, and
-  // the last use of each storage its inputs name (they come earlier, so theirs are known). The
-  // curve gets its bytes in step 2.
-  std::vector<Phase> phase_at;  // phase of each step, so step 2 reads no node
-  std::vector<uint32_t> id_at;  // node id of each step, for the peaks step 2 finds
-  phase_at.reserve(g.size());
-  id_at.reserve(g.size());
-  size_t step = 0;
-  for (const Node* n = g.first(); n; n = n->next(), ++step) {
-    id_at.push_back(n->id());
-    phase_at.push_back(phases.of(n));
-    const ValueMeta& v = n->val();
-    const uint32_t k = outputCount(n);
-    m.begin[n->id()] = static_cast<uint32_t>(m.elems.size());
-    const bool is_input = n->op() == OpKind::Placeholder || n->op() == OpKind::GetAttr;
-    const Node* in0 = n->input(0);
-    for (uint32_t i = 0; i < k; ++i) {
-      const ValueMeta& ev = isMultiOutput(n) ? v.items[i] : v;
-      int32_t s = -1;
-      if (n->op() == OpKind::Output) {
-        s = -1;
-      } else if (is_input) {
-        s = fresh(n, static_cast<int32_t>(i), ev, step, true);
-      } else if (n->info().category == OpCategory::Getitem && in0 && n->numArgs() > 1 &&
-                 n->arg(1).isInt()) {
-        s = views.aliasesInput0(in0) ? m.first(in0) : m.element(in0, n->arg(1).toInt());
-      } else if (in0 && views.aliasesInput0(n)) {
-        s = m.first(in0);
-      } else if (n->info().alias == AliasKind::Out) {
-        const Arg* out = n->kwarg("out");
-        s = out && out->node() ? m.first(out->node())
-                               : fresh(n, static_cast<int32_t>(i), ev, step, false);
-      } else {
-        s = fresh(n, static_cast<int32_t>(i), ev, step, false);
-      }
-      m.elems.push_back(s);
-    }
-
+  void readInputs(const Node* n, size_t step) {
     for (const Node* p : n->inputs()) {
       if (n->op() == OpKind::Output) {
         for (uint32_t i = 0, k = outputCount(p); i < k; ++i)
@@ -223,93 +234,114 @@ MemoryProfile analyzeMemory(const Graph& g, const PhaseInfo& phases, const Memor
       }
       extend(p, step);
     }
-    if (gloo && n->isCollective()) {
-      // LibTorch's gloo backend copies an all-gather's input for the duration of the call, and
-      // reduce-scatters through an input-sized buffer that lives until the collective completes
-      // (docs/passes.md, "Memory analysis").
-      const CollectiveKind kind = n->info().collective;
-      if (kind == CollectiveKind::ReduceScatter || kind == CollectiveKind::AllGather) {
-        const auto t = static_cast<uint32_t>(step);
-        m.storages.push_back({n->id(), Storage::kStaging, t, t, glooStagingBytes(n)});
-        if (kind == CollectiveKind::ReduceScatter)
-          staging_of[n->id()] = static_cast<int32_t>(m.storages.size() - 1);
-      }
-    }
-    // A collective's inputs and outputs stay live until its last wait: the transfer reads and
-    // writes them until then. A coalesced collective's waits read getitems of it.
-    if (n->isWait() && in0) {
-      const Node* c = in0;
-      if (c->info().category == OpCategory::Getitem) c = c->input(0);
-      if (c && c->isCollective()) {
-        for (const Node* q : c->inputs())
-          extend(q, step);
-        extend(c, step);
-        if (gloo) extendStorage(staging_of[c->id()], step);
-      }
-    }
   }
 
-  // Step 2 needs only the storages: the node tables go before its own are made (10 MB at 10^6
-  // nodes, when bucket profiles its output at the pipeline's peak).
-  std::vector<uint32_t>().swap(m.begin);
-  std::vector<int32_t>().swap(m.elems);
+  // LibTorch's gloo backend copies an all-gather's input for the duration of the call, and
+  // reduce-scatters through an input-sized buffer that lives until the collective completes
+  // (docs/passes.md, "Memory analysis").
+  void addStaging(const Node* n, size_t step) {
+    const CollectiveKind kind = n->info().collective;
+    if (kind != CollectiveKind::ReduceScatter && kind != CollectiveKind::AllGather) return;
+    const auto t = static_cast<uint32_t>(step);
+    m.storages.push_back({n->id(), Storage::kStaging, t, t, glooStagingBytes(n)});
+    if (kind == CollectiveKind::ReduceScatter)
+      staging_of_[n->id()] = static_cast<int32_t>(m.storages.size() - 1);
+  }
 
-  // 2. Play the schedule. Storages are born in index order; frees are bucketed by step (a linked
-  // list per step).
-  const size_t n_steps = id_at.size();
+  // A collective's inputs and outputs stay live until its last wait: the transfer reads and
+  // writes them until then. A coalesced collective's waits read getitems of it.
+  void extendToWait(const Node* n, size_t step) {
+    const Node* c = n->isWait() ? n->input(0) : nullptr;
+    if (c && c->info().category == OpCategory::Getitem) c = c->input(0);
+    if (!c || !c->isCollective()) return;
+    for (const Node* q : c->inputs())
+      extend(q, step);
+    extend(c, step);
+    if (gloo_) extendStorage(staging_of_[c->id()], step);
+  }
+
+  const PhaseInfo& phases_;
+  MemoryProfile& prof_;
+  const MaybeViews views_;
+  // Gloo's own buffers (MemoryOptions::backend): the staging storage of each collective that
+  // lives until its wait, by node id.
+  const bool gloo_;
+  std::vector<int32_t> staging_of_;
+};
+
+// Step 2: plays the schedule. Storages are born in index order; frees are bucketed by step (a
+// linked list per step). Fills the curve, the peak and the phase peaks; returns the peak's step.
+size_t playSchedule(const Graph& g, const StorageNaming& s, MemoryProfile& prof) {
+  const std::vector<Storage>& storages = s.m.storages;
+  const size_t n_steps = s.id_at.size();
   prof.curve.assign(n_steps, 0);
-  std::vector<int32_t> die_head(n_steps, -1), die_next(m.storages.size(), -1);
-  for (size_t s = m.storages.size(); s-- > 0;) {
-    const Storage& st = m.storages[s];
+  std::vector<int32_t> die_head(n_steps, -1), die_next(storages.size(), -1);
+  for (size_t i = storages.size(); i-- > 0;) {
+    const Storage& st = storages[i];
     if (st.pinned()) continue;
-    die_next[s] = die_head[st.last_use];
-    die_head[st.last_use] = static_cast<int32_t>(s);
+    die_next[i] = die_head[st.last_use];
+    die_head[st.last_use] = static_cast<int32_t>(i);
   }
   // 128-bit sums: each storage fits int64, their total need not (reported clamped).
   WideInt wide_live = 0;
   size_t peak_step = 0;
   size_t next_born = 0;
   for (size_t t = 0; t < n_steps; ++t) {
-    for (; next_born < m.storages.size() && m.storages[next_born].born == t; ++next_born)
-      wide_live += m.storages[next_born].bytes;
+    for (; next_born < storages.size() && storages[next_born].born == t; ++next_born)
+      wide_live += storages[next_born].bytes;
     const int64_t live = clampToInt64(wide_live);
     prof.curve[t] = live;
     if (live > prof.peak_bytes || !prof.peak_node) {
       prof.peak_bytes = live;
-      prof.peak_node = g.nodeById(id_at[t]);
+      prof.peak_node = g.nodeById(s.id_at[t]);
       peak_step = t;
     }
-    PhasePeak& pp = prof.phase_peaks[static_cast<size_t>(phase_at[t])];
-    if (!pp.node || live > pp.bytes) pp = {live, g.nodeById(id_at[t])};
-    for (int32_t s = die_head[t]; s >= 0; s = die_next[s])
-      wide_live -= m.storages[s].bytes;
+    PhasePeak& pp = prof.phase_peaks[static_cast<size_t>(s.phase_at[t])];
+    if (!pp.node || live > pp.bytes) pp = {live, g.nodeById(s.id_at[t])};
+    for (int32_t d = die_head[t]; d >= 0; d = die_next[d])
+      wide_live -= storages[d].bytes;
   }
+  return peak_step;
+}
 
-  // 3. The largest tensors live at the peak: born at or before it, not freed before it.
+// Step 3: the largest tensors live at the peak: born at or before it, not freed before it.
+void findLargestAtPeak(const Graph& g, const std::vector<Storage>& storages, size_t peak_step,
+                       size_t top_k, MemoryProfile& prof) {
   std::vector<int32_t> at_peak;
-  for (size_t s = 0; s < m.storages.size(); ++s) {
-    const Storage& st = m.storages[s];
+  for (size_t s = 0; s < storages.size(); ++s) {
+    const Storage& st = storages[s];
     if (st.born <= peak_step && (st.pinned() || st.last_use >= peak_step))
       at_peak.push_back(static_cast<int32_t>(s));
   }
   auto larger = [&](int32_t a, int32_t b) {
-    const Storage &x = m.storages[a], &y = m.storages[b];
+    const Storage &x = storages[a], &y = storages[b];
     if (x.bytes != y.bytes) return x.bytes > y.bytes;
     if (x.born != y.born) return x.born < y.born;
     return x.element < y.element;
   };
-  const size_t k = std::min(opts.top_k, at_peak.size());
+  const size_t k = std::min(top_k, at_peak.size());
   std::partial_sort(at_peak.begin(), at_peak.begin() + static_cast<std::ptrdiff_t>(k),
                     at_peak.end(), larger);
   for (size_t i = 0; i < k; ++i) {
-    const Storage& st = m.storages[at_peak[i]];
+    const Storage& st = storages[at_peak[i]];
     const Node* owner = g.nodeById(st.owner);
     const bool input = owner->op() == OpKind::Placeholder || owner->op() == OpKind::GetAttr;
     prof.largest_at_peak.push_back({owner, st.element, st.bytes, input});
   }
+}
+
+}  // namespace
+
+MemoryProfile analyzeMemory(const Graph& g, const PhaseInfo& phases, const MemoryOptions& opts) {
+  MemoryProfile prof;
+  StorageNaming naming(g, phases, opts, prof);
+  sweep(g, naming);
+  naming.releaseNodeTables();
+  const size_t peak_step = playSchedule(g, naming, prof);
+  findLargestAtPeak(g, naming.m.storages, peak_step, opts.top_k, prof);
   // The table itself, not a copy: a second table, made at bucket's bound check while the graph is
-  // at its largest, cost 18 MB of peak RSS at 10^6 nodes.
-  if (opts.lifetimes) prof.storages = std::move(m.storages);
+  // at its largest, would raise the pipeline's peak (bench/README.md, "Figures behind the code").
+  if (opts.lifetimes) prof.storages = std::move(naming.m.storages);
   return prof;
 }
 

@@ -45,9 +45,8 @@ struct MemoryOptions {
 };
 
 // One storage's life in steps of the program order: live on [born, last_use] (to the end when
-// pinned: a graph input or output). 24 bytes: at 10^6 nodes the storages are the analysis's
-// largest table, and bucket builds it while the graph it changed is at its largest. Steps and
-// node ids fit 32 bits.
+// pinned: a graph input or output). 24 bytes: the storages are the analysis's largest table, and
+// bucket builds it while the graph it changed is at its largest. Steps and node ids fit 32 bits.
 struct StorageLife {
   static constexpr uint32_t kPinned = UINT32_MAX;  // last_use of a storage never freed
   static constexpr int32_t kStaging = -1;  // element of a backend's buffer (CommBackend::Gloo)
@@ -78,8 +77,8 @@ struct MemoryProfile {
   std::vector<LiveTensor> largest_at_peak;  // by bytes, descending; ties by owner position
   std::array<PhasePeak, 4> phase_peaks{};   // indexed by Phase
   // Live bytes at each step: one per node, in program order (step i is the graph's i-th node).
-  // No node pointers: 8 bytes a step, where a (node, bytes) pair was 16 (20 MB at 10^6 nodes,
-  // made while bucket's output is at its largest).
+  // No node pointers: 8 bytes a step, where a (node, bytes) pair was 16 (the curve is made
+  // while bucket's output is at its largest).
   std::vector<int64_t> curve;
   std::vector<StorageLife> storages;  // with MemoryOptions::lifetimes, in allocation order
 
@@ -100,6 +99,15 @@ struct AnalysisTraits<MemoryProfile> {
     return analyzeMemory(g, am.get<PhaseInfo>(g));
   }
   static std::string fingerprint(const Graph& g, const MemoryProfile& m);
+  static MemoryProfile follow(const MemoryProfile& m, const NodeTranslation& to) {
+    MemoryProfile c = m;
+    c.peak_node = to(m.peak_node);
+    for (LiveTensor& t : c.largest_at_peak)
+      t.owner = to(t.owner);
+    for (PhasePeak& p : c.phase_peaks)
+      p.node = to(p.node);
+    return c;
+  }
 };
 
 }  // namespace jfx

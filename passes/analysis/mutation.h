@@ -48,6 +48,8 @@ struct AnalysisTraits<WrittenStorage> {
   static constexpr std::string_view name = "written";
   static WrittenStorage compute(const Graph& g, AnalysisManager&) { return WrittenStorage(g); }
   static std::string fingerprint(const Graph& g, const WrittenStorage& w);
+  // Node ids only: the same answer for an exact copy.
+  static WrittenStorage follow(const WrittenStorage& w, const NodeTranslation&) { return w; }
 };
 
 }  // namespace jfx

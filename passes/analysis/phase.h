@@ -48,6 +48,7 @@ class PhaseInfo {
 
  private:
   friend PhaseInfo computePhases(const Graph& g);
+  friend struct AnalysisTraits<PhaseInfo>;
   std::vector<Phase> phases_;  // by node id
   Node* loss_ = nullptr;
   int64_t from_meta_ = 0;
@@ -65,6 +66,11 @@ struct AnalysisTraits<PhaseInfo> {
   static constexpr std::string_view name = "phases";
   static PhaseInfo compute(const Graph& g, AnalysisManager&) { return computePhases(g); }
   static std::string fingerprint(const Graph& g, const PhaseInfo& p);
+  static PhaseInfo follow(const PhaseInfo& p, const NodeTranslation& to) {
+    PhaseInfo q = p;
+    q.loss_ = to(p.loss_);
+    return q;
+  }
 };
 
 }  // namespace jfx

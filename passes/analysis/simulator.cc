@@ -36,6 +36,166 @@ void checkDuration(const Node& n, double seconds, const CostModel& cost) {
                      "\"Cost model and hardware profiles\")");
 }
 
+// One simulated step: the compute stream runs the nodes in program order, each collective runs
+// on its group's stream when its operands are ready, and a wait (or a node reading an unwaited
+// collective's result) stalls the compute stream until the collective ends.
+class Simulation {
+ public:
+  Simulation(const Graph& g, const CostModel& cost, const SimOptions& opts)
+      : g_(g), cost_(cost), opts_(opts), ready_(g.maxId(), 0.0), chain_(g.maxId(), 0.0) {
+    r.streams.push_back({"compute", 0, 0});
+    // The stream key is the group name, or with a per-rank-set profile the first header group
+    // over the same ranks (split-comm-groups' `0_rs` then shares `0`'s stream).
+    if (cost.hardware().stream_per_rank_set) {
+      std::map<std::vector<int64_t>, std::string> first;
+      for (const ProcessGroupInfo& pg : g.processGroups()) {
+        std::vector<int64_t> ranks = pg.ranks;
+        if (ranks.empty()) ranks.push_back(-pg.size);  // all ranks of a world of that size
+        key_of_.emplace(pg.name, first.emplace(std::move(ranks), pg.name).first->second);
+      }
+    }
+    if (opts.record_trace) start_of_.assign(g.maxId(), 0.0);
+  }
+
+  void visit(const Node* n) {
+    if (opts_.record_trace) start_of_[n->id()] = now_;
+    if (n->op() != OpKind::CallFunction) {
+      ready_[n->id()] = n->op() == OpKind::Output ? now_ : 0;
+      return;
+    }
+    // Host dispatch of a node that launches no kernel (0 unless the profile sets it).
+    const double host = cost_.hostSeconds(*n);
+    checkDuration(*n, host, cost_);
+    if (n->isCollective()) {
+      hostTime(n, host);  // issuing it
+      issue(n);
+    } else if (n->isWait()) {
+      // The compute stream waits for the collective (and anything else the wait reads).
+      stall(n, operandsReady(n));
+      hostTime(n, host);
+      chainEnd(n, host);
+      ready_[n->id()] = now_;
+    } else {
+      compute(n, host);
+    }
+  }
+
+  SimResult finish() {
+    double end = now_;
+    for (double t : stream_free_)
+      end = std::max(end, t);
+    r.exposed_comm += end - now_;  // collectives nobody waited for still hold up the step
+    r.step = end;
+    r.lower_bound = r.critical_path;
+    for (const SimStream& s : r.streams)
+      r.lower_bound = std::max(r.lower_bound, s.busy);
+    // Finite node times can still add up past the largest double (each below 10^308 s).
+    for (double v : {r.step, r.compute, r.comm, r.exposed_comm, r.lower_bound})
+      if (!std::isfinite(v))
+        throw JfxError({},
+                       "simulation: the step's times add up past the largest double on hardware " +
+                           quoteForMessage(cost_.hardware().name));
+    if (opts_.memory) memory();
+    return std::move(r);
+  }
+
+ private:
+  double operandsReady(const Node* n) const {
+    double t = 0;
+    for (const Node* p : n->inputs())
+      t = std::max(t, ready_[p->id()]);
+    return t;
+  }
+  void stall(const Node* n, double until) {
+    if (until <= now_) return;
+    r.exposed_comm += until - now_;
+    if (opts_.record_trace) r.events.push_back({n, 0, now_, until - now_, true});
+    now_ = until;
+  }
+  void chainEnd(const Node* n, double dur) {
+    double t = 0;
+    for (const Node* p : n->inputs())
+      t = std::max(t, chain_[p->id()]);
+    chain_[n->id()] = t + dur;
+    r.critical_path = std::max(r.critical_path, t + dur);
+  }
+  void hostTime(const Node* n, double host) {
+    if (host <= 0) return;
+    if (opts_.record_trace) r.events.push_back({n, 0, now_, host, false});
+    r.compute += host;
+    r.streams[0].busy += host;
+    now_ += host;
+  }
+  // The stream of a collective's group, made at its first use.
+  uint32_t streamOf(const Node* n) {
+    std::string group(collectiveGroupName(*n));
+    if (auto k = key_of_.find(group); k != key_of_.end()) group = k->second;
+    auto [it, fresh] = stream_of_.emplace(group, static_cast<uint32_t>(r.streams.size()));
+    if (fresh) {
+      r.streams.push_back({group.empty() ? "(no group)" : group, 0, 0});
+      stream_free_.push_back(0);
+    }
+    return it->second;
+  }
+  void issue(const Node* n) {
+    const uint32_t s = streamOf(n);
+    const double start = std::max({now_, operandsReady(n), stream_free_[s]});
+    const double dur = cost_.collectiveSeconds(*n, g_);
+    checkDuration(*n, dur, cost_);
+    chainEnd(n, dur);
+    ready_[n->id()] = start + dur;
+    stream_free_[s] = start + dur;
+    r.streams[s].busy += dur;
+    r.streams[s].ops += 1;
+    r.comm += dur;
+    r.num_collectives += 1;
+    r.collective_bytes =
+        saturatingAdd(r.collective_bytes, saturatingFromDouble(CostModel::collectiveBytes(*n)));
+    if (opts_.record_trace) r.events.push_back({n, s, start, dur, false});
+  }
+  void compute(const Node* n, double host) {
+    // A compute node reading an unwaited collective result stalls like a wait would.
+    stall(n, operandsReady(n));
+    const double dur = cost_.computeSeconds(*n) + host;
+    checkDuration(*n, dur, cost_);
+    chainEnd(n, dur);
+    if (dur > 0) {
+      if (opts_.record_trace) r.events.push_back({n, 0, now_, dur, false});
+      r.compute += dur;
+      r.streams[0].busy += dur;
+      r.streams[0].ops += 1;
+      now_ += dur;
+    }
+    ready_[n->id()] = now_;
+  }
+  void memory() {
+    MemoryProfile mem =
+        opts_.phases ? analyzeMemory(g_, *opts_.phases) : analyzeMemory(g_, computePhases(g_));
+    r.peak_memory_bytes = mem.peak_bytes;
+    if (!opts_.record_trace) return;
+    int64_t last = -1;
+    size_t step = 0;
+    for (const Node* n = g_.first(); n && step < mem.curve.size(); n = n->next(), ++step) {
+      if (mem.curve[step] == last) continue;
+      last = mem.curve[step];
+      r.memory_track.emplace_back(start_of_[n->id()], last);
+    }
+  }
+
+  SimResult r;
+  const Graph& g_;
+  const CostModel& cost_;
+  const SimOptions& opts_;
+  // Stream key -> stream index. Lookups only; the stream order is first use in program order.
+  std::unordered_map<std::string, uint32_t> stream_of_;
+  std::unordered_map<std::string, std::string> key_of_;  // per-rank-set: group name -> key
+  std::vector<double> stream_free_ = std::vector<double>(1, 0.0);
+  std::vector<double> ready_;     // when each node's value is available
+  std::vector<double> chain_;     // longest dependency chain ending at each node
+  std::vector<double> start_of_;  // record_trace: compute-stream time at each node
+  double now_ = 0;                // compute stream
+};
+
 }  // namespace
 
 std::string formatMicros(double seconds) {
@@ -55,142 +215,10 @@ int64_t microsecondsStat(double seconds, const std::string& what) {
 }
 
 SimResult simulate(const Graph& g, const CostModel& cost, const SimOptions& opts) {
-  SimResult r;
-  r.streams.push_back({"compute", 0, 0});
-  // Stream key -> stream index. Lookups only; the stream order is first use in program order.
-  // The key is the group name, or with a per-rank-set profile the first header group over the
-  // same ranks (split-comm-groups' `0_rs` then shares `0`'s stream).
-  std::unordered_map<std::string, uint32_t> stream_of;
-  std::unordered_map<std::string, std::string> key_of;  // per-rank-set: group name -> key
-  if (cost.hardware().stream_per_rank_set) {
-    std::map<std::vector<int64_t>, std::string> first;
-    for (const ProcessGroupInfo& pg : g.processGroups()) {
-      std::vector<int64_t> ranks = pg.ranks;
-      if (ranks.empty()) ranks.push_back(-pg.size);  // all ranks of a world of that size
-      key_of.emplace(pg.name, first.emplace(std::move(ranks), pg.name).first->second);
-    }
-  }
-  std::vector<double> stream_free(1, 0.0);
-  std::vector<double> ready(g.maxId(), 0.0);  // when each node's value is available
-  std::vector<double> chain(g.maxId(), 0.0);  // longest dependency chain ending at each node
-  std::vector<double> start_of;               // record_trace: compute-stream time at each node
-  if (opts.record_trace) start_of.assign(g.maxId(), 0.0);
-  double now = 0;  // compute stream
-
-  auto operandsReady = [&](const Node* n) {
-    double t = 0;
-    for (const Node* p : n->inputs())
-      t = std::max(t, ready[p->id()]);
-    return t;
-  };
-  auto stall = [&](const Node* n, double until) {
-    if (until <= now) return;
-    r.exposed_comm += until - now;
-    if (opts.record_trace) r.events.push_back({n, 0, now, until - now, true});
-    now = until;
-  };
-
-  auto chainEnd = [&](const Node* n, double dur) {
-    double t = 0;
-    for (const Node* p : n->inputs())
-      t = std::max(t, chain[p->id()]);
-    chain[n->id()] = t + dur;
-    r.critical_path = std::max(r.critical_path, t + dur);
-  };
-
-  for (const Node* n = g.first(); n; n = n->next()) {
-    if (opts.record_trace) start_of[n->id()] = now;
-    if (n->op() != OpKind::CallFunction) {
-      ready[n->id()] = n->op() == OpKind::Output ? now : 0;
-      continue;
-    }
-    // Host dispatch of a node that launches no kernel (0 unless the profile sets it).
-    const double host = cost.hostSeconds(*n);
-    checkDuration(*n, host, cost);
-    auto hostTime = [&] {
-      if (host <= 0) return;
-      if (opts.record_trace) r.events.push_back({n, 0, now, host, false});
-      r.compute += host;
-      r.streams[0].busy += host;
-      now += host;
-    };
-    if (n->isCollective()) {
-      hostTime();  // issuing it
-      std::string group(collectiveGroupName(*n));
-      if (auto k = key_of.find(group); k != key_of.end()) group = k->second;
-      auto [it, fresh] = stream_of.emplace(group, static_cast<uint32_t>(r.streams.size()));
-      if (fresh) {
-        r.streams.push_back({group.empty() ? "(no group)" : group, 0, 0});
-        stream_free.push_back(0);
-      }
-      uint32_t s = it->second;
-      double start = std::max({now, operandsReady(n), stream_free[s]});
-      double dur = cost.collectiveSeconds(*n, g);
-      checkDuration(*n, dur, cost);
-      chainEnd(n, dur);
-      ready[n->id()] = start + dur;
-      stream_free[s] = start + dur;
-      r.streams[s].busy += dur;
-      r.streams[s].ops += 1;
-      r.comm += dur;
-      r.num_collectives += 1;
-      r.collective_bytes =
-          saturatingAdd(r.collective_bytes, saturatingFromDouble(CostModel::collectiveBytes(*n)));
-      if (opts.record_trace) r.events.push_back({n, s, start, dur, false});
-      continue;
-    }
-    if (n->isWait()) {
-      // The compute stream waits for the collective (and anything else the wait reads).
-      stall(n, operandsReady(n));
-      hostTime();
-      chainEnd(n, host);
-      ready[n->id()] = now;
-      continue;
-    }
-    // A compute node reading an unwaited collective result stalls like a wait would.
-    stall(n, operandsReady(n));
-    double dur = cost.computeSeconds(*n) + host;
-    checkDuration(*n, dur, cost);
-    chainEnd(n, dur);
-    if (dur > 0) {
-      if (opts.record_trace) r.events.push_back({n, 0, now, dur, false});
-      r.compute += dur;
-      r.streams[0].busy += dur;
-      r.streams[0].ops += 1;
-      now += dur;
-    }
-    ready[n->id()] = now;
-  }
-  double end = now;
-  for (double t : stream_free)
-    end = std::max(end, t);
-  r.exposed_comm += end - now;  // collectives nobody waited for still hold up the step
-  r.step = end;
-  r.lower_bound = r.critical_path;
-  for (const SimStream& s : r.streams)
-    r.lower_bound = std::max(r.lower_bound, s.busy);
-  // Finite node times can still add up past the largest double (each below 10^308 s).
-  for (double v : {r.step, r.compute, r.comm, r.exposed_comm, r.lower_bound})
-    if (!std::isfinite(v))
-      throw JfxError({},
-                     "simulation: the step's times add up past the largest double on hardware " +
-                         quoteForMessage(cost.hardware().name));
-
-  if (opts.memory) {
-    MemoryProfile mem =
-        opts.phases ? analyzeMemory(g, *opts.phases) : analyzeMemory(g, computePhases(g));
-    r.peak_memory_bytes = mem.peak_bytes;
-    if (opts.record_trace) {
-      int64_t last = -1;
-      size_t step = 0;
-      for (const Node* n = g.first(); n && step < mem.curve.size(); n = n->next(), ++step) {
-        if (mem.curve[step] == last) continue;
-        last = mem.curve[step];
-        r.memory_track.emplace_back(start_of[n->id()], last);
-      }
-    }
-  }
-  return r;
+  Simulation sim(g, cost, opts);
+  for (const Node* n = g.first(); n; n = n->next())
+    sim.visit(n);
+  return sim.finish();
 }
 
 std::string simulationTable(const SimResult& r, const HardwareProfile& hw) {

@@ -61,6 +61,7 @@
 
 #include "passes/analysis/blocks.h"
 #include "passes/analysis/cost_model.h"
+#include "passes/bucket/schedule.h"
 #include "passes/pass.h"
 
 namespace jfx {
@@ -113,13 +114,59 @@ int64_t glooRingChunkElems(int64_t numel, int64_t elem_size, int64_t group_size)
 
 class BucketPass : public Pass {
  public:
-  std::string_view name() const override { return "bucket"; }
-  std::span<const OptionDecl> options() const override;
-  std::span<const StatisticDecl> statistics() const override;
-  void configure(PassOptions& options) override;
+  std::span<const Statistic* const> statistics() const override;
   bool run(Graph& g, PassContext& ctx) override { return bucketCollectives(g, opts_, ctx); }
 
  private:
+  using Plan = BucketOptions::Plan;
+  void initialize() override;
+
+  EnumOption<Plan> plan_{this,
+                         "plan",
+                         {{"blocks", Plan::Blocks}, {"size", Plan::Size}, {"auto", Plan::Auto}},
+                         Plan::Blocks,
+                         "one bucket per block (blocks), greedy in program order up to cap-mb "
+                         "(size), or the candidate with the shortest simulated step within "
+                         "memory-limit (auto: blocks, blocks x2, x4, caps 16-256 MB)"};
+  Option<int64_t> group_{
+      this, "group", 1, "plan=blocks: this many consecutive blocks per bucket", {1, 1000000}};
+  Option<std::string> hardware_{this, "hardware", "",
+                                "plan=auto: the hardware profile (JSON) that times the candidates",
+                                Option<std::string>::Kind::Path};
+  Option<int64_t> threads_{this,
+                           "threads",
+                           0,
+                           "plan=auto: candidates evaluated at once, each on its own copy (0 = "
+                           "one per hardware thread); the plan chosen does not depend on it",
+                           {0, 256}};
+  // Up to 1 PiB: any real bucket, and far from where cap_mb * 2^20 would overflow.
+  Option<int64_t> cap_mb_{this,
+                          "cap-mb",
+                          0,
+                          "bucket size cap in MiB, 0 = none; plan=size uses 64 when unset",
+                          {0, int64_t{1} << 30}};
+  Option<std::vector<std::string>> kinds_{this,
+                                          "kinds",
+                                          {"ag", "rs", "ar"},
+                                          "collective kinds to bucket: ag, rs, ar",
+                                          {"ag", "rs", "ar"},
+                                          "kind"};
+  Option<bool> fsdp_only_{
+      this, "fsdp-only", true,
+      "only FSDP collectives (unshard gathers, gradient reduce-scatters and all-reduces)"};
+  Option<std::vector<std::string>> head_{this,
+                                         "head",
+                                         {"norm", "output", "lm_head", "final_norm"},
+                                         "top-level modules outside blocks that share one bucket"};
+  Option<bool> exact_rs_order_{this, "exact-rs-order", true,
+                               "keep each gradient's summation order: pad reduce-scatter buckets "
+                               "to gloo ring chunks, leave the others alone"};
+  BytesOption memory_limit_{this,
+                            "memory-limit",
+                            "input",
+                            "estimated peak bound: input (the input's own peak), reference (the "
+                            "reference plan's, FSDP2's, if larger), none, or BYTES",
+                            {{"input", -1}, {"reference", kMemoryLimitReference}, {"none", 0}}};
   BucketOptions opts_;
 };
 

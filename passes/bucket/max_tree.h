@@ -12,7 +12,7 @@ namespace jfx {
 // come in blocks of kBlock: each step's own value is kept, and a tree over the blocks holds each
 // block's max. An add or a max over [l, r) reads the steps of its two end blocks and the tree for
 // the blocks between: O(kBlock + log n). A tree over the steps themselves was 2n cells of 16
-// bytes, 43 MB at 10^6 nodes, the pass's largest table; this is 8 bytes a step.
+// bytes, the pass's largest table; this is 8 bytes a step.
 //
 // In the tree each cell's max is the max of its children plus its own pending add, so no
 // push-down is needed. The tree over [lo, hi) at k has its left child at k + 1 and its right

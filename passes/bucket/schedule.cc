@@ -23,10 +23,41 @@
 #include "passes/analysis/phase.h"
 #include "passes/analysis/simulator.h"
 #include "passes/bucket/max_tree.h"
+#include "passes/pass_manager.h"
 #include "passes/plan/reference_plan.h"
 
 namespace jfx {
 namespace {
+
+struct ScheduleStatistics : StatisticSet {
+  Statistic blocks{this, "blocks", "blocks found by the block analysis"};
+  Statistic prefetched{this, "prefetched", "all-gathers moved earlier"};
+  Statistic prefetch_lowered{this, "prefetch-lowered",
+                             "all-gathers prefetched less than asked, to stay under memory-limit"};
+  Statistic waits_deferred{this, "waits-deferred", "reduce-scatter waits moved later"};
+  Statistic defer_skipped{this, "defer-skipped-memory",
+                          "reduce-scatter waits not deferred, to stay under memory-limit"};
+  Statistic moved_nodes{this, "moved-nodes", "nodes moved in all"};
+  Statistic peak_before{this, "memory-peak-before", "estimated peak bytes of the input"};
+  Statistic memory_limit{this, "memory-limit", "the bound in bytes"};
+  Statistic peak_estimate{this, "memory-peak-estimate", "estimated peak bytes of the output"};
+  Statistic auto_candidates{this, "auto-candidates", "prefetch=auto: prefetch distances timed"};
+  Statistic auto_prefetch{this, "auto-prefetch", "prefetch=auto: the distance chosen"};
+  Statistic simulated_step{this, "simulated-step-us",
+                           "prefetch=auto: the chosen distance's simulated step; "
+                           "memory-limit=reference with hardware: the result's (microseconds)"};
+  Statistic reference_peak{this, "reference-peak",
+                           "memory-limit=reference: the reference plan's estimated peak bytes"};
+  Statistic reference_step{this, "reference-step-us",
+                           "memory-limit=reference with hardware: the reference plan's step"};
+  Statistic reference_fallback{this, "reference-fallback",
+                               "memory-limit=reference: 1 when the reference plan was faster and "
+                               "replaced the result"};
+};
+const ScheduleStatistics& scheduleStats() {
+  static const ScheduleStatistics s;
+  return s;
+}
 
 // A launch chain longer than this is not parameter preparation; stop there.
 constexpr size_t kMaxChain = 1024;
@@ -75,27 +106,15 @@ struct Unit {
   Node* wait;
 };
 
-// What a caller that already holds them gives a Scheduler instead of its context's cached
-// analyses: prefetch=auto runs every candidate distance on the input itself and puts the order
-// back in between, so one set serves them all; a planner's copy gives the phase analysis and
-// memory profile it already had. Each must be of the graph as the Scheduler finds it.
-struct ScheduleInputs {
-  const PhaseInfo* phases = nullptr;
-  const FsdpAnalysis* fsdp = nullptr;
-  const WrittenStorage* written = nullptr;
-  const MemoryProfile* memory = nullptr;  // default options (or any: the curve is the same)
-};
-
 class Scheduler {
  public:
-  Scheduler(Graph& g, const ScheduleOptions& opts, PassContext& ctx, const ScheduleInputs& in = {})
+  Scheduler(Graph& g, const ScheduleOptions& opts, PassContext& ctx)
       : g_(g),
         opts_(opts),
         ctx_(ctx),
-        phases_(in.phases ? *in.phases : ctx.analyses.get<PhaseInfo>(g)),
-        fsdp_(in.fsdp ? *in.fsdp : ctx.analyses.get<FsdpAnalysis>(g)),
-        written_(in.written ? *in.written : ctx.analyses.get<WrittenStorage>(g)),
-        input_memory_(in.memory) {}
+        phases_(ctx.analyses.get<PhaseInfo>(g)),
+        fsdp_(ctx.analyses.get<FsdpAnalysis>(g)),
+        written_(ctx.analyses.get<WrittenStorage>(g)) {}
   bool run();
   // Every node run() moved, in the order they were first moved.
   const std::vector<Node*>& movedNodes() const { return moved_list_; }
@@ -131,13 +150,13 @@ class Scheduler {
   Graph& g_;
   const ScheduleOptions& opts_;
   PassContext& ctx_;
-  // Of the graph before this pass edits it (cached along the pipeline, or the caller's).
+  // Of the graph before this pass edits it (cached along the pipeline).
   const PhaseInfo& phases_;
   const FsdpAnalysis& fsdp_;
-  const WrittenStorage& written_;      // values written in place: their readers stay where they are
-  const MemoryProfile* input_memory_;  // the caller's, or nullptr: the context's
-  // By node id, 4 bytes each (steps and ids fit 32 bits): at 10^6 nodes, tables of 8 bytes an id
-  // were 23 MB while the pass holds its input's memory profile and its tree.
+  const WrittenStorage& written_;  // values written in place: their readers stay where they are
+  // By node id, 4 bytes each (steps and ids fit 32 bits): the pass holds them beside its input's
+  // memory profile and its tree, at the pipeline's peak (bench/README.md, "Figures behind the
+  // code").
   std::vector<uint32_t> idx_;  // original step
   std::vector<uint8_t> moved_;
   std::vector<Node*> moved_list_;
@@ -204,13 +223,13 @@ bool Scheduler::prefetch(const std::vector<Unit>& seq) {
       for (Node* x : movers)
         markMoved(x);
       charge(lo, hi, delta);
-      ctx_.stat("prefetched");
-      ctx_.stat("moved-nodes", static_cast<int64_t>(movers.size()));
+      ctx_.stat(scheduleStats().prefetched);
+      ctx_.stat(scheduleStats().moved_nodes, static_cast<int64_t>(movers.size()));
       changed = true;
       break;
     }
     if (limited) {
-      ctx_.stat("prefetch-lowered");
+      ctx_.stat(scheduleStats().prefetch_lowered);
       ctx_.remark("schedule: prefetch of " + quoteForMessage(coll->name()) + " lowered from " +
                   std::to_string(opts_.prefetch) + " to " +
                   std::to_string(std::max<int64_t>(k, 0)) + " (memory-limit " +
@@ -255,7 +274,7 @@ bool Scheduler::deferWaits(const std::vector<Unit>& seq) {
     int64_t delta = seq[i].coll->input(0) ? seq[i].coll->input(0)->val().bytes() : 0;
     size_t lo = idx_[wait->id()], hi = stepAt(at);
     if (!fits(lo, hi, delta)) {
-      ctx_.stat("defer-skipped-memory");
+      ctx_.stat(scheduleStats().defer_skipped);
       ctx_.remark("schedule: wait of " + quoteForMessage(seq[i].coll->name()) +
                   " not deferred (memory-limit " + formatBytes(limit_) + ")");
       continue;
@@ -264,15 +283,15 @@ bool Scheduler::deferWaits(const std::vector<Unit>& seq) {
     for (Node* x : movers)
       markMoved(x);
     charge(lo, hi, delta);
-    ctx_.stat("waits-deferred");
-    ctx_.stat("moved-nodes", static_cast<int64_t>(movers.size()));
+    ctx_.stat(scheduleStats().waits_deferred);
+    ctx_.stat(scheduleStats().moved_nodes, static_cast<int64_t>(movers.size()));
     changed = true;
   }
   return changed;
 }
 
 bool Scheduler::run() {
-  // Walks of the list, not a vector of it: one was 10 MB at 10^6 nodes, held through the pass.
+  // Walks of the list, not a vector of it, which would be held through the pass.
   idx_.assign(g_.maxId(), 0);
   moved_.assign(g_.maxId(), 0);
   prev_same_group_.assign(g_.maxId(), 0);
@@ -305,9 +324,9 @@ bool Scheduler::run() {
       reductions[{static_cast<int>(kind), group}].push_back(u);
   }
 
-  if (opts_.report) {
+  if (!ctx_.quiet()) {
     const BlockAnalysis& blocks = ctx_.analyses.get<BlockAnalysis>(g_);
-    ctx_.stat("blocks", static_cast<int64_t>(blocks.blocks.size()));
+    ctx_.stat(scheduleStats().blocks, static_cast<int64_t>(blocks.blocks.size()));
     bool any_gather = false;
     for (auto& [key, seq] : gathers)
       any_gather |= !seq.empty();
@@ -319,15 +338,14 @@ bool Scheduler::run() {
   }
 
   if (opts_.memory_limit != 0) {
-    const MemoryProfile& prof =
-        input_memory_ ? *input_memory_ : ctx_.analyses.get<MemoryProfile>(g_);
+    const MemoryProfile& prof = ctx_.analyses.get<MemoryProfile>(g_);
     // The default: never above the input's own estimated peak.
     limit_ = opts_.memory_limit < 0 ? prof.peak_bytes : opts_.memory_limit;
-    // Straight from the curve: a copy of it beside the tree cost 10 MB more at 10^6 nodes.
+    // Straight from the curve, not a copy of it beside the tree.
     const size_t known = std::min(prof.curve.size(), steps);
     tree_.emplace(steps, [&](size_t i) { return i < known ? prof.curve[i] : int64_t{0}; });
-    ctx_.stat("memory-peak-before", prof.peak_bytes);
-    ctx_.stat("memory-limit", limit_);
+    ctx_.stat(scheduleStats().peak_before, prof.peak_bytes);
+    ctx_.stat(scheduleStats().memory_limit, limit_);
     if (prof.peak_bytes > limit_)
       ctx_.remark("schedule: the input's estimated peak " + formatBytes(prof.peak_bytes) +
                   " already exceeds memory-limit " + formatBytes(limit_) +
@@ -345,148 +363,39 @@ bool Scheduler::run() {
   if (opts_.defer_reduce_scatter)
     for (auto& [key, seq] : reductions)
       changed |= deferWaits(seq);
-  if (tree_) ctx_.stat("memory-peak-estimate", tree_->max());
+  if (tree_) ctx_.stat(scheduleStats().peak_estimate, tree_->max());
   return changed;
 }
 
 }  // namespace
 
-int64_t parseByteSize(const std::string& text) {
-  size_t i = 0;
-  while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.'))
-    ++i;
-  std::string num = text.substr(0, i), unit = text.substr(i);
-  double mult = 1;
-  if (unit == "" || unit == "B")
-    mult = 1;
-  else if (unit == "K" || unit == "KiB" || unit == "Ki")
-    mult = 1024.0;
-  else if (unit == "M" || unit == "MiB" || unit == "Mi")
-    mult = 1024.0 * 1024;
-  else if (unit == "G" || unit == "GiB" || unit == "Gi")
-    mult = 1024.0 * 1024 * 1024;
-  else if (unit == "T" || unit == "TiB" || unit == "Ti")
-    mult = 1024.0 * 1024 * 1024 * 1024;
-  else if (unit == "KB")
-    mult = 1e3;
-  else if (unit == "MB")
-    mult = 1e6;
-  else if (unit == "GB")
-    mult = 1e9;
-  else if (unit == "TB")
-    mult = 1e12;
-  else
-    num.clear();
-  double v = 0;
-  try {
-    size_t used = 0;
-    v = num.empty() ? -1 : std::stod(num, &used);
-    if (used != num.size()) v = -1;
-  } catch (const std::exception&) {
-    v = -1;
-  }
-  if (v < 0)
-    throw JfxError(
-        {}, "bad byte size " + quoteForMessage(text) + " (expected e.g. 80GiB, 512M, 1000000)");
-  // 2^63 bytes and more do not fit int64 (and converting such a double is undefined).
-  if (!(v * mult < 9223372036854775807.0))
-    throw JfxError({}, "byte size " + quoteForMessage(text) + " is too large (at most 8 EiB)");
-  return static_cast<int64_t>(v * mult);
+std::span<const Statistic* const> SchedulePass::statistics() const {
+  return scheduleStats().all();
 }
 
-namespace {
-
-constexpr OptionDecl kScheduleOptions[] = {
-    {"prefetch", "string", "1",
-     "all-gathers issued this many buckets ahead, in [0, 1000000]; auto: the K in "
-     "0..max-prefetch with the shortest simulated step within memory-limit"},
-    {"max-prefetch", "int", "", "prefetch=auto: the largest K tried, in [0, 64] (unset: 3)"},
-    {"hardware", "path", "",
-     "prefetch=auto: the hardware profile (JSON) that times the candidates; "
-     "memory-limit=reference: times the result against the reference plan"},
-    {"defer-rs", "bool", "true",
-     "defer each reduce-scatter's wait past the next reduce-scatter's launch"},
-    {"memory-limit", "bytes", "input",
-     "estimated peak bound: input (the input's own peak), reference (the reference plan's, "
-     "FSDP2's, if larger), none, or BYTES"},
-};
-constexpr StatisticDecl kScheduleStatistics[] = {
-    {"blocks", "blocks found by the block analysis"},
-    {"prefetched", "all-gathers moved earlier"},
-    {"prefetch-lowered", "all-gathers prefetched less than asked, to stay under memory-limit"},
-    {"waits-deferred", "reduce-scatter waits moved later"},
-    {"defer-skipped-memory", "reduce-scatter waits not deferred, to stay under memory-limit"},
-    {"moved-nodes", "nodes moved in all"},
-    {"memory-peak-before", "estimated peak bytes of the input"},
-    {"memory-limit", "the bound in bytes"},
-    {"memory-peak-estimate", "estimated peak bytes of the output"},
-    {"auto-candidates", "prefetch=auto: prefetch distances timed"},
-    {"auto-prefetch", "prefetch=auto: the distance chosen"},
-    {"simulated-step-us",
-     "prefetch=auto: the chosen distance's simulated step; memory-limit=reference with hardware: "
-     "the result's (microseconds)"},
-    {"reference-peak", "memory-limit=reference: the reference plan's estimated peak bytes"},
-    {"reference-step-us", "memory-limit=reference with hardware: the reference plan's step"},
-    {"reference-fallback",
-     "memory-limit=reference: 1 when the reference plan was faster and "
-     "replaced the result"},
-};
-
-}  // namespace
-
-std::span<const OptionDecl> SchedulePass::options() const {
-  return kScheduleOptions;
-}
-std::span<const StatisticDecl> SchedulePass::statistics() const {
-  return kScheduleStatistics;
-}
-
-void SchedulePass::configure(PassOptions& options) {
-  // An integer or "auto": read as a string (its declared type) and parsed here.
-  std::string prefetch = options.getString("prefetch", "1");
-  opts_.auto_prefetch = prefetch == "auto";
-  if (!opts_.auto_prefetch) {
-    int64_t k = -1;
-    auto [end, ec] = std::from_chars(prefetch.data(), prefetch.data() + prefetch.size(), k);
-    if (ec != std::errc() || end != prefetch.data() + prefetch.size() || k < 0 || k > 1000000)
-      throw JfxError({}, "pass 'schedule': option " + quoteForMessage("prefetch=" + prefetch) +
-                             ": expected an integer in [0, 1000000] or auto");
-    opts_.prefetch = k;
-  }
-  opts_.max_prefetch = options.getInt("max-prefetch", 3, 0, 64);
-  if (!opts_.auto_prefetch && options.has("max-prefetch"))
-    throw JfxError({}, "pass 'schedule': option 'max-prefetch' is read by prefetch=auto only");
-  opts_.defer_reduce_scatter = options.getBool("defer-rs", true);
-  opts_.memory_limit = parseMemoryLimitOption(options, "schedule");
-  std::string hardware = options.getString("hardware", "");
-  if (opts_.auto_prefetch && opts_.memory_limit == kMemoryLimitReference)
+void SchedulePass::initialize() {
+  opts_.auto_prefetch = *prefetch_ < 0;
+  if (!opts_.auto_prefetch) opts_.prefetch = *prefetch_;
+  opts_.max_prefetch = max_prefetch_.valueOr(3);
+  if (!opts_.auto_prefetch && max_prefetch_.isSet())
+    throw JfxError({}, "option 'max-prefetch' is read by prefetch=auto only");
+  opts_.defer_reduce_scatter = *defer_rs_;
+  opts_.memory_limit = *memory_limit_;
+  const bool reference = opts_.memory_limit == kMemoryLimitReference;
+  if (opts_.auto_prefetch && reference)
     throw JfxError({},
-                   "pass 'schedule': memory-limit=reference is for a fixed prefetch (the "
-                   "reference plan prefetches 1); prefetch=auto takes BYTES, input or none");
-  if (!hardware.empty() && opts_.memory_limit == kMemoryLimitReference) {
-    opts_.cost = std::make_shared<const CostModel>(loadHardwareProfile(hardware));
+                   "memory-limit=reference is for a fixed prefetch (the reference plan prefetches "
+                   "1); prefetch=auto takes BYTES, input or none");
+  if (!hardware_->empty() && reference) {
+    opts_.cost = std::make_shared<const CostModel>(loadHardwareProfile(*hardware_));
   } else if (opts_.auto_prefetch) {
-    if (hardware.empty())
+    if (hardware_->empty())
       throw JfxError({},
-                     "pass 'schedule': prefetch=auto needs hardware=FILE (a profile such as "
+                     "prefetch=auto needs hardware=FILE (a profile such as "
                      "configs/hardware/h100.json) to time its candidates");
-    opts_.cost = std::make_shared<const CostModel>(loadHardwareProfile(hardware));
-  } else if (!hardware.empty()) {
-    throw JfxError({},
-                   "pass 'schedule': option 'hardware' is read by prefetch=auto and "
-                   "memory-limit=reference only");
-  }
-}
-
-int64_t parseMemoryLimitOption(PassOptions& options, const std::string& pass) {
-  const std::string limit = options.getString("memory-limit", "input");
-  try {
-    return limit == "input"       ? -1
-           : limit == "reference" ? kMemoryLimitReference
-           : limit == "none"      ? 0
-                                  : parseByteSize(limit);
-  } catch (const JfxError& e) {
-    throw JfxError({}, "pass '" + pass + "': option 'memory-limit': " + e.message());
+    opts_.cost = std::make_shared<const CostModel>(loadHardwareProfile(*hardware_));
+  } else if (!hardware_->empty()) {
+    throw JfxError({}, "option 'hardware' is read by prefetch=auto and memory-limit=reference only");
   }
 }
 
@@ -499,7 +408,8 @@ bool scheduleWithinReference(Graph& g, const ScheduleOptions& opts, PassContext&
   ReferencePlan ref = referencePlanTail(g);
   ScheduleOptions bounded = opts;
   bounded.memory_limit = std::max(ref.peak_bytes, ctx.analyses.get<MemoryProfile>(g).peak_bytes);
-  ctx.stat("reference-peak", ref.peak_bytes);
+  const ScheduleStatistics& st = scheduleStats();
+  ctx.stat(st.reference_peak, ref.peak_bytes);
   // Recorded, so that a faster reference plan replaces this one on the same nodes (ids kept).
   g.beginUndo();
   bool changed = false;
@@ -517,8 +427,8 @@ bool scheduleWithinReference(Graph& g, const ScheduleOptions& opts, PassContext&
   so.memory = false;
   const double step = simulate(g, *opts.cost, so).step;
   const double ref_step = simulate(*ref.graph, *opts.cost, so).step;
-  ctx.stat("simulated-step-us", static_cast<int64_t>(std::llround(step * 1e6)));
-  ctx.stat("reference-step-us", static_cast<int64_t>(std::llround(ref_step * 1e6)));
+  ctx.stat(st.simulated_step, microsecondsStat(step, "memory-limit=reference"));
+  ctx.stat(st.reference_step, microsecondsStat(ref_step, "memory-limit=reference"));
   // Within the simulator's rounding of the same plan (1e-9 relative) the result stands.
   if (ref_step >= step * (1 - 1e-9)) {
     g.commitUndo();
@@ -531,8 +441,8 @@ bool scheduleWithinReference(Graph& g, const ScheduleOptions& opts, PassContext&
                 "(%s); taking the reference plan",
                 ref_step * 1e6, step * 1e6, opts.cost->hardware().name.c_str());
   ctx.warn(buf);
-  ctx.stat("reference-fallback");
-  ctx.stats["memory-peak-estimate"] = ref.peak_bytes;
+  ctx.stat(st.reference_fallback);
+  ctx.stats[std::string(st.peak_estimate.name())] = ref.peak_bytes;
   g.rollback();
   applyReferenceTail(g);
   ctx.analyses.clear();
@@ -542,70 +452,51 @@ bool scheduleWithinReference(Graph& g, const ScheduleOptions& opts, PassContext&
 
 namespace {
 
-// Puts `order` back after a run that moved only the nodes in `moved` (every other node kept its
-// place relative to the others): from the back of the order, each moved node goes right before
-// its successor in `order`, which is in place by then. O(moved log moved) plus the moves.
-void restoreOrder(Graph& g, const std::vector<Node*>& order, const std::vector<size_t>& step_of,
-                  std::vector<Node*> moved) {
-  std::sort(moved.begin(), moved.end(),
-            [&](const Node* a, const Node* b) { return step_of[a->id()] > step_of[b->id()]; });
-  for (Node* x : moved) {
-    const size_t i = step_of[x->id()];
-    Node* next = i + 1 < order.size() ? order[i + 1] : nullptr;
-    if (x->next() != next) g.moveBefore(x, next);
-  }
+// The schedule{...} spec of `opts` with prefetch distance `k`, for a nested pipeline.
+std::string fixedSpec(const ScheduleOptions& opts, int64_t k) {
+  const std::string limit = opts.memory_limit < 0    ? "input"
+                            : opts.memory_limit == 0 ? "none"
+                                                     : std::to_string(opts.memory_limit);
+  return "schedule{prefetch=" + std::to_string(k) + ", memory-limit=" + limit +
+         ", defer-rs=" + (opts.defer_reduce_scatter ? "true" : "false") + "}";
 }
+
+// Undoes every edit made while it lives (Note [Undo] in ir/graph.h): the graph's revision comes
+// back too, so the analyses of the graph as it was serve again.
+struct Speculation {
+  Graph& g;
+  explicit Speculation(Graph& graph) : g(graph) { g.beginUndo(); }
+  ~Speculation() { g.rollback(); }
+};
 
 }  // namespace
 
-bool scheduleCollectives(Graph& g, const ScheduleOptions& opts, PassContext& ctx,
-                         const PhaseInfo& phases, const MemoryProfile* memory) {
-  if (opts.auto_prefetch) return scheduleCollectives(g, opts, ctx);
-  ScheduleInputs in;
-  in.phases = &phases;
-  in.memory = memory;
-  return Scheduler(g, opts, ctx, in).run();
-}
-
 bool scheduleCollectives(Graph& g, const ScheduleOptions& opts, PassContext& ctx) {
   if (!opts.auto_prefetch) return Scheduler(g, opts, ctx).run();
-  if (!opts.cost) throw JfxError({}, "pass 'schedule': prefetch=auto needs a hardware profile");
-  // prefetch=auto: every K on the input itself, the order put back after each, so every K starts
-  // from the same graph and shares its analyses (phases, FSDP chains, in-place writes, the input's
-  // memory curve: a schedule only moves nodes, and none of these depends on the order but the
-  // memory curve, which each K reads from the input's order). The shortest simulated step within
-  // the limit wins; ties to the smaller K. The limit check is the memory analysis of the
-  // scheduled order: the same estimate the caller would measure on the output (when the input
-  // already exceeds the limit, the input's peak).
-  ScheduleInputs in;
-  in.phases = &ctx.analyses.get<PhaseInfo>(g);
-  in.fsdp = &ctx.analyses.get<FsdpAnalysis>(g);
-  in.written = &ctx.analyses.get<WrittenStorage>(g);
-  in.memory = &ctx.analyses.get<MemoryProfile>(g);
-  const int64_t peak_before = in.memory->peak_bytes;
+  if (!opts.cost) apiMisuse("scheduleCollectives: prefetch=auto needs ScheduleOptions::cost");
+  // prefetch=auto: every K as a nested pipeline on the graph itself, undone after each, so every
+  // K starts from the same graph and reads its analyses (phases, FSDP chains, in-place writes,
+  // the input's memory curve; a rollback gives the graph back its revision, under which they were
+  // computed). The shortest simulated step within the limit wins; ties to the smaller K. The
+  // limit check is the memory analysis of the scheduled order: the same estimate the caller
+  // would measure on the output (when the input already exceeds the limit, the input's peak).
+  SimOptions so;
+  so.phases = &ctx.analyses.get<PhaseInfo>(g);
+  const int64_t peak_before = ctx.analyses.get<MemoryProfile>(g).peak_bytes;
   const int64_t limit = opts.memory_limit == 0  ? 0
                         : opts.memory_limit < 0 ? peak_before
                                                 : std::max(opts.memory_limit, peak_before);
-  const std::vector<Node*> order = g.nodes();
-  std::vector<size_t> step_of(g.maxId(), 0);
-  for (size_t i = 0; i < order.size(); ++i)
-    step_of[order[i]->id()] = i;
-  SimOptions so;
-  so.phases = in.phases;
   int64_t best = -1;
   double best_step = std::numeric_limits<double>::infinity();
   double step_k0 = 0;
   std::string report;
   for (int64_t k = 0; k <= opts.max_prefetch; ++k) {
-    ScheduleOptions fixed = opts;
-    fixed.auto_prefetch = false;
-    fixed.prefetch = k;
-    fixed.report = false;
-    PassContext quiet;
-    Scheduler sched(g, fixed, quiet, in);
-    sched.run();
-    const SimResult sim = simulate(g, *opts.cost, so);
-    restoreOrder(g, order, step_of, sched.movedNodes());
+    SimResult sim;
+    {
+      Speculation trial(g);
+      ctx.runPipeline(g, fixedSpec(opts, k));
+      sim = simulate(g, *opts.cost, so);
+    }
     report += (report.empty() ? "K=" : ", K=") + std::to_string(k) + " " + formatMicros(sim.step);
     if (k == 0) step_k0 = sim.step;
     if (limit > 0 && sim.peak_memory_bytes > limit) {
@@ -617,16 +508,17 @@ bool scheduleCollectives(Graph& g, const ScheduleOptions& opts, PassContext& ctx
   // K = 0 moves only within the limit; keep it regardless (and report its step, not the
   // infinity no candidate replaced).
   if (best < 0) best = 0, best_step = step_k0;
-  ctx.stat("auto-candidates", opts.max_prefetch + 1);
-  ctx.stat("auto-prefetch", best);
-  ctx.stat("simulated-step-us", microsecondsStat(best_step, "pass 'schedule': prefetch=auto"));
+  const ScheduleStatistics& st = scheduleStats();
+  ctx.stat(st.auto_candidates, opts.max_prefetch + 1);
+  ctx.stat(st.auto_prefetch, best);
+  ctx.stat(st.simulated_step, microsecondsStat(best_step, "prefetch=auto"));
   ctx.remark("schedule: prefetch=auto chose K=" + std::to_string(best) + " (simulated step, " +
              opts.cost->hardware().name + ", memory-limit " +
              (limit > 0 ? formatBytes(limit) : std::string("none")) + "): " + report);
-  ScheduleOptions fixed = opts;
-  fixed.auto_prefetch = false;
-  fixed.prefetch = best;
-  return Scheduler(g, fixed, ctx, in).run();
+  const PipelineResult chosen = ctx.runPipeline(g, fixedSpec(opts, best), {.report = true});
+  for (const auto& [name, value] : chosen.passes.front().stats)
+    ctx.stats[name] += value;
+  return chosen.passes.front().changed;
 }
 
 }  // namespace jfx

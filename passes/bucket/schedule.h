@@ -21,8 +21,9 @@
 // the estimated peak of the graph it is given; memory-limit=none (or 0) lifts it.
 // prefetch=auto picks K from the cost model (passes/analysis/cost_model.h, the profile named by
 // hardware=FILE): K = 0 .. max-prefetch (default 3) each runs on the input under the same memory
-// limit, is timed by the simulator (passes/analysis/simulator.h), and has its moves undone (no
-// copy: a schedule only reorders, so the candidates share one set of input analyses); the
+// limit as a nested pipeline (PassContext::runPipeline), is timed by the simulator
+// (passes/analysis/simulator.h), and has its moves undone (Graph::rollback; no copy: the
+// candidates share the input's analyses, which a rollback makes current again); the
 // shortest simulated step whose estimated peak (memory analysis of the scheduled order) is
 // within the limit wins, ties to the smaller K. O(max-prefetch x N log N). Statistics
 // auto-prefetch, auto-candidates, simulated-step-us.
@@ -52,10 +53,6 @@ namespace jfx {
 // (passes/plan/reference_plan.h) of the pass's input, or the input's own peak if larger.
 inline constexpr int64_t kMemoryLimitReference = -2;
 
-// The memory-limit option of bucket and schedule: input (-1), reference
-// (kMemoryLimitReference), none (0) or a byte size; a bad value names the pass.
-int64_t parseMemoryLimitOption(PassOptions& options, const std::string& pass);
-
 struct ScheduleOptions {
   int64_t prefetch = 1;
   bool defer_reduce_scatter = true;
@@ -66,41 +63,46 @@ struct ScheduleOptions {
   // prefetch=auto (required there); memory-limit=reference: times the result against the
   // reference plan's (optional there)
   std::shared_ptr<const CostModel> cost;
-  // false: skip the block analysis, which only feeds the "blocks" statistic and a remark (a
-  // planner's scratch runs, whose statistics and remarks nobody reads).
-  bool report = true;
 };
 
 // Statistics: prefetched, prefetch-lowered, waits-deferred, defer-skipped-memory, moved-nodes,
-// memory-peak-before, memory-limit, memory-peak-estimate, blocks.
+// memory-peak-before, memory-limit, memory-peak-estimate, blocks (not in a quiet nested run:
+// PassContext::quiet).
 bool scheduleCollectives(Graph& g, const ScheduleOptions& opts, PassContext& ctx);
-
-class PhaseInfo;
-struct MemoryProfile;
-// The same for a planner that already holds the phase analysis of `g` as it is and, when
-// opts.memory_limit is not 0, its memory profile (any MemoryOptions): the schedule reads phases
-// and the memory curve, and split-comm-groups changes neither (it renames groups only), so a
-// planner's copy analysed before that pass serves after it. Fixed prefetch only (auto ignores
-// them). Same result as the call above.
-bool scheduleCollectives(Graph& g, const ScheduleOptions& opts, PassContext& ctx,
-                         const PhaseInfo& phases, const MemoryProfile* memory);
 
 // memory-limit=reference (above): schedules `g` under the reference plan's estimated peak and,
 // with opts.cost, replaces the result by the reference plan when that simulates faster.
 bool scheduleWithinReference(Graph& g, const ScheduleOptions& opts, PassContext& ctx);
 
-// "80GiB", "512M", "1000000" -> bytes. Throws JfxError on anything else.
-int64_t parseByteSize(const std::string& text);
-
 class SchedulePass : public Pass {
  public:
-  std::string_view name() const override { return "schedule"; }
-  std::span<const OptionDecl> options() const override;
-  std::span<const StatisticDecl> statistics() const override;
-  void configure(PassOptions& options) override;
+  std::span<const Statistic* const> statistics() const override;
   bool run(Graph& g, PassContext& ctx) override;
 
  private:
+  void initialize() override;
+  Option<int64_t> prefetch_{this,
+                            "prefetch",
+                            1,
+                            "all-gathers issued this many buckets ahead; auto: the K in "
+                            "0..max-prefetch with the shortest simulated step within memory-limit",
+                            {0, 1000000},
+                            {{"auto", -1}}};
+  Option<int64_t> max_prefetch_{
+      this, "max-prefetch", std::nullopt, "prefetch=auto: the largest K tried (unset: 3)", {0, 64}};
+  Option<std::string> hardware_{this, "hardware", "",
+                                "prefetch=auto: the hardware profile (JSON) that times the "
+                                "candidates; memory-limit=reference: times the result against "
+                                "the reference plan",
+                                Option<std::string>::Kind::Path};
+  Option<bool> defer_rs_{this, "defer-rs", true,
+                         "defer each reduce-scatter's wait past the next reduce-scatter's launch"};
+  BytesOption memory_limit_{this,
+                            "memory-limit",
+                            "input",
+                            "estimated peak bound: input (the input's own peak), reference (the "
+                            "reference plan's, FSDP2's, if larger), none, or BYTES",
+                            {{"input", -1}, {"reference", kMemoryLimitReference}, {"none", 0}}};
   ScheduleOptions opts_;
 };
 

@@ -17,61 +17,44 @@ namespace jfx {
 
 namespace {
 
-constexpr OptionDecl kSplitOptions[] = {
-    {"suffix", "string", "_rs", "appended to a group's name to name its new group (never empty)"},
-    {"kinds", "list", "rs",
-     "what moves: rs (FSDP reduce-scatters), ar (FSDP gradient all-reduces)"},
+struct SplitStatistics : StatisticSet {
+  Statistic groups_added{this, "groups-added", "process groups created"};
+  Statistic collectives_moved{this, "collectives-moved", "collectives moved to a new group"};
 };
-constexpr StatisticDecl kSplitStatistics[] = {
-    {"groups-added", "process groups created"},
-    {"collectives-moved", "collectives moved to a new group"},
-};
+const SplitStatistics& splitStats() {
+  static const SplitStatistics s;
+  return s;
+}
 
 }  // namespace
 
-std::span<const OptionDecl> SplitCommGroupsPass::options() const {
-  return kSplitOptions;
-}
-std::span<const StatisticDecl> SplitCommGroupsPass::statistics() const {
-  return kSplitStatistics;
+std::span<const Statistic* const> SplitCommGroupsPass::statistics() const {
+  return splitStats().all();
 }
 
-void SplitCommGroupsPass::configure(PassOptions& options) {
-  suffix_ = options.getString("suffix", "_rs");
-  if (suffix_.empty())
-    throw JfxError({}, "pass 'split-comm-groups': option 'suffix' must not be empty");
-  move_all_reduce_ = false;
-  for (const std::string& k : options.getList("kinds", {"rs"})) {
-    if (k == "ar")
-      move_all_reduce_ = true;
-    else if (k != "rs")
-      throw JfxError({}, "pass 'split-comm-groups': option 'kinds': unknown kind " +
-                             quoteForMessage(k) + " (expected rs, ar)");
-  }
+void SplitCommGroupsPass::initialize() {
+  if (suffix_->empty()) throw JfxError({}, "option 'suffix' must not be empty");
 }
 
-bool SplitCommGroupsPass::run(Graph& g, PassContext& ctx) {
-  const FsdpAnalysis& fsdp = ctx.analyses.get<FsdpAnalysis>(g);
+namespace {
 
-  struct Use {
-    bool gather = false;
-    std::vector<Node*> moving;  // program order
-    int64_t size = 0;
-  };
-  // A graph without a process-group header declares its groups only by the names its
-  // collectives use (the verifier checks names against a header only when there is one). It
-  // stays that way: a header listing just the new group would make every other group unknown.
+// What a process group carries: an FSDP all-gather, and the gradient collectives that move.
+struct GroupUse {
+  bool gather = false;
+  std::vector<Node*> moving;  // program order
+  int64_t size = 0;
+};
+
+// Per group name. A headerless graph's group names go into `taken` too.
+std::map<std::string, GroupUse> groupUses(const Graph& g, const FsdpAnalysis& fsdp,
+                                          bool move_all_reduce,
+                                          std::set<std::string, std::less<>>& taken) {
   const bool headerless = g.processGroups().empty();
-  std::set<std::string, std::less<>> taken;  // names a new group must not reuse
-  for (const ProcessGroupInfo& pg : g.processGroups())
-    taken.insert(pg.name);
-
-  // Keyed by group name for lookups; new groups are created in header order below.
-  std::map<std::string, Use> groups;
+  std::map<std::string, GroupUse> groups;
   for (Node* n : g.collectives()) {
-    CollectiveRole role = fsdp.roleOf(n);
-    CollectiveKind kind = collectiveKind(*n);
-    bool bucket = hasFsdpBucketMeta(*n);
+    const CollectiveRole role = fsdp.roleOf(n);
+    const CollectiveKind kind = collectiveKind(*n);
+    const bool bucket = hasFsdpBucketMeta(*n);
     std::string name(collectiveGroupName(*n));
     if (name.empty()) continue;
     if (headerless) taken.insert(name);
@@ -79,13 +62,48 @@ bool SplitCommGroupsPass::run(Graph& g, PassContext& ctx) {
       groups[name].gather = true;
     } else if ((kind == CollectiveKind::ReduceScatter &&
                 (role == CollectiveRole::FsdpReduceGrad || bucket)) ||
-               (move_all_reduce_ && kind == CollectiveKind::AllReduce &&
+               (move_all_reduce && kind == CollectiveKind::AllReduce &&
                 (role == CollectiveRole::FsdpGradAllReduce || bucket))) {
-      Use& u = groups[name];
+      GroupUse& u = groups[name];
       u.moving.push_back(n);
       u.size = collectiveGroupSize(*n, g);
     }
   }
+  return groups;
+}
+
+// Adds group `fresh` (the same size and ranks as `name`) to the header, unless there is none,
+// and moves `use`'s collectives onto it.
+void moveToNewGroup(Graph& g, const std::string& name, const GroupUse& use,
+                    const std::string& fresh) {
+  if (!g.processGroups().empty()) {
+    ProcessGroupInfo info;
+    if (const ProcessGroupInfo* pg = g.findProcessGroup(name))
+      info = *pg;
+    else
+      info.size = use.size;
+    info.name = fresh;
+    g.processGroups().push_back(info);
+  }
+  for (Node* n : use.moving) {
+    std::vector<Arg> args = n->args();
+    args[static_cast<size_t>(n->info().group_name_arg)] = Arg::ofStr(fresh);
+    g.setArgs(n, std::move(args));
+  }
+}
+
+}  // namespace
+
+bool SplitCommGroupsPass::run(Graph& g, PassContext& ctx) {
+  // A graph without a process-group header declares its groups only by the names its
+  // collectives use (the verifier checks names against a header only when there is one). It
+  // stays that way: a header listing just the new group would make every other group unknown.
+  std::set<std::string, std::less<>> taken;  // names a new group must not reuse
+  for (const ProcessGroupInfo& pg : g.processGroups())
+    taken.insert(pg.name);
+  // Keyed by group name for lookups; new groups are created in header order below.
+  const std::map<std::string, GroupUse> groups =
+      groupUses(g, ctx.analyses.get<FsdpAnalysis>(g), kinds_.contains("ar"), taken);
 
   // Header order first, then groups the header lacks, by name.
   std::vector<std::string> order;
@@ -98,26 +116,13 @@ bool SplitCommGroupsPass::run(Graph& g, PassContext& ctx) {
   for (const std::string& name : order) {
     auto it = groups.find(name);
     if (it == groups.end() || !it->second.gather || it->second.moving.empty()) continue;
-    std::string fresh = name + suffix_;
+    std::string fresh = name + *suffix_;
     for (int k = 1; taken.count(fresh); ++k)
-      fresh = name + suffix_ + "_" + std::to_string(k);
+      fresh = name + *suffix_ + "_" + std::to_string(k);
     taken.insert(fresh);
-    if (!headerless) {
-      ProcessGroupInfo info;
-      if (const ProcessGroupInfo* pg = g.findProcessGroup(name))
-        info = *pg;
-      else
-        info.size = it->second.size;
-      info.name = fresh;
-      g.processGroups().push_back(info);
-    }
-    for (Node* n : it->second.moving) {
-      std::vector<Arg> args = n->args();
-      args[static_cast<size_t>(n->info().group_name_arg)] = Arg::ofStr(fresh);
-      g.setArgs(n, std::move(args));
-    }
-    ctx.stat("groups-added");
-    ctx.stat("collectives-moved", static_cast<int64_t>(it->second.moving.size()));
+    moveToNewGroup(g, name, it->second, fresh);
+    ctx.stat(splitStats().groups_added);
+    ctx.stat(splitStats().collectives_moved, static_cast<int64_t>(it->second.moving.size()));
     ctx.remark("split-comm-groups: " + std::to_string(it->second.moving.size()) +
                " collective(s) moved from group " + quoteForMessage(name) + " to new group " +
                quoteForMessage(fresh));

@@ -20,15 +20,17 @@ namespace jfx {
 
 class SplitCommGroupsPass : public Pass {
  public:
-  std::string_view name() const override { return "split-comm-groups"; }
-  std::span<const OptionDecl> options() const override;
-  std::span<const StatisticDecl> statistics() const override;
-  void configure(PassOptions& options) override;
+  std::span<const Statistic* const> statistics() const override;
   bool run(Graph& g, PassContext& ctx) override;
 
  private:
-  std::string suffix_ = "_rs";
-  bool move_all_reduce_ = false;
+  void initialize() override;
+  Option<std::string> suffix_{this, "suffix", "_rs",
+                              "appended to a group's name to name its new group (never empty)"};
+  Option<std::vector<std::string>> kinds_{
+      this,         "kinds",
+      {"rs"},       "what moves: rs (FSDP reduce-scatters), ar (FSDP gradient all-reduces)",
+      {"rs", "ar"}, "kind"};
 };
 
 }  // namespace jfx

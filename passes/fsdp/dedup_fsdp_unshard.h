@@ -17,9 +17,7 @@ namespace jfx {
 
 class DedupFsdpUnshardPass : public Pass {
  public:
-  std::string_view name() const override { return "dedup-fsdp-unshard"; }
-  std::span<const OptionDecl> options() const override;
-  std::span<const StatisticDecl> statistics() const override;
+  std::span<const Statistic* const> statistics() const override;
   bool run(Graph& g, PassContext& ctx) override;
 };
 

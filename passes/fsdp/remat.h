@@ -22,9 +22,7 @@ namespace jfx {
 
 class RematPass : public Pass {
  public:
-  std::string_view name() const override { return "remat"; }
-  std::span<const OptionDecl> options() const override;
-  std::span<const StatisticDecl> statistics() const override;
+  std::span<const Statistic* const> statistics() const override;
   bool run(Graph& g, PassContext& ctx) override;
 };
 

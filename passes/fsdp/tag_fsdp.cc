@@ -16,6 +16,33 @@
 namespace jfx {
 namespace {
 
+struct TagFsdpStatistics : StatisticSet {
+  Statistic blocks{this, "blocks", "gathered blocks seen"};
+  Statistic non_fsdp{this, "non-fsdp-collectives", "collectives that are not FSDP (left alone)"};
+  Statistic nodes_tagged{this, "nodes-tagged", "nodes given a recompute tag"};
+  Statistic user_tags_kept{this, "user-tags-kept", "MUST_* tags already on the graph, kept"};
+  Statistic prefer_overridden{this, "prefer-tags-overridden",
+                              "PREFER_* tags replaced by the policy"};
+  Statistic chains_kept{this, "chains-kept",
+                        "unshard chains tagged MUST_SAVE (kept unsharded into backward)"};
+  Statistic chains_resharded{this, "chains-resharded",
+                             "unshard chains tagged MUST_RECOMPUTE (re-gathered in backward)"};
+  Statistic budget_keep_last{this, "budget-keep-last", "reshard=budget: the keep-last chosen"};
+  Statistic budget_units{this, "budget-units",
+                         "reshard=budget: units (blocks and the head) it could keep"};
+  Statistic budget_peak{this, "budget-peak-estimate",
+                        "reshard=budget: estimated peak bytes with the chosen keep-last"};
+  Statistic budget_peak_always{this, "budget-peak-always",
+                               "reshard=budget: estimated peak bytes with every block resharded"};
+  Statistic budget_estimates{this, "budget-estimates",
+                             "reshard=budget: peak estimates made (binary search)"};
+  Statistic memory_limit{this, "memory-limit", "reshard=budget: the bound in bytes"};
+};
+const TagFsdpStatistics& tagFsdpStats() {
+  static const TagFsdpStatistics s;
+  return s;
+}
+
 bool isUserDecision(Recompute r) {
   return r == Recompute::MustSave || r == Recompute::MustRecompute;
 }
@@ -77,7 +104,7 @@ std::vector<bool> keepDecisions(const Graph& g, const std::vector<const FsdpUnsh
       msg += " (" + blocks.blocks[static_cast<size_t>(*kept.begin())].name + " to " +
              blocks.blocks[static_cast<size_t>(*kept.rbegin())].name + ")";
     ctx.remark(msg + " and " + std::to_string(tail) + " parameter gathers after the last block");
-    ctx.stat("blocks", static_cast<int64_t>(gathered.size()));
+    ctx.stat(tagFsdpStats().blocks, static_cast<int64_t>(gathered.size()));
     if (units) *units = static_cast<int64_t>(gathered.size()) + 1;
     return keep;
   }
@@ -108,7 +135,7 @@ std::vector<bool> keepDecisions(const Graph& g, const std::vector<const FsdpUnsh
 bool tagChains(Graph& g, int64_t keep_last, PassContext& ctx, int64_t* units = nullptr) {
   const PhaseInfo& phases = ctx.analyses.get<PhaseInfo>(g);
   const FsdpAnalysis& fsdp = ctx.analyses.get<FsdpAnalysis>(g);
-  ctx.stat("non-fsdp-collectives", static_cast<int64_t>(fsdp.other_collectives.size()));
+  ctx.stat(tagFsdpStats().non_fsdp, static_cast<int64_t>(fsdp.other_collectives.size()));
 
   std::vector<const FsdpUnshardChain*> chains;
   for (const auto& c : fsdp.unshard)
@@ -122,22 +149,22 @@ bool tagChains(Graph& g, int64_t keep_last, PassContext& ctx, int64_t* units = n
     Recompute cur = n->meta().recompute;
     if (cur == r) return;
     if (isUserDecision(cur)) {
-      ctx.stat("user-tags-kept");
+      ctx.stat(tagFsdpStats().user_tags_kept);
       return;
     }
-    if (cur != Recompute::Unset) ctx.stat("prefer-tags-overridden");
+    if (cur != Recompute::Unset) ctx.stat(tagFsdpStats().prefer_overridden);
     n->meta().recompute = r;
-    ctx.stat("nodes-tagged");
+    ctx.stat(tagFsdpStats().nodes_tagged);
     changed = true;
   };
   for (size_t i = 0; i < chains.size(); ++i) {
     const FsdpUnshardChain& c = *chains[i];
     if (keep[i]) {
-      ctx.stat("chains-kept");
+      ctx.stat(tagFsdpStats().chains_kept);
       for (Node* n : c.save_points)
         tag(n, Recompute::MustSave);
     } else {
-      ctx.stat("chains-resharded");
+      ctx.stat(tagFsdpStats().chains_resharded);
       for (Node* n : c.nodes())
         tag(n, Recompute::MustRecompute);
     }
@@ -158,73 +185,27 @@ int64_t peakWithKeepLast(const Graph& g, int64_t k, int64_t* units = nullptr) {
 
 }  // namespace
 
-namespace {
-
-constexpr OptionDecl kTagFsdpOptions[] = {
-    {"reshard", "always|never|default|budget", "default",
-     "reshard after forward: always, never, all but the last keep-last blocks, or the most kept "
-     "blocks under memory-limit"},
-    {"keep-last", "int", "1",
-     "reshard=default: blocks kept unsharded from the last one backwards, in [0, 1000000]"},
-    {"memory-limit", "bytes", "",
-     "reshard=budget only (and required there): peak bound, e.g. 40GiB"},
-};
-constexpr StatisticDecl kTagFsdpStatistics[] = {
-    {"blocks", "gathered blocks seen"},
-    {"non-fsdp-collectives", "collectives that are not FSDP (left alone)"},
-    {"nodes-tagged", "nodes given a recompute tag"},
-    {"user-tags-kept", "MUST_* tags already on the graph, kept"},
-    {"prefer-tags-overridden", "PREFER_* tags replaced by the policy"},
-    {"chains-kept", "unshard chains tagged MUST_SAVE (kept unsharded into backward)"},
-    {"chains-resharded", "unshard chains tagged MUST_RECOMPUTE (re-gathered in backward)"},
-    {"budget-keep-last", "reshard=budget: the keep-last chosen"},
-    {"budget-units", "reshard=budget: units (blocks and the head) it could keep"},
-    {"budget-peak-estimate", "reshard=budget: estimated peak bytes with the chosen keep-last"},
-    {"budget-peak-always", "reshard=budget: estimated peak bytes with every block resharded"},
-    {"budget-estimates", "reshard=budget: peak estimates made (binary search)"},
-    {"memory-limit", "reshard=budget: the bound in bytes"},
-};
-
-}  // namespace
-
-std::span<const OptionDecl> TagFsdpPass::options() const {
-  return kTagFsdpOptions;
-}
-std::span<const StatisticDecl> TagFsdpPass::statistics() const {
-  return kTagFsdpStatistics;
+std::span<const Statistic* const> TagFsdpPass::statistics() const {
+  return tagFsdpStats().all();
 }
 
-void TagFsdpPass::configure(PassOptions& options) {
-  std::string r = options.getEnum("reshard", {"always", "never", "default", "budget"}, "default");
-  reshard_ = r == "always"   ? Reshard::Always
-             : r == "never"  ? Reshard::Never
-             : r == "budget" ? Reshard::Budget
-                             : Reshard::Default;
-  keep_last_ = options.getInt("keep-last", 1, 0, 1000000);
-  std::string limit = options.getString("memory-limit", "");
-  if (reshard_ == Reshard::Budget) {
-    if (limit.empty())
-      throw JfxError({}, "pass 'tag-fsdp': reshard=budget needs memory-limit=BYTES (e.g. 40GiB)");
-    try {
-      memory_limit_ = parseByteSize(limit);
-    } catch (const JfxError& e) {
-      throw JfxError({}, "pass 'tag-fsdp': option 'memory-limit': " + e.message());
-    }
-  } else if (!limit.empty()) {
-    throw JfxError({}, "pass 'tag-fsdp': option 'memory-limit' is read by reshard=budget only");
-  }
+void TagFsdpPass::initialize() {
+  if (*reshard_ == Reshard::Budget && !memory_limit_.hasValue())
+    throw JfxError({}, "reshard=budget needs memory-limit=BYTES (e.g. 40GiB)");
+  if (*reshard_ != Reshard::Budget && memory_limit_.isSet())
+    throw JfxError({}, "option 'memory-limit' is read by reshard=budget only");
 }
 
 bool TagFsdpPass::run(Graph& g, PassContext& ctx) {
   // Recompute tags are all this pass changes, and no analysis reads them.
   ctx.preserveAll();
-  switch (reshard_) {
+  switch (*reshard_) {
     case Reshard::Always:
       return tagChains(g, 0, ctx);
     case Reshard::Never:
       return tagChains(g, -1, ctx);
     case Reshard::Default:
-      return tagChains(g, keep_last_, ctx);
+      return tagChains(g, *keep_last_, ctx);
     case Reshard::Budget:
       break;
   }
@@ -235,14 +216,13 @@ bool TagFsdpPass::run(Graph& g, PassContext& ctx) {
   // feasible candidate is the largest K whose peak fits; the peak grows with K, so a binary
   // search over K finds it with O(log units) estimates, each a copy + remat + memory analysis.
   int64_t units = 0;
-  const int64_t limit = memory_limit_;
+  const int64_t limit = *memory_limit_;
   const int64_t floor_peak = peakWithKeepLast(g, 0, &units);
   if (floor_peak > limit)
-    throw JfxError({}, "pass 'tag-fsdp': reshard=budget: memory-limit " + formatBytes(limit) +
-                           " is below the estimated peak with every block resharded (" +
-                           formatBytes(floor_peak) + ", " + std::to_string(floor_peak) +
-                           " bytes); the smallest feasible limit is " + std::to_string(floor_peak) +
-                           " bytes");
+    ctx.emitError() << "reshard=budget: memory-limit " << formatBytes(limit)
+                    << " is below the estimated peak with every block resharded ("
+                    << formatBytes(floor_peak) << ", " << floor_peak
+                    << " bytes); the smallest feasible limit is " << floor_peak << " bytes";
   int64_t lo = 0, hi = units;  // p(lo) <= limit
   int64_t lo_peak = floor_peak;
   int64_t evaluated = 1;
@@ -263,12 +243,12 @@ bool TagFsdpPass::run(Graph& g, PassContext& ctx) {
       }
     }
   }
-  ctx.stat("budget-keep-last", lo);
-  ctx.stat("budget-units", units);
-  ctx.stat("budget-peak-estimate", lo_peak);
-  ctx.stat("budget-peak-always", floor_peak);
-  ctx.stat("budget-estimates", evaluated);
-  ctx.stat("memory-limit", limit);
+  ctx.stat(tagFsdpStats().budget_keep_last, lo);
+  ctx.stat(tagFsdpStats().budget_units, units);
+  ctx.stat(tagFsdpStats().budget_peak, lo_peak);
+  ctx.stat(tagFsdpStats().budget_peak_always, floor_peak);
+  ctx.stat(tagFsdpStats().budget_estimates, evaluated);
+  ctx.stat(tagFsdpStats().memory_limit, limit);
   ctx.remark("tag-fsdp: reshard=budget: keeping the last " + std::to_string(lo) + " of " +
              std::to_string(units) + " units unsharded (keep-last=" + std::to_string(lo) +
              "), estimated peak " + formatBytes(lo_peak) + " under memory-limit " +

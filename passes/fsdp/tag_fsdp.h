@@ -43,18 +43,33 @@ class TagFsdpPass : public Pass {
   enum class Reshard { Always, Never, Default, Budget };
 
   TagFsdpPass() = default;
-  TagFsdpPass(Reshard reshard, int64_t keep_last) : reshard_(reshard), keep_last_(keep_last) {}
+  TagFsdpPass(Reshard reshard, int64_t keep_last) {
+    reshard_.setValue(reshard);
+    keep_last_.setValue(keep_last);
+  }
 
-  std::string_view name() const override { return "tag-fsdp"; }
-  std::span<const OptionDecl> options() const override;
-  std::span<const StatisticDecl> statistics() const override;
-  void configure(PassOptions& options) override;
+  std::span<const Statistic* const> statistics() const override;
   bool run(Graph& g, PassContext& ctx) override;
 
  private:
-  Reshard reshard_ = Reshard::Default;
-  int64_t keep_last_ = 1;
-  int64_t memory_limit_ = 0;  // reshard=budget
+  void initialize() override;
+
+  EnumOption<Reshard> reshard_{this,
+                               "reshard",
+                               {{"always", Reshard::Always},
+                                {"never", Reshard::Never},
+                                {"default", Reshard::Default},
+                                {"budget", Reshard::Budget}},
+                               Reshard::Default,
+                               "reshard after forward: always, never, all but the last keep-last "
+                               "blocks, or the most kept blocks under memory-limit"};
+  Option<int64_t> keep_last_{this,
+                             "keep-last",
+                             1,
+                             "reshard=default: blocks kept unsharded from the last one backwards",
+                             {0, 1000000}};
+  BytesOption memory_limit_{this, "memory-limit", std::nullopt,
+                            "reshard=budget only (and required there): peak bound, e.g. 40GiB"};
 };
 
 }  // namespace jfx

@@ -106,7 +106,6 @@ void applyReferenceTail(Graph& g) {
   ScheduleOptions so;
   so.prefetch = 1;
   so.memory_limit = 0;
-  so.report = false;
   scheduleCollectives(g, so, quiet_schedule);
 }
 

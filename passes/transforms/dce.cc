@@ -6,25 +6,18 @@ namespace jfx {
 
 namespace {
 
-constexpr OptionDecl kDceOptions[] = {
-    {"remove-random", "bool", "false",
-     "also remove unused random ops (dropping one changes later draws)"},
+struct DceStatistics : StatisticSet {
+  Statistic nodes_removed{this, "nodes-removed", "unused nodes erased"};
 };
-constexpr StatisticDecl kDceStatistics[] = {
-    {"nodes-removed", "unused nodes erased"},
-};
+const DceStatistics& dceStats() {
+  static const DceStatistics s;
+  return s;
+}
 
 }  // namespace
 
-std::span<const OptionDecl> Dce::options() const {
-  return kDceOptions;
-}
-std::span<const StatisticDecl> Dce::statistics() const {
-  return kDceStatistics;
-}
-
-void Dce::configure(PassOptions& options) {
-  remove_random_ = options.getBool("remove-random", false);
+std::span<const Statistic* const> Dce::statistics() const {
+  return dceStats().all();
 }
 
 bool Dce::isRemovable(const Node& n, bool remove_random) {
@@ -51,13 +44,13 @@ bool Dce::run(Graph& g, PassContext& ctx) {
   int64_t removed = 0;
   for (Node* n = g.last(); n;) {
     Node* prev = n->prev();
-    if (!n->hasUses() && isRemovable(*n, remove_random_)) {
+    if (!n->hasUses() && isRemovable(*n, *remove_random_)) {
       g.erase(n);
       ++removed;
     }
     n = prev;
   }
-  ctx.stat("nodes-removed", removed);
+  ctx.stat(dceStats().nodes_removed, removed);
   return removed != 0;
 }
 

@@ -21,17 +21,15 @@ namespace jfx {
 
 class Dce : public Pass {
  public:
-  std::string_view name() const override { return "dce"; }
-  std::span<const OptionDecl> options() const override;
-  std::span<const StatisticDecl> statistics() const override;
-  void configure(PassOptions& options) override;
+  std::span<const Statistic* const> statistics() const override;
   bool run(Graph& g, PassContext& ctx) override;
 
   // Whether dce may remove `n` once it has no uses.
   static bool isRemovable(const Node& n, bool remove_random);
 
  private:
-  bool remove_random_ = false;
+  Option<bool> remove_random_{this, "remove-random", false,
+                              "also remove unused random ops (dropping one changes later draws)"};
 };
 
 }  // namespace jfx

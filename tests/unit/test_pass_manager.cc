@@ -509,7 +509,7 @@ TEST_CASE("pass manager: stop-after runs only the first N passes", "[pass-manage
     passes.push_back({std::make_unique<LambdaPass>(name,
                                                    [&ran, name](Graph&, PassContext& ctx) {
                                                      ran.push_back(name);
-                                                     ctx.stat("runs");
+                                                     ctx.stats["runs"] += 1;
                                                      return false;
                                                    }),
                       ""});

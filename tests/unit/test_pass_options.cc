@@ -1,5 +1,6 @@
-// Declared options and statistics (Pass::options(), Pass::statistics()): every registered pass
-// declares exactly what configure() reads and run() reports, with defaults that change nothing.
+// Options and statistics declared once, as members (passes/options.h): each declaration gives
+// the name, default, range and meaning `jointfx passes NAME` lists, parses the pipeline's value,
+// and is what the pass reads; defaults change nothing.
 #include <catch2/catch.hpp>
 #include <set>
 #include <string>
@@ -19,29 +20,114 @@ std::unique_ptr<Graph> traced(const std::string& name) {
   return loadGraph(std::string(JFX_SOURCE_DIR) + "/tests/data/traced/" + name);
 }
 
-// A pass with a declared table whose configure() and run() the test supplies.
+struct DeclaredStatistics : StatisticSet {
+  Statistic done{this, "done", "things done"};
+  Statistic per{this, "per.<kind>", "per kind"};
+};
+const DeclaredStatistics& declaredStats() {
+  static const DeclaredStatistics s;
+  return s;
+}
+
+// A pass with one option of each kind; run() reports what it read.
 class DeclaredPass : public Pass {
  public:
-  std::function<void(PassOptions&)> configure_body = [](PassOptions&) {};
-  std::function<void(PassContext&)> run_body = [](PassContext&) {};
-  std::string_view name() const override { return "declared"; }
-  void configure(PassOptions& o) override { configure_body(o); }
+  enum class Mode { A, B };
+  DeclaredPass() : Pass("declared") {}
+  std::span<const Statistic* const> statistics() const override { return declaredStats().all(); }
   bool run(Graph&, PassContext& ctx) override {
-    run_body(ctx);
+    ctx.stat(declaredStats().done, *n_);
+    ctx.stat(declaredStats().per, *mode_ == Mode::A ? "a" : "b", 2);
     return false;
   }
-  std::span<const OptionDecl> options() const override { return kOptions; }
-  std::span<const StatisticDecl> statistics() const override { return kStats; }
+  void initialize() override {
+    if (*mode_ == Mode::B && !limit_.isSet()) throw JfxError({}, "mode=b needs limit");
+  }
 
-  static constexpr OptionDecl kOptions[] = {
-      {"n", "int", "1", "a number"},
-      {"mode", "a|b", "a", "a choice"},
-      {"limit", "bytes", "input", "a size"},
-  };
-  static constexpr StatisticDecl kStats[] = {{"done", "things done"}, {"per.<kind>", "per kind"}};
+  Option<int64_t> n_{this, "n", 1, "a number", {0, 10}};
+  EnumOption<Mode> mode_{this, "mode", {{"a", Mode::A}, {"b", Mode::B}}, Mode::A, "a choice"};
+  BytesOption limit_{this, "limit", "input", "a size", {{"input", -1}}};
+  Option<double> ratio_{this, "ratio", 0.5, "a fraction", {0.0, 1.0}};
+  Option<bool> flag_{this, "flag", false, "a switch"};
+  Option<std::vector<std::string>> kinds_{this, "kinds", {"x"}, "some kinds", {"x", "y"}, "kind"};
+  Option<int64_t> k_{this, "k", std::nullopt, "a distance (unset: 3)", {0, 64}, {{"auto", -1}}};
 };
 
+std::string configureError(std::map<std::string, std::string> values) {
+  return errorOf([&] { DeclaredPass().configure(PassOptions("declared", std::move(values))); });
+}
+
 }  // namespace
+
+TEST_CASE("pass options: a declaration gives the type, default, range and meaning",
+          "[pass-options]") {
+  DeclaredPass p;
+  std::vector<std::string> rows;
+  for (const OptionBase* o : p.options())
+    rows.push_back(std::string(o->name()) + " | " + o->type() + " | " + o->defaultText() + " | " +
+                   o->range() + " | " + std::string(o->help()));
+  CHECK(rows == std::vector<std::string>{
+                    "n | int | 1 | [0, 10] | a number",
+                    "mode | a|b | a |  | a choice",
+                    "limit | bytes | input |  | a size",
+                    "ratio | float | 0.5 | [0, 1] | a fraction",
+                    "flag | bool | false |  | a switch",
+                    "kinds | list | x |  | some kinds",
+                    "k | int|auto |  | [0, 64] or auto | a distance (unset: 3)",
+                });
+  // Unset, the declared defaults.
+  CHECK(*p.n_ == 1);
+  CHECK(*p.mode_ == DeclaredPass::Mode::A);
+  CHECK(*p.limit_ == -1);
+  CHECK(*p.ratio_ == 0.5);
+  CHECK(!*p.flag_);
+  CHECK(*p.kinds_ == std::vector<std::string>{"x"});
+  CHECK(p.k_.valueOr(3) == 3);
+  CHECK(!p.n_.isSet());
+  // Set, the values given.
+  DeclaredPass q;
+  q.configure(PassOptions("declared", {{"n", "7"},
+                                       {"mode", "b"},
+                                       {"limit", "2KiB"},
+                                       {"ratio", "0.25"},
+                                       {"flag", "on"},
+                                       {"kinds", "y,x"},
+                                       {"k", "auto"}}));
+  CHECK(*q.n_ == 7);
+  CHECK(q.n_.isSet());
+  CHECK(*q.mode_ == DeclaredPass::Mode::B);
+  CHECK(*q.limit_ == 2048);
+  CHECK(*q.ratio_ == 0.25);
+  CHECK(*q.flag_);
+  CHECK(*q.kinds_ == std::vector<std::string>{"y", "x"});
+  CHECK(*q.k_ == -1);
+}
+
+TEST_CASE("pass options: a bad value's error names the pass, the option and what it takes",
+          "[pass-options]") {
+  CHECK(configureError({{"n", "11"}}) ==
+        "error: pass 'declared': option 'n=11': expected an integer in [0, 10]");
+  CHECK(configureError({{"n", "x"}}) ==
+        "error: pass 'declared': option 'n=x': expected an integer");
+  CHECK(configureError({{"mode", "c"}}) ==
+        "error: pass 'declared': option 'mode=c': expected one of a, b");
+  CHECK(configureError({{"limit", "lots"}}) ==
+        "error: pass 'declared': option 'limit': bad byte size 'lots' (expected e.g. 80GiB, "
+        "512M, 1000000)");
+  CHECK(configureError({{"ratio", "2"}}) ==
+        "error: pass 'declared': option 'ratio=2': expected a number in [0, 1]");
+  CHECK(configureError({{"flag", "maybe"}}) ==
+        "error: pass 'declared': option 'flag=maybe': expected true or false");
+  CHECK(configureError({{"kinds", "x,z"}}) ==
+        "error: pass 'declared': option 'kinds': unknown kind 'z' (expected x, y)");
+  CHECK(configureError({{"k", "65"}}) ==
+        "error: pass 'declared': option 'k=65': expected an integer in [0, 64] or auto");
+  // A rule between options (initialize) is named the same way; so is an undeclared option.
+  CHECK(configureError({{"mode", "b"}}) == "error: pass 'declared': mode=b needs limit");
+  CHECK(configureError({{"m", "1"}}) ==
+        "error: pass 'declared' has no option 'm' (it takes: flag, k, kinds, limit, mode, n, "
+        "ratio)");
+}
 
 TEST_CASE("pass options: every registered pass declares well-formed options and statistics",
           "[pass-options]") {
@@ -49,24 +135,19 @@ TEST_CASE("pass options: every registered pass declares well-formed options and 
   for (const auto& r : passRegistry()) {
     INFO("pass " << r.name);
     auto pass = createPass(r.name);
+    CHECK(pass->name() == r.name);
     std::set<std::string> names;
-    for (const OptionDecl& d : pass->options()) {
-      INFO("option " << d.name);
-      CHECK(names.insert(std::string(d.name)).second);
-      CHECK(!d.help.empty());
-      CHECK((types.count(std::string(d.type)) ||
-             std::string_view(d.type).find('|') != std::string_view::npos));
+    for (const OptionBase* o : pass->options()) {
+      INFO("option " << o->name());
+      CHECK(names.insert(std::string(o->name())).second);
+      CHECK(!o->help().empty());
+      CHECK((types.count(o->type()) || o->type().find('|') != std::string::npos));
     }
-    // configure() reads every declared option, and only those (the getters refuse the others).
-    PassOptions none(std::string(r.name), {});
-    none.declare(pass->options());
-    pass->configure(none);
-    CHECK(none.readKeys() == names);
     REQUIRE(!pass->statistics().empty());
     std::set<std::string> stats;
-    for (const StatisticDecl& d : pass->statistics()) {
-      CHECK(stats.insert(std::string(d.name)).second);
-      CHECK(!d.help.empty());
+    for (const Statistic* s : pass->statistics()) {
+      CHECK(stats.insert(std::string(s->name())).second);
+      CHECK(!s->help().empty());
     }
   }
 }
@@ -76,10 +157,10 @@ TEST_CASE("pass options: each declared default is accepted, alone and all togeth
   for (const auto& r : passRegistry()) {
     auto pass = createPass(r.name);
     std::map<std::string, std::string> all;
-    for (const OptionDecl& d : pass->options()) {
-      if (d.dflt.empty()) continue;  // unset by default: nothing to spell out
-      INFO("pass " << r.name << " option " << d.name << "=" << d.dflt);
-      std::map<std::string, std::string> one = {{std::string(d.name), std::string(d.dflt)}};
+    for (const OptionBase* o : pass->options()) {
+      if (o->defaultText().empty()) continue;  // unset by default: nothing to spell out
+      INFO("pass " << r.name << " option " << o->name() << "=" << o->defaultText());
+      std::map<std::string, std::string> one = {{std::string(o->name()), o->defaultText()}};
       CHECK_NOTHROW(buildPipeline({{std::string(r.name), PassOptions(std::string(r.name), one)}}));
       all.insert(one.begin(), one.end());
     }
@@ -96,8 +177,8 @@ TEST_CASE("pass options: the declared defaults change nothing", "[pass-options]"
                            "split-comm-groups", "schedule"}) {
     auto pass = createPass(name);
     std::map<std::string, std::string> all;
-    for (const OptionDecl& d : pass->options())
-      if (!d.dflt.empty()) all[std::string(d.name)] = std::string(d.dflt);
+    for (const OptionBase* o : pass->options())
+      if (!o->defaultText().empty()) all[std::string(o->name())] = o->defaultText();
     bare.push_back({name, PassOptions(name, {})});
     spelled.push_back({name, PassOptions(name, all)});
   }
@@ -119,10 +200,10 @@ TEST_CASE("pass options: an undeclared option is rejected, naming the declared o
           "[pass-options]") {
   for (const auto& r : passRegistry()) {
     auto pass = createPass(r.name);
-    std::string known;
     std::set<std::string> names;
-    for (const OptionDecl& d : pass->options())
-      names.insert(std::string(d.name));
+    for (const OptionBase* o : pass->options())
+      names.insert(std::string(o->name()));
+    std::string known;
     for (const std::string& n : names)
       known += (known.empty() ? "" : ", ") + n;
     std::string err = errorOf([&] {
@@ -133,85 +214,16 @@ TEST_CASE("pass options: an undeclared option is rejected, naming the declared o
   }
 }
 
-TEST_CASE("pass options: getters refuse keys and types the declarations lack", "[pass-options]") {
-  auto build = [](std::function<void(PassOptions&)> body,
-                  std::map<std::string, std::string> values = {}) {
-    std::vector<ConfiguredPass> out;
-    auto p = std::make_unique<DeclaredPass>();
-    p->configure_body = std::move(body);
-    PassOptions o("declared", std::move(values));
-    o.declare(p->options());
-    p->configure(o);
-    return o.readKeys();
-  };
-  CHECK(build([](PassOptions& o) {
-          o.getInt("n", 1);
-          o.getEnum("mode", {"a", "b"}, "a");
-          o.getString("limit", "input");
-        }) == std::set<std::string>{"limit", "mode", "n"});
-  CHECK(errorOf([&] { build([](PassOptions& o) { o.getInt("m", 1); }); }) ==
-        "error: internal error: pass 'declared' reads option 'm' that its options() does not "
-        "declare");
-  CHECK(errorOf([&] { build([](PassOptions& o) { o.getBool("n", true); }); }) ==
-        "error: internal error: pass 'declared' reads option 'n' as another type than its "
-        "declared 'int'");
-  // An enum's choices are its declared type: a new choice must be declared too.
-  CHECK(errorOf([&] {
-          build([](PassOptions& o) { o.getEnum("mode", {"a", "b", "c"}, "a"); });
-        }).find("as another type than its declared 'a|b'") != std::string::npos);
-  // Without declare() (a single pass's unit test) anything goes.
-  PassOptions loose("declared", {});
-  CHECK_NOTHROW(loose.getBool("anything", false));
-}
-
-TEST_CASE("pass statistics: patterns, and an undeclared statistic is an error", "[pass-options]") {
-  CHECK(statisticMatches("done", "done"));
-  CHECK(!statisticMatches("done", "done2"));
-  CHECK(statisticMatches("per.<kind>", "per.all_gather"));
-  CHECK(!statisticMatches("per.<kind>", "per."));
-  CHECK(!statisticMatches("per.<kind>", "per.a.b"));
-  CHECK(statisticMatches("a.<x>.b", "a.yy.b"));
-  CHECK(!statisticMatches("a.<x>.b", "a.yy.c"));
-
+TEST_CASE("pass statistics: declared members, counted by name and part", "[pass-options]") {
+  CHECK(declaredStats().per.instance("all_gather") == "per.all_gather");
+  CHECK(declaredStats().done.instance("x") == "done");
   Graph g;
   Node* x = g.create(OpKind::Placeholder, Symbol::intern("x"), {}, {}, "x");
   g.create(OpKind::Output, Symbol::intern("output"), {Arg::ofList({Arg::ofNode(x)})}, {}, "output");
-  auto run = [&](std::function<void(PassContext&)> body) {
-    std::vector<ConfiguredPass> passes;
-    auto p = std::make_unique<DeclaredPass>();
-    p->run_body = std::move(body);
-    passes.push_back({std::move(p), ""});
-    return errorOf([&] { runPasses(g, passes, {}); });
-  };
-  CHECK(run([](PassContext& ctx) {
-          ctx.stat("done");
-          ctx.stat("per.x");
-        }) == "<no error>");
-  CHECK(run([](PassContext& ctx) { ctx.stat("undone"); }) ==
-        "error: pass 'declared' (#1) failed: internal error: it reports statistic 'undone', which "
-        "its statistics() does not declare");
-}
-
-TEST_CASE("pass statistics: the registered passes report only declared statistics",
-          "[pass-options]") {
-  // The pass manager refuses an undeclared statistic, so running pipelines that reach most of
-  // them is the check: the default pipeline, size plans, budgets and tight memory limits.
-  for (const char* spec : {
-           "dce{remove-random=true},tag-fsdp,remat,dedup-fsdp-unshard,bucket,"
-           "split-comm-groups{kinds=rs,ar},schedule{prefetch=2}",
-           "tag-fsdp{reshard=budget, memory-limit=70000},remat,bucket{plan=size, cap-mb=1, "
-           "memory-limit=1},schedule{memory-limit=1}",
-           "tag-fsdp{reshard=never},remat,bucket{memory-limit=none, exact-rs-order=false},"
-           "schedule{memory-limit=none, defer-rs=false}",
-       }) {
-    for (const char* fixture : {"fsdp_w2.json", "tied_w4.json", "fsdp_tp_w4.json", "sac_w4.json"}) {
-      INFO(spec << " on " << fixture);
-      auto g = traced(fixture);
-      std::ostringstream sink;
-      PassManagerOptions opts;
-      opts.out = &sink;
-      std::string err = errorOf([&] { runPipeline(*g, parsePipeline(spec), opts); });
-      CHECK(err.find("does not declare") == std::string::npos);
-    }
-  }
+  std::vector<ConfiguredPass> passes;
+  auto p = std::make_unique<DeclaredPass>();
+  p->configure(PassOptions("declared", {{"n", "3"}, {"mode", "b"}, {"limit", "1"}}));
+  passes.push_back({std::move(p), ""});
+  PipelineResult r = runPasses(g, passes, {});
+  CHECK(r.passes.at(0).stats == Statistics{{"done", 3}, {"per.b", 2}});
 }

@@ -19,6 +19,7 @@
 #include "passes/bucket/schedule.h"
 #include "passes/bucket/split_comm_groups.h"
 #include "passes/pass_manager.h"
+#include "passes/registry.h"
 #include "tools/synth/synth.h"
 
 using namespace jfx;
@@ -211,19 +212,19 @@ TEST_CASE("planner: configs/pipelines/auto.json runs on a traced fixture", "[pla
 }
 
 TEST_CASE("planner: option errors", "[planner]") {
-  auto configure = [](auto pass, std::map<std::string, std::string> values) {
-    PassOptions po(std::string(pass.name()), std::move(values));
-    pass.configure(po);
+  auto configure = [](std::string_view name, std::map<std::string, std::string> values) {
+    createPass(name)->configure(PassOptions(std::string(name), std::move(values)));
   };
-  CHECK_THROWS_WITH(configure(BucketPass(), {{"plan", "auto"}}),
-                    Catch::Contains("plan=auto needs hardware=FILE"));
-  CHECK_THROWS_WITH(configure(BucketPass(), {{"hardware", kH100}}),
+  CHECK_THROWS_WITH(configure("bucket", {{"plan", "auto"}}),
+                    Catch::Equals("error: pass 'bucket': plan=auto needs hardware=FILE (a profile "
+                                  "such as configs/hardware/h100.json) to time its candidates"));
+  CHECK_THROWS_WITH(configure("bucket", {{"hardware", kH100}}),
                     Catch::Contains("read by plan=auto only"));
-  CHECK_THROWS_WITH(configure(BucketPass(), {{"plan", "size"}, {"group", "2"}}),
+  CHECK_THROWS_WITH(configure("bucket", {{"plan", "size"}, {"group", "2"}}),
                     Catch::Contains("read by plan=blocks only"));
-  CHECK_THROWS_WITH(configure(SchedulePass(), {{"prefetch", "auto"}}),
+  CHECK_THROWS_WITH(configure("schedule", {{"prefetch", "auto"}}),
                     Catch::Contains("prefetch=auto needs hardware=FILE"));
-  CHECK_THROWS_WITH(configure(SchedulePass(), {{"max-prefetch", "2"}}),
+  CHECK_THROWS_WITH(configure("schedule", {{"max-prefetch", "2"}}),
                     Catch::Contains("read by prefetch=auto only"));
-  CHECK_NOTHROW(configure(SchedulePass(), {{"prefetch", "auto"}, {"hardware", kH100}}));
+  CHECK_NOTHROW(configure("schedule", {{"prefetch", "auto"}, {"hardware", kH100}}));
 }

@@ -182,10 +182,21 @@ TEST_CASE("sizes: numeric pass options are range-checked, naming option and rang
         std::string::npos);
   CHECK(err("bucket{cap-mb=1073741824}") == "<no error>");
 
-  PassOptions o("p", {{"f", "1e999"}, {"g", "2.5"}, {"i", "7"}});
-  CHECK(errorOf([&] { o.getFloat("f", 0); }).find("expected a finite number") != std::string::npos);
-  CHECK(errorOf([&] { o.getFloat("g", 0, 0, 1); }).find("expected a number in [0, 1]") !=
-        std::string::npos);
-  CHECK(o.getInt("i", 0, 0, 10) == 7);
-  CHECK(o.getInt("absent", 3, 0, 10) == 3);
+  struct Numbers : Pass {
+    Numbers() : Pass("p") {}
+    bool run(Graph&, PassContext&) override { return false; }
+    Option<double> f{this, "f", 0, "a number"};
+    Option<double> g{this, "g", 0, "a fraction", {0, 1}};
+    Option<int64_t> i{this, "i", 0, "a count", {0, 10}};
+    Option<int64_t> absent{this, "absent", 3, "a count", {0, 10}};
+  };
+  auto set = [](std::map<std::string, std::string> values) {
+    return errorOf([&] { Numbers().configure(PassOptions("p", std::move(values))); });
+  };
+  CHECK(set({{"f", "1e999"}}).find("expected a finite number") != std::string::npos);
+  CHECK(set({{"g", "2.5"}}).find("expected a number in [0, 1]") != std::string::npos);
+  Numbers n;
+  n.configure(PassOptions("p", {{"i", "7"}}));
+  CHECK(*n.i == 7);
+  CHECK(*n.absent == 3);
 }

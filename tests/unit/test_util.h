@@ -25,12 +25,10 @@ inline std::string errorOf(const std::function<void()>& f) {
 class LambdaPass : public Pass {
  public:
   LambdaPass(std::string name, std::function<bool(Graph&, PassContext&)> body)
-      : name_(std::move(name)), body_(std::move(body)) {}
-  std::string_view name() const override { return name_; }
+      : Pass(std::move(name)), body_(std::move(body)) {}
   bool run(Graph& g, PassContext& ctx) override { return body_(g, ctx); }
 
  private:
-  std::string name_;
   std::function<bool(Graph&, PassContext&)> body_;
 };
 

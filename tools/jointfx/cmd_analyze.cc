@@ -334,6 +334,64 @@ int referenceSection(const Graph& g, const MemoryProfile& mem, const MemoryOptio
   return kOk;
 }
 
+// Writes a report file (--trace, --memory-csv) atomically; false after printing why not.
+bool writeReportFile(const std::string& path, const std::string& content) {
+  try {
+    writeFileAtomic(path, content);
+    return true;
+  } catch (const JfxError& e) {  // names the file itself
+    printError("analyze", e.what());
+  } catch (const std::exception& e) {
+    printError("analyze", path + ": error: " + e.what());
+  }
+  return false;
+}
+
+// The input, loaded and verified (unless --no-verify); null after printing why not, with `rc`.
+std::unique_ptr<Graph> loadVerified(const AnalyzeArgs& args, int& rc) {
+  rc = kInputError;
+  std::unique_ptr<Graph> g = loadInput("analyze", args.input);
+  if (!g) return nullptr;
+  auto issues = args.no_verify ? std::vector<VerifyIssue>{} : verifyGraph(*g);
+  if (issues.empty()) return g;
+  for (const auto& issue : issues)
+    std::cerr << args.input << ": " << issue.str() << "\n";
+  printError("analyze", args.input + ": the graph fails verification (" +
+                            std::to_string(issues.size()) + " issue" +
+                            (issues.size() == 1 ? "" : "s") + "); analyses need a valid graph");
+  rc = kVerifyFailed;
+  return nullptr;
+}
+
+// --hardware: the simulation section (passes/analysis/simulator.h; the memory section already
+// has the peak) and --trace. kOk, or the exit code after printing why not.
+int simulationSection(const AnalyzeArgs& args, const Graph& g, const MemoryProfile& mem,
+                      std::optional<CostModel>& cost, std::optional<SimResult>& simulated,
+                      nlohmann::json& report, std::ostringstream& text) {
+  try {
+    cost.emplace(loadHardwareProfile(args.hardware));
+  } catch (const JfxError& e) {
+    printError("analyze", e.what());
+    return kInputError;
+  }
+  SimOptions sopts;
+  sopts.record_trace = !args.trace.empty();
+  sopts.memory = sopts.record_trace;  // the trace's memory track; the peak is mem's either way
+  SimResult sim;
+  try {
+    sim = simulate(g, *cost, sopts);
+  } catch (const JfxError& e) {  // a node time that is not a finite number of seconds
+    printError("analyze", args.input + ": " + e.what());
+    return kInputError;
+  }
+  sim.peak_memory_bytes = mem.peak_bytes;
+  report["simulation"] = simulationJson(sim, cost->hardware());
+  text << simulationTable(sim, cost->hardware());
+  simulated = sim;
+  if (!args.trace.empty() && !writeReportFile(args.trace, chromeTrace(sim))) return kInputError;
+  return kOk;
+}
+
 int runAnalyze(const AnalyzeArgs& args) {
   // The pipeline to compare is read (and its options checked) before the graph loads.
   std::vector<PipelineEntry> pipeline;
@@ -346,17 +404,9 @@ int runAnalyze(const AnalyzeArgs& args) {
       return kInputError;
     }
   }
-  std::unique_ptr<Graph> g = loadInput("analyze", args.input);
-  if (!g) return kInputError;
-  auto issues = args.no_verify ? std::vector<VerifyIssue>{} : verifyGraph(*g);
-  if (!issues.empty()) {
-    for (const auto& issue : issues)
-      std::cerr << args.input << ": " << issue.str() << "\n";
-    printError("analyze", args.input + ": the graph fails verification (" +
-                              std::to_string(issues.size()) + " issue" +
-                              (issues.size() == 1 ? "" : "s") + "); analyses need a valid graph");
-    return kVerifyFailed;
-  }
+  int rc = kOk;
+  std::unique_ptr<Graph> g = loadVerified(args, rc);
+  if (!g) return rc;
   PhaseInfo phases = computePhases(*g);
   FsdpAnalysis fsdp = analyzeFsdp(*g, phases);
   MemoryOptions mopts;
@@ -372,61 +422,19 @@ int runAnalyze(const AnalyzeArgs& args) {
   fsdpSection(*g, phases, fsdp, report, text);
   blocksSection(analyzeBlocks(*g), report, text);
   memorySection(phases, mem, gloo, report, text);
-
-  // ---- simulation (passes/analysis/simulator.h): the memory section above already has the peak.
   std::optional<CostModel> cost;
   std::optional<SimResult> simulated;
   if (!args.hardware.empty()) {
-    try {
-      cost.emplace(loadHardwareProfile(args.hardware));
-    } catch (const JfxError& e) {
-      printError("analyze", e.what());
-      return kInputError;
-    }
-    SimOptions sopts;
-    sopts.record_trace = !args.trace.empty();
-    sopts.memory = sopts.record_trace;  // the trace's memory track; the peak is mem's either way
-    SimResult sim;
-    try {
-      sim = simulate(*g, *cost, sopts);
-    } catch (const JfxError& e) {  // a node time that is not a finite number of seconds
-      printError("analyze", args.input + ": " + e.what());
-      return kInputError;
-    }
-    sim.peak_memory_bytes = mem.peak_bytes;
-    report["simulation"] = simulationJson(sim, cost->hardware());
-    text << simulationTable(sim, cost->hardware());
-    simulated = sim;
-    if (!args.trace.empty()) {
-      try {
-        writeFileAtomic(args.trace, chromeTrace(sim));
-      } catch (const JfxError& e) {  // names the file itself
-        printError("analyze", e.what());
-        return kInputError;
-      } catch (const std::exception& e) {
-        printError("analyze", args.trace + ": error: " + e.what());
-        return kInputError;
-      }
-    }
-  }
-
-  if (!args.no_reference) {
-    const int rc = referenceSection(*g, mem, mopts, cost ? &*cost : nullptr, simulated,
-                                    args.pipeline, pipeline, report, text);
+    rc = simulationSection(args, *g, mem, cost, simulated, report, text);
     if (rc != kOk) return rc;
   }
-
-  if (!args.memory_csv.empty()) {
-    try {
-      writeFileAtomic(args.memory_csv, memoryCsv(*g, phases, mem));
-    } catch (const JfxError& e) {  // names the file itself
-      printError("analyze", e.what());
-      return kInputError;
-    } catch (const std::exception& e) {
-      printError("analyze", args.memory_csv + ": error: " + e.what());
-      return kInputError;
-    }
+  if (!args.no_reference) {
+    rc = referenceSection(*g, mem, mopts, cost ? &*cost : nullptr, simulated, args.pipeline,
+                          pipeline, report, text);
+    if (rc != kOk) return rc;
   }
+  if (!args.memory_csv.empty() && !writeReportFile(args.memory_csv, memoryCsv(*g, phases, mem)))
+    return kInputError;
   if (args.json)
     std::cout << report.dump(2) << "\n";
   else

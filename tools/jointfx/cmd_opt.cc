@@ -84,7 +84,7 @@ int runOpt(const OptArgs& a) {
   }
   if (!saveOutput("opt", *g, a.output, *format)) return kInputError;
   // The process ends after this command. Freeing a graph node by node costs about as much as
-  // copying it (bench_core's "free" step: 0.1 s at 10^5 nodes), so the graph is left to the
+  // copying it (bench_core's "free" step), so the graph is left to the
   // operating system; the static pointer keeps it reachable, so leak checkers do not report it
   // (clang's cc1 skips freeing its AST the same way, -disable-free).
   static Graph* left_to_exit = nullptr;

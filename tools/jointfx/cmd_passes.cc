@@ -1,6 +1,6 @@
 // jointfx passes [NAME]: the registry, one pass per line; with a name, that pass's options (name,
-// type, default, meaning) and statistics, from the tables the pass itself declares
-// (Pass::options(), Pass::statistics()), which configure() and the pass manager check against.
+// type, default, range, meaning) and statistics, from the declarations the pass reads them through
+// (its Option and Statistic members: passes/options.h).
 #include <algorithm>
 #include <iostream>
 #include <memory>
@@ -47,16 +47,18 @@ int describePass(const std::string& name) {
                "error: unknown pass " + quoteForMessage(name) + " (known passes: " + known + ")");
     return kInputError;
   }
-  std::unique_ptr<Pass> pass = reg->create();
+  std::unique_ptr<Pass> pass = createPass(reg->name);
   std::cout << reg->name << ": " << reg->summary << "\n\n";
   if (pass->options().empty()) {
     std::cout << "options: none\n";
   } else {
     std::cout << "options:\n";
-    std::vector<std::vector<std::string>> rows = {{"name", "type", "default", "meaning"}};
-    for (const OptionDecl& d : pass->options())
-      rows.push_back({std::string(d.name), std::string(d.type),
-                      d.dflt.empty() ? "(unset)" : std::string(d.dflt), std::string(d.help)});
+    std::vector<std::vector<std::string>> rows = {{"name", "type", "default", "range", "meaning"}};
+    for (const OptionBase* o : pass->options()) {
+      const std::string dflt = o->defaultText(), range = o->range();
+      rows.push_back({std::string(o->name()), o->type(), dflt.empty() ? "(unset)" : dflt,
+                      range.empty() ? "-" : range, std::string(o->help())});
+    }
     printTable(rows);
   }
   std::cout << "\n";
@@ -65,8 +67,8 @@ int describePass(const std::string& name) {
   } else {
     std::cout << "statistics (--stats prints them as " << reg->name << ".NAME):\n";
     std::vector<std::vector<std::string>> rows;
-    for (const StatisticDecl& d : pass->statistics())
-      rows.push_back({std::string(d.name), std::string(d.help)});
+    for (const Statistic* s : pass->statistics())
+      rows.push_back({std::string(s->name()), std::string(s->help())});
     printTable(rows);
   }
   return kOk;
@@ -79,7 +81,7 @@ void addPassesCommand(CLI::App& app, int& exit_code) {
   CLI::App* cmd = app.add_subcommand(
       "passes", "List the passes a pipeline can name; with a NAME, its options and statistics");
   cmd->add_option("name", *name,
-                  "A pass: list its options (type, default, meaning) and statistics");
+                  "A pass: list its options (type, default, range, meaning) and statistics");
   cmd->callback([name, &exit_code] {
     if (!name->empty()) {
       exit_code = describePass(*name);

@@ -48,6 +48,80 @@ std::optional<ScalarType> parseDtype(const std::string& s) {
   return dtypeFromName(s);
 }
 
+// The flags that override a preset only when given.
+struct SynthFlags {
+  std::vector<CLI::Option*> ints;  // kIntFlags order
+  CLI::Option *target, *master, *param, *reduce, *device, *attention, *tied;
+};
+
+// A dtype flag's value into `out`, when given; false (said) when it is not a float dtype.
+bool applyDtype(CLI::Option* opt, const std::string& text, ScalarType& out) {
+  if (!opt->count()) return true;
+  auto t = parseDtype(text);
+  if (!t || !dtypeIsFloatingPoint(*t)) {
+    printError("synth", opt->get_name() + ": expected a floating-point dtype (f32, bf16, f16), got " +
+                            quoteForMessage(text));
+    return false;
+  }
+  out = *t;
+  return true;
+}
+
+// The preset with the given flags applied; nothing (said) on a bad flag.
+std::optional<SynthConfig> configOf(const SynthArgs& a, const SynthFlags& f) {
+  SynthConfig cfg = *synthPreset(a.preset);
+  for (size_t k = 0; k < f.ints.size(); ++k)
+    if (f.ints[k]->count()) cfg.*kIntFlags[k].field = a.ints[k];
+  if (!applyDtype(f.master, a.master_dtype, cfg.master_dtype) ||
+      !applyDtype(f.param, a.param_dtype, cfg.param_dtype) ||
+      !applyDtype(f.reduce, a.reduce_dtype, cfg.reduce_dtype))
+    return std::nullopt;
+  if (f.device->count()) cfg.device = a.device;
+  if (f.attention->count()) {
+    auto attention = synthAttentionFromName(a.attention);
+    if (!attention) {
+      printError("synth", "--attention: expected auto, cpu-flash, flash or efficient, got " +
+                              quoteForMessage(a.attention));
+      return std::nullopt;
+    }
+    cfg.attention = *attention;
+  }
+  if (f.tied->count()) cfg.tied_embeddings = a.tied;
+  return cfg;
+}
+
+int runSynth(const SynthArgs& a, const SynthFlags& f) {
+  auto format = outputFormat("synth", a.output, a.format);
+  if (!format) return kInputError;
+  std::optional<SynthConfig> cfg = configOf(a, f);
+  if (!cfg) return kInputError;
+  try {
+    validateSynthConfig(*cfg);
+    if (f.target->count()) {
+      if (a.target_nodes < 1) {
+        printError("synth", "--target-nodes must be positive");
+        return kInputError;
+      }
+      cfg->layers = synthLayersForNodes(*cfg, a.target_nodes);
+    }
+    std::unique_ptr<Graph> g = synthLlamaJoint(*cfg);
+    // Each dimension is bounded, their products are not: a graph no reader would load is an
+    // error here, not a file.
+    for (const Node* n = g->first(); n; n = n->next())
+      if (std::string p = n->val().sizeProblem(); !p.empty()) {
+        printError("synth", "node " + quoteForMessage(n->name()) + ": " + p +
+                                " (the configuration is too large: lower --batch, --seq, "
+                                "--vocab or --dim)");
+        return kInputError;
+      }
+    if (!saveOutput("synth", *g, a.output, *format)) return kInputError;
+  } catch (const JfxError& e) {
+    printError("synth", e.message());
+    return kInputError;
+  }
+  return kOk;
+}
+
 }  // namespace
 
 void addSynthCommand(CLI::App& app, int& exit_code) {
@@ -63,83 +137,24 @@ void addSynthCommand(CLI::App& app, int& exit_code) {
       ->check(CLI::IsMember(presets));
 
   // Flags are only applied when given, so that they override a preset rather than reset it.
+  SynthFlags f;
   args->ints.resize(std::size(kIntFlags));
-  std::vector<CLI::Option*> int_options;
   for (size_t k = 0; k < std::size(kIntFlags); ++k)
-    int_options.push_back(cmd->add_option(kIntFlags[k].name, args->ints[k], kIntFlags[k].help));
-  CLI::Option* target =
+    f.ints.push_back(cmd->add_option(kIntFlags[k].name, args->ints[k], kIntFlags[k].help));
+  f.target =
       cmd->add_option("--target-nodes", args->target_nodes,
                       "Pick --layers so the graph has about this many nodes (overrides --layers)");
-  CLI::Option* master =
+  f.master =
       cmd->add_option("--master-dtype", args->master_dtype, "Stored parameter dtype (default f32)");
-  CLI::Option* param = cmd->add_option("--param-dtype", args->param_dtype,
-                                       "Compute / all-gather dtype: bf16, f32, f16");
-  CLI::Option* reduce =
+  f.param = cmd->add_option("--param-dtype", args->param_dtype,
+                            "Compute / all-gather dtype: bf16, f32, f16");
+  f.reduce =
       cmd->add_option("--reduce-dtype", args->reduce_dtype, "Reduce-scatter dtype: f32, bf16");
-  CLI::Option* device = cmd->add_option("--device", args->device, "cpu or cuda[:N]");
-  CLI::Option* attention =
+  f.device = cmd->add_option("--device", args->device, "cpu or cuda[:N]");
+  f.attention =
       cmd->add_option("--attention", args->attention, "auto, cpu-flash, flash, efficient");
-  CLI::Option* tied = cmd->add_flag("--tied", args->tied, "Tie output.weight to tok_embeddings");
-
-  cmd->callback([=, &exit_code] {
-    exit_code = kInputError;
-    auto format = outputFormat("synth", args->output, args->format);
-    if (!format) return;
-    SynthConfig cfg = *synthPreset(args->preset);
-    for (size_t k = 0; k < int_options.size(); ++k)
-      if (int_options[k]->count()) cfg.*kIntFlags[k].field = args->ints[k];
-    auto dtype = [&](CLI::Option* opt, const std::string& text, ScalarType& out) {
-      if (!opt->count()) return true;
-      auto t = parseDtype(text);
-      if (!t || !dtypeIsFloatingPoint(*t)) {
-        printError("synth", opt->get_name() + ": expected a floating-point dtype (f32, bf16, " +
-                                "f16), got " + quoteForMessage(text));
-        return false;
-      }
-      out = *t;
-      return true;
-    };
-    if (!dtype(master, args->master_dtype, cfg.master_dtype) ||
-        !dtype(param, args->param_dtype, cfg.param_dtype) ||
-        !dtype(reduce, args->reduce_dtype, cfg.reduce_dtype))
-      return;
-    if (device->count()) cfg.device = args->device;
-    if (attention->count()) {
-      auto a = synthAttentionFromName(args->attention);
-      if (!a) {
-        printError("synth", "--attention: expected auto, cpu-flash, flash or efficient, got " +
-                                quoteForMessage(args->attention));
-        return;
-      }
-      cfg.attention = *a;
-    }
-    if (tied->count()) cfg.tied_embeddings = args->tied;
-    try {
-      validateSynthConfig(cfg);
-      if (target->count()) {
-        if (args->target_nodes < 1) {
-          printError("synth", "--target-nodes must be positive");
-          return;
-        }
-        cfg.layers = synthLayersForNodes(cfg, args->target_nodes);
-      }
-      std::unique_ptr<Graph> g = synthLlamaJoint(cfg);
-      // Each dimension is bounded, their products are not: a graph no reader would load is an
-      // error here, not a file.
-      for (const Node* n = g->first(); n; n = n->next())
-        if (std::string p = n->val().sizeProblem(); !p.empty()) {
-          printError("synth", "node " + quoteForMessage(n->name()) + ": " + p +
-                                  " (the configuration is too large: lower --batch, --seq, "
-                                  "--vocab or --dim)");
-          return;
-        }
-      if (!saveOutput("synth", *g, args->output, *format)) return;
-    } catch (const JfxError& e) {
-      printError("synth", e.message());
-      return;
-    }
-    exit_code = kOk;
-  });
+  f.tied = cmd->add_flag("--tied", args->tied, "Tie output.weight to tok_embeddings");
+  cmd->callback([args, f, &exit_code] { exit_code = runSynth(*args, f); });
 }
 
 }  // namespace jfx::cli

@@ -40,18 +40,17 @@ int main(int argc, char** argv) {
   // Tables of 4 MiB and more (per-id side tables, analysis results) are mapped on their own and
   // unmapped when freed. glibc's default threshold starts at 128 KiB but rises to the size of
   // each mapped block freed, up to 32 MiB, after which such tables come from the heap and, once
-  // freed, stay resident between the nodes allocated around them: at 10^6 nodes the graph left
-  // by bucket held 142 MB of free heap, 90 MB more resident memory than with a fixed threshold.
+  // freed, stay resident between the nodes allocated around them: after bucket the graph held
+  // free heap that a fixed threshold gives back (bench/README.md, "Figures behind the code").
   // (For a build without mimalloc: where mimalloc serves malloc, glibc's settings go unused.)
   mallopt(M_MMAP_THRESHOLD, 4 << 20);
 #endif
 #if defined(JFX_MIMALLOC)
   // Freed pages stay committed for a second (mimalloc's default: 25 ms) before they go back to
   // the system, so the per-node tables each pass and analysis makes and drops reuse the pages of
-  // the last one instead of faulting fresh ones in: at 10^6 nodes, 25K fewer page faults (of
-  // 218K) for 6.5 MB more peak RSS (bench/README.md, "Direct I/O for outputs, fewer page
-  // faults"). An environment setting (MIMALLOC_DECOMMIT_DELAY) still wins: mimalloc reads it
-  // first.
+  // the last one instead of faulting fresh ones in: fewer page faults for a little more peak
+  // RSS (bench/README.md, "Direct I/O for outputs, fewer page faults"). An environment setting
+  // (MIMALLOC_DECOMMIT_DELAY) still wins: mimalloc reads it first.
   if (std::getenv("MIMALLOC_DECOMMIT_DELAY") == nullptr)
     mi_option_set(mi_option_decommit_delay, 1000);
 #endif

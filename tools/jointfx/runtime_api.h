@@ -1,8 +1,9 @@
 // The LibTorch runtime as the CLI reaches it: the commands that run graphs (exec, calibrate,
 // parity) call it through this table, which lives in a module beside the executable
 // (libjointfx_runtime.so, tools/runtime_module.cc) that is opened on first use. Every other
-// command never loads LibTorch, whose operator registrations cost a process 0.2 CPU s and 110 MB
-// before main. Built only with the runtime (JFX_HAVE_RUNTIME).
+// command never loads LibTorch, whose operator registrations cost a process CPU time and memory
+// before main (bench/README.md, "Figures behind the code"). Built only with the runtime
+// (JFX_HAVE_RUNTIME).
 #pragma once
 
 #include <cstddef>

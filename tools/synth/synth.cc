@@ -361,6 +361,23 @@ class Builder {
   LayerSave layer(int64_t index, Node*& h);
   Node* layerBackward(const LayerSave& s, Node* grad);
 
+  // ---- the step, in trace order
+  struct ForwardSave {
+    Unsharded emb;
+    Node* embedding = nullptr;
+    std::vector<LayerSave> layers;
+    NormSave final_norm;
+    LinearSave output;
+  };
+  struct LossSave {
+    Node *logits2, *logits32, *labels1, *log_probs, *log_probs_alias, *nll, *loss, *total_weight;
+  };
+  ForwardSave buildForward();
+  LossSave buildLoss(const LinearSave& output);
+  void buildBackward(const ForwardSave& f, const LossSave& l);
+  void buildOutputs(Node* loss);
+  std::string graphMeta() const;
+
   void makeInputs();
   Node* placeholder(const std::string& name, TensorMeta m, InputKind kind, std::string fqn);
 
@@ -850,90 +867,102 @@ Node* Builder::layerBackward(const LayerSave& s, Node* grad) {
 }
 
 std::unique_ptr<Graph> Builder::build() {
-  const int64_t B = c_.batch, S = c_.seq, V = c_.vocab, N = tokens_;
   makeInputs();
-  Graph& graph = *g_;
   std::vector<int64_t> ranks(static_cast<size_t>(c_.world_size));
   for (int64_t r = 0; r < c_.world_size; ++r)
     ranks[static_cast<size_t>(r)] = r;
-  graph.processGroups().push_back({c_.group_name, c_.world_size, std::move(ranks)});
+  g_->processGroups().push_back({c_.group_name, c_.world_size, std::move(ranks)});
+  const ForwardSave f = buildForward();
+  const LossSave l = buildLoss(f.output);
+  buildBackward(f, l);
+  buildOutputs(l.loss);
+  g_->extraJson() = graphMeta();
+  return std::move(g_);
+}
 
-  // ---- forward
+Builder::ForwardSave Builder::buildForward() {
+  ForwardSave f;
   forward("", /*needs_grad=*/false);  // the root module carries no module_fqn
-  cos_ = slice0(rope_cos_, S);
-  sin_ = slice0(rope_sin_, S);
-  Unsharded emb = unshard(*emb_, emb_->module);
+  cos_ = slice0(rope_cos_, c_.seq);
+  sin_ = slice0(rope_sin_, c_.seq);
+  f.emb = unshard(*emb_, emb_->module);
   forward("tok_embeddings");
-  Node* h = emit("aten.embedding.default", {node(emb.value), node(tokens_in_)},
-                 fresh(cd_, {B, S, c_.dim}));
-  Node* embedding = h;
-  std::vector<LayerSave> layers;
-  layers.reserve(static_cast<size_t>(c_.layers));
+  Node* h = emit("aten.embedding.default", {node(f.emb.value), node(tokens_in_)},
+                 fresh(cd_, {c_.batch, c_.seq, c_.dim}));
+  f.embedding = h;
+  f.layers.reserve(static_cast<size_t>(c_.layers));
   for (int64_t l = 0; l < c_.layers; ++l)
-    layers.push_back(layer(l, h));
-  NormSave final_norm = rmsNorm(h, *norm_, "norm");
-  LinearSave output = linear(final_norm.out, *out_, "output");
+    f.layers.push_back(layer(l, h));
+  f.final_norm = rmsNorm(h, *norm_, "norm");
+  f.output = linear(f.final_norm.out, *out_, "output");
+  return f;
+}
 
-  // ---- loss: F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(0, 1))
+// F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(0, 1))
+Builder::LossSave Builder::buildLoss(const LinearSave& output) {
+  const int64_t N = tokens_, V = c_.vocab;
+  LossSave l;
   forward("loss");
   phase_ = Phase::Loss;
-  Node* logits2 = view(output.out_3d, {N, V});
-  Node* logits32 = castIfNeeded(logits2, ScalarType::Float32);
+  l.logits2 = view(output.out_3d, {N, V});
+  l.logits32 = castIfNeeded(l.logits2, ScalarType::Float32);
   no_grad_ = true;
-  Node* labels1 = view(labels_in_, {N});
+  l.labels1 = view(labels_in_, {N});
   no_grad_ = false;
-  Node* log_probs = emit("aten._log_softmax.default", {node(logits32), i(1), Arg::ofBool(false)},
-                         fresh(ScalarType::Float32, {N, V}));
-  Node* log_probs_alias = alias(log_probs);
+  l.log_probs = emit("aten._log_softmax.default", {node(l.logits32), i(1), Arg::ofBool(false)},
+                     fresh(ScalarType::Float32, {N, V}));
+  l.log_probs_alias = alias(l.log_probs);
   TensorMeta scalar = fresh(ScalarType::Float32, {});
-  Node* nll = emit("aten.nll_loss_forward.default",
-                   {node(log_probs), node(labels1), Arg::none(), i(1), i(-100)}, {},
-                   ValueMeta::ofList({ValueMeta::ofTensor(scalar), ValueMeta::ofTensor(scalar)}));
-  Node* loss = getitem(nll, 0);
-  Node* total_weight = getitem(nll, 1);
+  l.nll = emit("aten.nll_loss_forward.default",
+               {node(l.log_probs), node(l.labels1), Arg::none(), i(1), i(-100)}, {},
+               ValueMeta::ofList({ValueMeta::ofTensor(scalar), ValueMeta::ofTensor(scalar)}));
+  l.loss = getitem(l.nll, 0);
+  l.total_weight = getitem(l.nll, 1);
+  return l;
+}
 
-  // ---- backward
-  root_ = nll;
-  backwardOf(nll);
-  Node* ones = emit("aten.ones_like.default", {node(loss)},
+void Builder::buildBackward(const ForwardSave& f, const LossSave& l) {
+  const int64_t N = tokens_, V = c_.vocab;
+  root_ = l.nll;
+  backwardOf(l.nll);
+  Node* ones = emit("aten.ones_like.default", {node(l.loss)},
                     {kw("pin_memory", Arg::ofBool(false)),
                      kw("memory_format", Arg::ofMemoryFormat("torch.preserve_format"))},
-                    scalar);
-  Node* g = emit(
-      "aten.nll_loss_backward.default",
-      {node(ones), node(log_probs), node(labels1), Arg::none(), i(1), i(-100), node(total_weight)},
-      fresh(ScalarType::Float32, {N, V}));
-  backwardOf(log_probs);
+                    fresh(ScalarType::Float32, {}));
+  Node* g = emit("aten.nll_loss_backward.default",
+                 {node(ones), node(l.log_probs), node(l.labels1), Arg::none(), i(1), i(-100),
+                  node(l.total_weight)},
+                 fresh(ScalarType::Float32, {N, V}));
+  backwardOf(l.log_probs);
   g = emit("aten._log_softmax_backward_data.default",
-           {node(g), node(alias(log_probs_alias)), i(1), Arg::ofDtype(ScalarType::Float32)},
+           {node(g), node(alias(l.log_probs_alias)), i(1), Arg::ofDtype(ScalarType::Float32)},
            fresh(ScalarType::Float32, {N, V}));
-  backwardOf(logits32);
+  backwardOf(l.logits32);
   g = castIfNeeded(g, cd_, /*layout_device=*/true);
-  backwardOf(logits2);
-  g = view(g, {B, S, V});
-  g = linearBackward(g, output, nullptr);
-  g = rmsNormBackward(g, final_norm, nullptr);
-  for (auto it = layers.rbegin(); it != layers.rend(); ++it)
+  backwardOf(l.logits2);
+  g = view(g, {c_.batch, c_.seq, V});
+  g = linearBackward(g, f.output, nullptr);
+  g = rmsNormBackward(g, f.final_norm, nullptr);
+  for (auto it = f.layers.rbegin(); it != f.layers.rend(); ++it)
     g = layerBackward(*it, g);
-  backwardOf(embedding);
+  backwardOf(f.embedding);
   Node* g_emb =
       emit("aten.embedding_dense_backward.default",
            {node(g), node(tokens_in_), i(V), i(-1), Arg::ofBool(false)}, fresh(cd_, {V, c_.dim}));
-  param_grads_.push_back({emb_, reduceGrad(*emb_, emb.gather, g_emb)});
+  param_grads_.push_back({emb_, reduceGrad(*emb_, f.emb.gather, g_emb)});
+}
 
-  // ---- outputs: loss, then one gradient per parameter in registration order. A tied weight has
-  // two reduced gradients; autograd sums them into the leaf's gradient.
+// Loss, then one gradient per parameter in registration order. A tied weight has two reduced
+// gradients; autograd sums them into the leaf's gradient.
+void Builder::buildOutputs(Node* loss) {
+  Graph& graph = *g_;
   std::vector<Arg> outs{node(loss)};
   graph.outputSpecs().push_back({OutputKind::Loss, ""});
   for (Param& p : params_) {
     Node* grad = nullptr;
     for (const auto& [param, reduced] : param_grads_) {
       if (param != &p) continue;
-      if (grad) {
-        grad = accumulate(grad, reduced);
-      } else {
-        grad = reduced;
-      }
+      grad = grad ? accumulate(grad, reduced) : reduced;
     }
     outs.push_back(node(grad));
     graph.outputSpecs().push_back({OutputKind::Gradient, p.fqn});
@@ -941,7 +970,10 @@ std::unique_ptr<Graph> Builder::build() {
   Node* out = graph.create(OpKind::Output, Symbol::intern("output"), {Arg::ofList(std::move(outs))},
                            {}, "output");
   out->meta().seq_nr = root_->meta().seq_nr;  // the meta current when the trace ends
+}
 
+// World size and mesh as the tracer records them (the runtime reads the mesh), plus the config.
+std::string Builder::graphMeta() const {
   nlohmann::json info = {{"attention", std::string(synthAttentionName(attention_))},
                          {"batch", c_.batch},
                          {"device", device_.str()},
@@ -957,13 +989,11 @@ std::unique_ptr<Graph> Builder::build() {
                          {"tied_embeddings", c_.tied_embeddings},
                          {"vocab", c_.vocab},
                          {"world_size", c_.world_size}};
-  // world_size and mesh as the tracer records them (the runtime reads the mesh), plus the config.
   nlohmann::json meta;
   meta["mesh"] = {{"dim_names", {"fsdp"}}, {"shape", {c_.world_size}}};
   meta["synth"] = std::move(info);
   meta["world_size"] = c_.world_size;
-  graph.extraJson() = meta.dump();
-  return std::move(g_);
+  return meta.dump();
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
 // synth: generates the joint forward + loss + backward graph of a Llama-3-style transformer trained
 // with SimpleFSDP, node for node as make_fx records it, at any size. Benchmarks use it for graphs
-// of 10^4..10^6 nodes; tests use it where a traced fixture would be too small.
+// of any size up to millions of nodes; tests use it where a traced fixture would be too small.
 //
 // The graph matches python/jointfx/trace.py's traces of python/jointfx/model.py (torch 2.15,
 // fake process group, rank 0), which tests/data/traced/ holds at 2 layers:
