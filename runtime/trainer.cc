@@ -85,8 +85,8 @@ bool isDataFlow(const Node* n) {
 }
 
 // The first all-gather fed by `ph` through casts, views and concatenations: the FSDP unshard
-// chain (DESIGN.md section 5), also after `bucket` flattened it into a cat. nullptr: the input
-// is not sharded.
+// chain (docs/architecture.md, "FSDP structure"), also after `bucket` flattened it into a cat.
+// nullptr: the input is not sharded.
 const Node* findGather(const Node* ph) {
   std::vector<const Node*> frontier{ph};
   for (int depth = 0; depth < 8 && !frontier.empty(); ++depth) {

@@ -1,5 +1,5 @@
 // Small FSDP joint graphs built through the Graph API, for the FSDP analysis, pass and memory
-// tests: the DESIGN.md worked example and an L-layer stack of linear layers.
+// tests: the worked example of docs/architecture.md and an L-layer stack of linear layers.
 #pragma once
 
 #include <string>
@@ -83,8 +83,9 @@ struct Builder {
   }
 };
 
-// DESIGN.md section 5 worked example: two linear layers, world 2, loss = sum(x @ W1^T @ W2^T).
-// Node names follow the design's notation (ag1, W1, t1, h, ..., rs2, g2).
+// The worked example of docs/architecture.md ("FSDP structure"): two linear layers, world 2,
+// loss = sum(x @ W1^T @ W2^T).
+// Node names follow its notation (ag1, W1, t1, h, ..., rs2, g2).
 inline void buildWorkedExample(Graph& g, bool with_phase = true) {
   g.processGroups().push_back({"0", 2, {0, 1}});
   Node* w1 = placeholder(g, "w1", f32({4, 8}), InputKind::Parameter, "w1");
