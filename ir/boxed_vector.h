@@ -1,9 +1,10 @@
 // BoxedVector<T>: a std::vector<T> held through one pointer, null while empty. Nested lists in
 // the IR (a list argument's items, a multi-output node's item metas, a node's kwargs) are empty
 // in most values that carry them, so an inline std::vector cost 24 bytes in every Arg and every
-// ValueMeta, and a node has a ValueMeta and two or so Args: at 10^6 nodes that was about 60 MB of
-// pointers to nothing (bench/README.md, "Smaller values"). Reading goes through the vector
-// itself (get(), or the implicit conversion), so callers keep std::vector's interface.
+// ValueMeta, and a node has a ValueMeta and two or so Args: every node carried several vectors'
+// worth of pointers to nothing (bench/README.md, "Smaller values" and "Figures behind the code").
+// Reading goes through the vector itself (get(), or the implicit conversion), so callers keep
+// std::vector's interface.
 #pragma once
 
 #include <cstddef>

@@ -326,8 +326,8 @@ struct Graph::UndoLog {
     NodeMoved,     // `node` was unlinked from before `before` and linked elsewhere: move it back
     NodeCreated,   // `node` is the store's last, linked, named and using its operands: unlink
                    // it and its uses, drop its name and remove it (one entry for what a creation
-                   // does, not one per step: at 10^6 nodes bucket creates 353K nodes and moves
-                   // as many)
+                   // does, not one per step: bucket creates and moves a large part of a graph's
+                   // nodes)
     Renamed,       // `node` was called names[payload]
     Erased,        // `node` was erased (Note [Undo of an erase]): its `count` operands, its
                    // place before `before` and its trees[payload]
@@ -359,10 +359,10 @@ struct Graph::UndoLog {
     std::vector<Operand> contents;
   };
   // Entries in chunks of 2 MiB mapped from the system and given back when the log ends (64 KiB
-  // chunks from the heap stayed resident: bucket at 10^5 nodes peaked 14 MB higher). A vector
-  // grown by doubling copied the log at each growth and held the old and the new buffer at
-  // once: at 10^6 nodes a 128 MiB log cost 192 MiB at its last growth and twice its pages in
-  // faults.
+  // chunks from the heap stayed resident and raised bucket's peak). A vector grown by doubling
+  // copied the log at each growth and held the old and the new buffer at once: one and a half times
+  // the log at its last growth, and twice its pages in faults (bench/README.md, "Figures behind the
+  // code").
   class Entries {
    public:
     Entries() = default;
@@ -675,7 +675,7 @@ void Graph::addNode(Node& n, Node* before) {
 Node* Graph::create(OpKind op, Symbol target, std::vector<Arg> args, Kwargs kwargs,
                     std::string_view name, Node* before) {
   // The name's index slot is fetched first: the probe that claims the name comes after the
-  // node is built, and at 10^6 nodes the slot is a cache miss (a pass's new nodes are not
+  // node is built, and on a large graph the slot is a cache miss (a pass's new nodes are not
   // prefetched the way a reader's are).
   std::string derived;
   if (name.empty()) name = derived = nameFromTarget(target.str());
@@ -1023,7 +1023,7 @@ void Graph::erase(Node* n) {
 
 // Note [Undo of an erase]
 // While recording, an erase is one entry instead of one per operand plus three (uses unlinked,
-// operands dropped, node unlinked, buried): bucket erases 198K nodes at 10^6. The erased node's
+// operands dropped, node unlinked, buried): bucket erases many nodes per run. The erased node's
 // slots keep their use-list neighbours (detachUses leaves them), its slot array stays its own,
 // and the entry keeps its operand count and list neighbour; rollback replays newest first, so
 // when it reaches the entry those neighbours are in place again and the slots go back between
@@ -1095,8 +1095,8 @@ void Graph::rename(Node* n, std::string_view name) {
 
 std::vector<const Node*> Graph::takeTouched() {
   // In id order, which is arena order: a check visits the nodes about as they lie in memory, and
-  // no sort reads two nodes' positions per comparison (bucket touches 584K of 1.25M nodes at
-  // 10^6). Many touched ids: one scan of the marks; few: sort the ids.
+  // no sort reads two nodes' positions per comparison (bucket touches a large part of the graph).
+  // Many touched ids: one scan of the marks; few: sort the ids.
   std::vector<const Node*> live;
   live.reserve(touched_.size());
   auto take = [&](uint32_t id) {

@@ -118,8 +118,8 @@ struct Use {
 };
 
 // An operand slot of `user` (Note [Use lists]). Only the Graph writes slots. 40 bytes: a slot's
-// operand number is its place in its user's slot array, so it is computed, not stored (at 10^6
-// nodes, 8 bytes a slot are 15 MB).
+// operand number is its place in its user's slot array, so it is computed, not stored (8 bytes in
+// every slot of the graph; bench/README.md, "Figures behind the code").
 struct Operand {
   Node* value = nullptr;  // the producer
   Node* user = nullptr;
@@ -311,13 +311,13 @@ class Node {
   friend struct Operand;
   friend struct UseListSurgery;  // tests that corrupt use lists on purpose (verifier tests)
   // Note [Walk prefetch]. A walk over the node list is a chain of dependent loads, one node at a
-  // time: about 130 ns a node on the 2-core machine once the graph is larger than the cache, even
-  // though the nodes lie next to each other (a loaded graph's list order is the arena's for 98%
-  // of its nodes, 87% after the default pipeline). Nothing in the chain lets the processor fetch
+  // time: a cache miss a node once the graph is larger than the cache, even though the nodes lie
+  // next to each other (a loaded graph's list order is the arena's for nearly all of its nodes, and
+  // still for most after the default pipeline). Nothing in the chain lets the processor fetch
   // ahead, so each step asks for the node kWalkAhead slots on in the arena, where the walk will
-  // most likely be by then: 135 -> 31 ns a node at 10^6 nodes (46 after the default pipeline).
-  // A prefetch is only a hint: an address outside the arena costs a wasted fetch, never a fault,
-  // and the address is formed as an integer, so no pointer leaves its object.
+  // most likely be by then: a fraction of the time a node (bench/README.md, "Figures behind the
+  // code"). A prefetch is only a hint: an address outside the arena costs a wasted fetch, never a
+  // fault, and the address is formed as an integer, so no pointer leaves its object.
   static constexpr std::ptrdiff_t kWalkAhead = 8;
   void prefetchAt(std::ptrdiff_t slots) const {
 #if defined(__GNUC__)
@@ -380,8 +380,8 @@ inline void Node::prefetchInputNames() const {
 // Keeps a walk over the node list fed with its operands' names (Note [Walk prefetch]). The
 // writers read every operand's name, at random for a backward node that reads an activation
 // from far back: a cache miss for the operand's node and one for its name. Each step() fetches
-// the name fields of the operands of the node 8 on, and the names of those of the node 4 on.
-// Saving a synthetic 10^6-node graph as JSON: 0.35-0.41 -> 0.31-0.35 CPU s (bench_core).
+// the name fields of the operands of the node 8 on, and the names of those of the node 4 on
+// (bench/README.md, "Figures behind the code").
 class InputNamePrefetcher {
  public:
   explicit InputNamePrefetcher(const Node* first)
@@ -476,8 +476,8 @@ class Graph {
   // A reader's create(): `name` is not claimed in the index yet, so findNode() does not see the
   // node and the name may be taken. The reader claims it with claimName() a few nodes later,
   // before anything else reads the graph; meanwhile the index slot's cache miss overlaps with
-  // reading those nodes (at 10^6 nodes the miss was half of create()'s own time at load). Not
-  // while recording undo.
+  // reading those nodes (on a large graph the miss was a large part of create()'s own time at load;
+  // bench/README.md, "Figures behind the code"). Not while recording undo.
   Node* createUnclaimed(OpKind op, Symbol target, std::vector<Arg> args, Kwargs kwargs,
                         std::string_view name);
   // Claims `n`'s name, hashed to `name_hash` (nameHash()): false, leaving `n` out of the index,
@@ -508,7 +508,7 @@ class Graph {
   // Moves `nodes` to just before `anchor`, keeping their order. Moving k nodes one by one in
   // front of one anchor halves its gap k times, and each gap that runs out costs a respacing;
   // this bisection order halves it about log2(k) times, so passes that move dozens of nodes per
-  // step (bucket, schedule) stay O(N log N) on 10^6-node graphs.
+  // step (bucket, schedule) stay O(N log N) on large graphs.
   void placeBefore(const std::vector<Node*>& nodes, Node* anchor);
   // n must have no uses; its own operands lose a use. O(operands of n).
   void erase(Node* n);

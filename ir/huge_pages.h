@@ -1,8 +1,9 @@
 // An allocator for large tables read at random (the node-name index): blocks of 4 MiB or more
 // are 2 MiB-aligned and advised as transparent huge pages, so a lookup misses the TLB about
-// never instead of nearly always. At 10^6 nodes the index is 32 MiB of 4 KiB pages and the page
-// walk of a random probe cost more than the probe's own cache miss. Smaller blocks, and systems
-// without madvise, get plain allocations.
+// never instead of nearly always. A large graph's index spans far more 4 KiB pages than the TLB
+// maps, and the page walk of a random probe cost more than the probe's own cache miss
+// (bench/README.md, "Figures behind the code"). Smaller blocks, and systems without madvise, get
+// plain allocations.
 #pragma once
 
 #include <cstddef>

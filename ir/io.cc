@@ -92,11 +92,12 @@ bool writeAll(int fd, std::string_view data) {
 // Writes a new file's contents in blocks of kDirectWriteBlock staged in an aligned buffer. From
 // the first full block on it asks for direct I/O (O_DIRECT), which moves the data straight to the
 // device: a buffered write copies every byte into the page cache, and fsync then writes the dirty
-// pages back from this process, which at 396 MB (a 10^6-node graph) cost 0.1-1 s of system time,
-// varying with the kernel's writeback throttling, against 0.05 s. Outputs smaller than a block,
-// file systems without direct I/O (fcntl or the write says EINVAL) and the tail after the last
-// whole block are written as usual. 1 MiB blocks cost as little as 4 MiB ones at 396 MB, and a
-// 10 MB output faults in a quarter of the staging pages.
+// pages back from this process, which for a large graph cost many times the system time of direct
+// I/O, varying with the kernel's writeback throttling. Outputs smaller than a block, file systems
+// without direct I/O (fcntl or the write says EINVAL) and the tail after the last whole block are
+// written as usual. 1 MiB blocks cost a large graph as little as 4 MiB ones, and a small output
+// faults in a quarter of the staging pages that 4 MiB would take (bench/README.md, "Figures behind
+// the code").
 class BlockWriter {
  public:
   static constexpr size_t kBlock = kDirectWriteBlock;  // a multiple of any device's block size
@@ -210,11 +211,11 @@ std::string readInputFile(const std::string& path, std::string_view what, bool b
 namespace {
 
 // A graph file's bytes. A regular file is mapped, not read: read() into a buffer of the file's
-// size costs a fresh zeroed page and a copy for every 4 KiB of text (0.27-0.34 s of CPU for a
-// 307 MB graph on the 2-core machine, against 0.05-0.08 s to map it and touch every page), and
-// the mapping shares the page cache's pages instead of holding a second copy. As LLVM's
-// MemoryBuffer does, the mapping assumes nobody truncates the file while it is read (that would
-// end the process with SIGBUS); jointfx writes every output by rename, never in place.
+// size costs a fresh zeroed page and a copy for every 4 KiB of text, several times the CPU time of
+// mapping it and touching every page (bench/README.md, "Figures behind the code"), and the mapping
+// shares the page cache's pages instead of holding a second copy. As LLVM's MemoryBuffer does, the
+// mapping assumes nobody truncates the file while it is read (that would end the process with
+// SIGBUS); jointfx writes every output by rename, never in place.
 struct FileText {
   void* map = nullptr;
   size_t map_len = 0;
@@ -231,7 +232,7 @@ struct FileText {
 
 // `end_at_nul`: the text ends just past its first NUL byte, as readInputFile's does. The JSON
 // reader needs no scan for it (a NUL byte stops its fast tokenizer, and the fallback ends the
-// text there itself): at 10^6 nodes the scan read 307 MB for nothing.
+// text there itself): the scan read the whole text once more for nothing.
 void readGraphFile(const std::string& path, FileText& out, bool end_at_nul) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) ioError(path, "cannot open the graph", errno);

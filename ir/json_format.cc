@@ -48,8 +48,8 @@ using ::jfx::appendHex;
 using ::jfx::appendJsonString;
 
 // The graph writer's output: a byte buffer whose appends are inline. std::string's appends are
-// calls (push_back, append, and a strlen for a C string), which were about a third of writing a
-// graph: a node is some forty small pieces.
+// calls (push_back, append, and a strlen for a C string), which were a large part of writing a
+// graph: a node is some forty small pieces (bench/README.md, "Figures behind the code").
 class JsonOut {
  public:
   explicit JsonOut(size_t capacity) { grow(capacity); }
@@ -119,7 +119,8 @@ bool needsEscape(uint64_t w) {
 // the worst case, 6 * s.size() + 2 bytes. Returns the end. Names, targets and FQNs need no escape:
 // checked a word at a time (the last word overlapping the one before it, or padded with spaces
 // when the string is shorter), then copied at once.
-// Inlined into its two callers: as a call it cost the writer 8M more instructions on the 70b shape.
+// Inlined into its two callers, which call it for every string the writer writes
+// (bench/README.md, "Figures behind the code").
 [[gnu::always_inline]] inline char* writeJsonString(char* d, std::string_view s) {
   static constexpr char kHex[] = "0123456789abcdef";
   const char* p = s.data();
@@ -217,7 +218,8 @@ void appendHex(JsonOut& out, std::string_view bytes) {
 
 // A JSON value tree in one flat, pre-order array, built from nlohmann's SAX events. Its arrays
 // are reused from value to value, so reading allocates nothing once they are warm; a nlohmann
-// DOM (a std::map per object) made reading ~3x slower.
+// DOM (a std::map per object) allocates as it reads and was much slower (bench/README.md, "Figures
+// behind the code").
 struct JsonTree {
   // BigInt: an integer literal past 64 bits (Python writes any int), kept as its decimal text so
   // that meta the formats carry verbatim comes back unchanged rather than rounded to a double.
@@ -239,7 +241,8 @@ struct JsonTree {
   std::vector<Value> values;
   // A string or key is a view of the document itself when it has no escapes (offsets below
   // text.size()); the others are copied into `chars` (offsets from text.size() on). Copying
-  // every string was about a tenth of loading a graph.
+  // every string was a visible part of loading a graph (bench/README.md, "Figures behind the
+  // code").
   std::string_view text;
   std::string chars;
 
@@ -1342,9 +1345,10 @@ class JsonWriter {
 
   // A tensor's meta as text. The nodes of a graph repeat a few shapes, strides, dtypes and
   // devices, all interned, so a direct-mapped cache keyed by them gives most tensors' text
-  // without formatting a number (writing every dimension was a fifth of the writer at 10^6).
-  // Only a whole graph's writer has the cache (graph()): one node's (writeJsonNode, per edited
-  // node in the Python bridge) would spend more making it than it saves.
+  // without formatting a number (writing every dimension was a large part of the writer;
+  // bench/README.md, "Figures behind the code"). Only a whole graph's writer has the cache
+  // (graph()): one node's (writeJsonNode, per edited node in the Python bridge) would spend more
+  // making it than it saves.
   void tensor(const TensorMeta& t) {
     TensorText* e = nullptr;
     if (!tensor_text_.empty()) {
@@ -1559,20 +1563,20 @@ class JsonReader : public TreeBuilder {
         text_(text),
         filename_(filename),
         g_(into ? std::move(into) : std::make_unique<Graph>()),
-        // Module FQNs grow with the model (44K in the 10^6-node synthetic graph, whose backward
-        // revisits them in reverse, missing a fixed 8192-slot cache on most nodes).
+        // Module FQNs grow with the model (a large one has more than a fixed 8192-slot cache holds,
+        // and its backward revisits them in reverse, missing such a cache on most nodes).
         fqn_symbols_(std::max<size_t>(8192, text.size() / 4096)) {
     hook_depth_ = 2;  // the header's members and the elements of "nodes"
   }
 
   std::unique_ptr<Graph> read() {
     // Node names are hashed once per definition and once per use: size the table up front. A
-    // node takes 300 bytes or more as the writer writes it (synthetic graphs: 307 at 10^6 nodes;
-    // traced ones with stack traces: several KB), so this seldom overestimates; an index twice
-    // too large cost 64 MiB of zeroed pages at 10^6 nodes, about a tenth of the load. Room for
-    // half as many again: passes add nodes (the default pipeline: 25% at 10^6 nodes, 43% on the
-    // llama3-70b shape, whose index was rehashed during bucket), and a table rehashed in a pass
-    // costs a second table's pages plus a scattered reinsert of every name.
+    // node takes 300 bytes or more as the writer writes it (traced ones with stack traces:
+    // several KB), so this seldom overestimates; an index twice too large costs a load its
+    // zeroed pages (bench/README.md, "Figures behind the code"). Room for half as many again:
+    // passes add nodes (the default pipeline does, on the llama3-70b shape enough to rehash the
+    // index during bucket), and a table rehashed in a pass costs a second table's pages plus a
+    // scattered reinsert of every name.
     g_->reserve(text_.size() / 320 * 3 / 2 + 16);
     parse(text_, filename_);
     node_name_.clear();
@@ -1627,11 +1631,12 @@ class JsonReader : public TreeBuilder {
   //
   // A node in the shape the writer gives it (and PyTorch's graphs have: operands, scalars,
   // lists, dtypes, devices, tensor metas, phase, seq_nr, module FQN) is read from the tokens,
-  // without the tree: the tree and the lookups in it were about half of loading a graph. On
-  // anything else (another key, an escaped name, an error of any kind) readDirect gives up
-  // before changing the graph and the tree reads the node as before, so every error message
-  // and every unusual node is the tree path's. Both paths give the same graph: the fuzzer and
-  // the tokenizer tests compare them with the nlohmann tokenizer's, which never reads directly.
+  // without the tree: the tree and the lookups in it were a large part of loading a graph
+  // (bench/README.md, "Figures behind the code"). On anything else (another key, an escaped name,
+  // an error of any kind) readDirect gives up before changing the graph and the tree reads the node
+  // as before, so every error message and every unusual node is the tree path's. Both paths give
+  // the same graph: the fuzzer and the tokenizer tests compare them with the nlohmann tokenizer's,
+  // which never reads directly.
 
   bool readDirect(FastSax& s) override {
     if (bad_ref_) return false;  // the tree path then only looks for the name's definition
@@ -2056,10 +2061,11 @@ class JsonReader : public TreeBuilder {
   }
 
   // A tensor meta whose text was read before is not parsed again: a graph repeats a few shapes,
-  // strides, dtypes and devices (formatting their numbers was a third of reading a value at 10^6
-  // nodes). The key is the text up to the first '}', which ends a tensor's object unless a string
-  // in it holds one: then it is a prefix, which no earlier object's whole text equals (it would
-  // end inside a string), so it misses, and a hit is the same bytes, so the same meta.
+  // strides, dtypes and devices (formatting their numbers was a large part of reading a value;
+  // bench/README.md, "Figures behind the code"). The key is the text up to the first '}', which
+  // ends a tensor's object unless a string in it holds one: then it is a prefix, which no earlier
+  // object's whole text equals (it would end inside a string), so it misses, and a hit is the same
+  // bytes, so the same meta.
   bool cachedTensor(FastSax& s, TensorMeta& t) {
     const char* start = s.pos();  // at '{' (directVal peeked it)
     const auto* close =
@@ -2157,8 +2163,8 @@ class JsonReader : public TreeBuilder {
   };
 
   // A fixed array, not a vector: steps are pushed and popped a few dozen times per node, and a
-  // vector's out-of-line emplace_back was 5% of loading. Steps past the array (deeper than any
-  // document may nest) are counted, not kept.
+  // vector's emplace_back is an out-of-line call each time (bench/README.md, "Figures behind the
+  // code"). Steps past the array (deeper than any document may nest) are counted, not kept.
   static constexpr size_t kMaxPath = kMaxNesting + 8;
   void push(const Step& s) {
     if (depth_ < kMaxPath) path_[depth_] = s;
@@ -2228,8 +2234,9 @@ class JsonReader : public TreeBuilder {
   }
 
   // An object's members, sorted, in a buffer of the reader's that the next node reuses: a
-  // fresh vector per object was about 3 of a node's 7 heap allocations. Objects nest (meta holds
-  // custom), so the buffers are a stack; a Members gives its buffer back when it goes.
+  // fresh vector per object was a heap allocation per object, many of a node's (bench/README.md,
+  // "Figures behind the code"). Objects nest (meta holds custom), so the buffers are a stack; a
+  // Members gives its buffer back when it goes.
   class Members {
    public:
     Members(JsonReader* r, const std::vector<JView>* v) : r_(r), v_(v) {}

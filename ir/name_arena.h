@@ -4,10 +4,11 @@
 // A node holds its name as one pointer into its graph's arena: the characters, with their length
 // in the 4 bytes before them and a NUL after. A std::string in the node was 32 bytes, and most
 // traced names ("add_tensor_17", "model_layers_3_attention_wq_weight") are longer than its
-// 15-character inline buffer, so they were a heap block of their own besides: at 10^6 nodes the
-// two cost about 36 MB more than the arena. The arena only grows; a renamed or erased node's old
-// name stays until the graph is destroyed. A copy of a graph shares the chunks that hold the
-// names it copied (they never change once written) and writes new names into chunks of its own.
+// 15-character inline buffer, so they were a heap block of their own besides, with the heap's
+// overhead on each (bench/README.md, "Figures behind the code"). The arena only grows; a renamed or
+// erased node's old name stays until the graph is destroyed. A copy of a graph shares the chunks
+// that hold the names it copied (they never change once written) and writes new names into chunks
+// of its own.
 #pragma once
 
 #include <cstdint>

@@ -1,8 +1,8 @@
 // The graph's node-name index: an open-addressing hash table (linear probing, backward-shift
 // deletion) of Node pointers, keyed by the node's own name. It replaces a node-based
-// std::unordered_map, whose one heap allocation and pointer chase per node were a tenth of
-// loading a graph (bench/README.md, "bench_core"). Slots hold the full hash, so probing compares
-// names only on a hash match.
+// std::unordered_map, whose one heap allocation and pointer chase per node were a visible part of
+// loading a graph (bench/README.md, "Figures behind the code"). Slots hold the full hash, so
+// probing compares names only on a hash match.
 #pragma once
 
 #include <algorithm>
@@ -55,8 +55,8 @@ class NameIndex {
   static uint64_t hashOf(std::string_view s) { return std::hash<std::string_view>()(s); }
 
   // Starts loading the slot where `name` would be: a reader calls it as soon as it has read a
-  // node's name, so the cache miss of claiming the name (the index is 32 MiB at 10^6 nodes)
-  // overlaps with reading the rest of the node.
+  // node's name, so the cache miss of claiming the name (the index is as large as the graph, far
+  // larger than the cache) overlaps with reading the rest of the node.
   void prefetch(std::string_view name) const { prefetchHash(hashOf(name)); }
   void prefetchHash(uint64_t h) const {
     if (!slots_.empty()) __builtin_prefetch(&slots_[h & mask_]);
@@ -117,7 +117,8 @@ class NameIndex {
 
   // At most three quarters full. Slots keep the full hash, so a longer probe run costs compares
   // of hashes, not of names (at 3/4, about 2.5 slots for a hit and 8.5 for a miss); half full,
-  // the index of a 10^6-node graph doubled to 64 MiB as soon as passes added a few nodes.
+  // a loaded graph's index doubled as soon as passes added a few nodes (bench/README.md, "Figures
+  // behind the code").
   bool full() const { return (size_ + 1) * 4 > slots_.size() * 3; }
 
   void place(Slot s) {
@@ -143,7 +144,7 @@ class NameIndex {
 // A reader's direct-mapped cache of the nodes it defined or looked up last, in front of the
 // graph's index: an operand mostly names a node defined a few lines above, which then costs a
 // hit in a table of a few KiB instead of a probe into an index as large as the graph (a cache
-// miss per operand at 10^6 nodes). Entries are never stale because a reader only adds nodes;
+// miss per operand on large graphs). Entries are never stale because a reader only adds nodes;
 // anything that erases or renames nodes must not keep one.
 template <class NodeT>
 class RecentNames {

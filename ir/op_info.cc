@@ -176,9 +176,9 @@ void applyHandOp(OpInfo& r, const HandRow& h) {
 struct OpIndex {
   std::vector<OpInfo> rows;  // sorted by target
   // By symbol id: a vector, not a hash map, since every node's creation asks (a hash, a modulo
-  // and a scattered bucket cost about 4% of loading a graph). Interning the targets here gives
-  // them the next free ids, so the vector spans about the table, plus whatever symbols the
-  // process interned before its first opInfo call.
+  // and a scattered bucket per node loaded; bench/README.md, "Figures behind the code"). Interning
+  // the targets here gives them the next free ids, so the vector spans about the table, plus
+  // whatever symbols the process interned before its first opInfo call.
   std::vector<const OpInfo*> by_id;
 
   OpIndex() {

@@ -1,12 +1,11 @@
 // Memory for an arena that a large graph fills (the node arena, StableVector): 2 MiB blocks
 // mapped from the system and faulted in 256 KiB at a time as the arena reaches them, with one
 // call each (MADV_POPULATE_WRITE), instead of a page fault per 4 KiB page as they are first
-// written (on the 2-core machine 1.5-2 us a fault, 1 us a page populated). Populating a whole
-// block at once cost the llama3-70b shape 4% of its run in pages it never used. Blocks are freed
-// with the owner, never one by one: the arena only grows. Systems without the call (Linux
-// before 5.14, or not Linux) fault the pages in as they are used. Memory the heap would reuse
-// (freed tables) is better taken from the heap: operand slots from here raised the 10^6 peak by 13
-// MiB.
+// written (a fault costs more than a page populated in one call). Populating a whole block at once
+// cost large graphs time in pages they never used. Blocks are freed with the owner, never one by
+// one: the arena only grows. Systems without the call (Linux before 5.14, or not Linux) fault the
+// pages in as they are used. Memory the heap would reuse (freed tables) is better taken from the
+// heap: operand slots from here raised the peak (bench/README.md, "Figures behind the code").
 #pragma once
 
 #include <algorithm>

@@ -2,8 +2,8 @@
 // node arena. std::deque also keeps addresses, but libstdc++ sizes its blocks at 512 bytes, which
 // holds a single Node, so every node cost a heap allocation of its own; here 64 nodes share one.
 // The first kHeapChunks chunks come from the heap, so a small graph stays small; the rest are
-// carved from mapped blocks (PageBlocks). At 10^6 nodes that took 14-15 MiB off
-// `jointfx opt`'s peak RSS: the heap's own overhead for chunks of 9 KiB (bench/README.md).
+// carved from mapped blocks (PageBlocks), which takes the heap's own overhead for chunks of 9 KiB
+// off `jointfx opt`'s peak RSS (bench/README.md, "Figures behind the code").
 #pragma once
 
 #include <cstddef>

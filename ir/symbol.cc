@@ -20,7 +20,8 @@ constexpr uint32_t kMaxChunks = 1u << 16;
 
 // The chunk pointers are constant-initialized (zero pages the process never writes until a chunk
 // exists): a member array of 512 KiB was zeroed when the table was made and read whole when it
-// was destroyed, about 130 page faults and 0.4 ms of every run.
+// was destroyed, a page fault per page in every run, however small its graph (bench/README.md,
+// "Figures behind the code").
 constinit std::array<std::atomic<std::string*>, kMaxChunks> g_chunks{};
 
 struct SymbolTable {

@@ -33,8 +33,8 @@ class Symbol {
 
 // A reader's direct-mapped cache in front of Symbol::intern: a file repeats a few dozen targets,
 // devices and module paths over its nodes, and a hit here costs a hash and a compare instead of
-// the shared table's lock and probe (about 8% of loading a graph). Symbols never die, so no entry
-// goes stale.
+// the shared table's lock and probe for each string of each node (bench/README.md, "Figures behind
+// the code"). Symbols never die, so no entry goes stale.
 class SymbolCache {
  public:
   // `slots`, a power of two: room for the strings a file repeats (a graph of thousands of

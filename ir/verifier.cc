@@ -73,9 +73,9 @@ class Verifier {
     // With broken links the rules below could walk deleted nodes.
     if (!issues_.empty()) return std::move(issues_);
     // One walk for the operand rules and the node rules (a second walk missed the cache once
-    // per node: bucket touches 584K nodes at 10^6). The node rules' issues go to a list of
-    // their own, returned only when no operand or use-list issue came up, as the node rules
-    // read other nodes' use lists; once one has, they stop running.
+    // per node, and bucket touches a large part of the graph). The node rules' issues go to a list
+    // of their own, returned only when no operand or use-list issue came up, as the node rules read
+    // other nodes' use lists; once one has, they stop running.
     std::vector<VerifyIssue> node_rules;
     std::vector<const Node*> refs;
     for (const Node* n : nodes) {
@@ -155,7 +155,7 @@ class Verifier {
 
  private:
   // run() without the IR invariants: the list rules, the operand rules and the node rules in one
-  // walk (each more walk missed the cache once per node at 10^6 nodes). The issues come in
+  // walk (each more walk missed the cache once per node on large graphs). The issues come in
   // run()'s order, from three lists: the list rules' alone when there is one (a broken list
   // stops the verifier, and the other rules stop running at the first), else the operand
   // rules', then the output and process-group rules', then the node rules'. Nothing stops
@@ -336,8 +336,8 @@ class Verifier {
     const auto& inputs = n->inputs();
     // The operand slots against the Arg tree, an IR invariant like the use lists: args are
     // read-only outside Graph, whose every edit rebuilds the slots it changes. Checked with the
-    // IR invariants only: reading each node's Arg buffer was a cache miss per node, 15% of the
-    // whole-graph check at 10^6 nodes.
+    // IR invariants only: reading each node's Arg buffer was a cache miss per node, a sizeable part
+    // of the whole-graph check (bench/README.md, "Figures behind the code").
     if (opts_.ir_invariants) {
       refs.clear();
       auto collect = [&](const Node* r) { refs.push_back(r); };

@@ -25,9 +25,10 @@ struct VerifyOptions {
   // match the node references in its args and kwargs. Only a bug in the Graph API or a pass
   // breaks it (the API renames or rejects a taken name and alone writes args and operand slots),
   // so the in-process path leaves it to its expensive checks, as it does the unchanged-graph
-  // hash: about 30% of a full verification. verifyNodes checks the use lists of the nodes it is
-  // given either way (a slot's links are next to it: cheap), and their names only with it (a
-  // probe of a name index as large as the graph per node: a cache miss each at 10^6 nodes).
+  // hash: a large part of a full verification (bench/README.md, "Figures behind the code").
+  // verifyNodes checks the use lists of the nodes it is given either way (a slot's links are next
+  // to it: cheap), and their names only with it (a probe of a name index as large as the graph per
+  // node: a cache miss each on large graphs).
   bool ir_invariants = true;
   size_t max_issues = 100;
 };

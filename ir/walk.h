@@ -2,7 +2,7 @@
 // iteration, rather than in the passes that walk.
 //
 // Sweeps. On a graph larger than the cache each walk of the node list costs about a cache miss
-// per node (30-130 ns), whatever it reads: an analysis that walks the list several times pays that
+// per node, whatever it reads: an analysis that walks the list several times pays that
 // each time. A sweep walks the list once and hands each node to several visitors in turn, so
 // facts gathered by small visitors cost one walk, as a hand-fused loop does (docs/decisions.md,
 // "Walk the node list once"). Operands precede users, so a visitor knows the facts of a node's

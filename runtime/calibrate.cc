@@ -380,7 +380,8 @@ json measureRank(const CalibrateOptions& o, const CalibrateModel& model, const D
   pgs.worldBarrier("compute");
   json mm;
   // A GPU needs far larger products than a CPU core to reach its rate: at n = 512 an H200's
-  // bf16 mm is launch-bound (17.7 of about 790 TFLOP/s measured).
+  // bf16 mm is launch-bound, at a small fraction of its peak (bench/README.md, "Figures behind
+  // the code").
   const bool gpu = device.is_cuda();
   mm["float32"] = R.matmul(at::kFloat, o.quick ? 256 : gpu ? 4096 : 1024);
   mm["bfloat16"] = R.matmul(at::kBFloat16, o.quick ? 128 : gpu ? 8192 : 512);

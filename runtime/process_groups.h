@@ -82,10 +82,9 @@ struct GlooOptions {
   int threads = 1;  // worker threads of each gloo backend (see process_groups.cc for why 1)
   // Groups over the same ranks (split-comm-groups' `0` and `0_rs`) run on one gloo backend:
   // one worker thread and one set of connections per rank set. On a host whose cores the ranks
-  // fill, a second backend's threads make every collective slower (fsdp_w2 after the default
-  // pipeline: 12.4 -> 8.2 ms a step, docs/executor.md) and buy no overlap. Safe because every
-  // rank issues collectives in the same program order, so the shared queue is in the same order
-  // on every member.
+  // fill, a second backend's threads make every collective slower (docs/executor.md, Process
+  // groups) and buy no overlap. Safe because every rank issues collectives in the same program
+  // order, so the shared queue is in the same order on every member.
   bool share_rank_sets = true;
 };
 
