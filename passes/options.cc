@@ -17,8 +17,8 @@ OptionBase::OptionBase(Pass* owner, std::string_view name, std::string_view help
 }
 
 void OptionBase::expected(const std::string& value, const std::string& what) const {
-  throw JfxError({}, "option " + quoteForMessage(std::string(name_) + "=" + value) + ": expected " +
-                         what);
+  throw JfxError(
+      {}, "option " + quoteForMessage(std::string(name_) + "=" + value) + ": expected " + what);
 }
 
 Option<int64_t>::Option(Pass* owner, std::string_view name, std::optional<int64_t> dflt,
@@ -163,9 +163,8 @@ void Option<std::vector<std::string>>::parse(const std::string& v) {
         list += (list.empty() ? "" : ", ") + std::string(c);
       }
       if (!known)
-        throw JfxError({}, "option " + quoteForMessage(name()) + ": unknown " +
-                               std::string(noun_) + " " + quoteForMessage(x) + " (expected " +
-                               list + ")");
+        throw JfxError({}, "option " + quoteForMessage(name()) + ": unknown " + std::string(noun_) +
+                               " " + quoteForMessage(x) + " (expected " + list + ")");
     }
   value_ = std::move(out);
 }

@@ -249,8 +249,8 @@ std::vector<PipelineEntry> resolvePipeline(const std::string& spec_or_path) {
     if (!file.empty()) return loadPipelineFile(file);
     if (!std::filesystem::is_regular_file(spec_or_path, ec))
       throw JfxError({}, "unknown pass or pipeline " + quoteForMessage(spec_or_path) + ": " +
-                             describeDataNames(DataKind::Pipeline) + "; passes: " +
-                             knownPassNames() +
+                             describeDataNames(DataKind::Pipeline) +
+                             "; passes: " + knownPassNames() +
                              "; a path (with a '/' or ending in .json) is read as a file");
   }
   if (path_like || std::filesystem::is_regular_file(spec_or_path, ec)) {

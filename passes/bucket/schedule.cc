@@ -395,7 +395,8 @@ void SchedulePass::initialize() {
                      "configs/hardware/h100.json) to time its candidates");
     opts_.cost = std::make_shared<const CostModel>(loadHardwareProfile(*hardware_));
   } else if (!hardware_->empty()) {
-    throw JfxError({}, "option 'hardware' is read by prefetch=auto and memory-limit=reference only");
+    throw JfxError({},
+                   "option 'hardware' is read by prefetch=auto and memory-limit=reference only");
   }
 }
 

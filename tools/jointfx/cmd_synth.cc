@@ -59,7 +59,8 @@ bool applyDtype(CLI::Option* opt, const std::string& text, ScalarType& out) {
   if (!opt->count()) return true;
   auto t = parseDtype(text);
   if (!t || !dtypeIsFloatingPoint(*t)) {
-    printError("synth", opt->get_name() + ": expected a floating-point dtype (f32, bf16, f16), got " +
+    printError("synth", opt->get_name() +
+                            ": expected a floating-point dtype (f32, bf16, f16), got " +
                             quoteForMessage(text));
     return false;
   }
