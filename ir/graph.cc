@@ -425,6 +425,13 @@ struct Graph::UndoLog {
     e.prev = prev;
     e.next = next;
   }
+
+  // The inverses of UseUnlinked, NodeCreated and Erased, too long to read inline in
+  // Graph::undoOne. As members of a class nested in Graph they reach its private members, and its
+  // nodes' (Node befriends Graph).
+  static void relinkUse(Graph& g, const Entry& e);
+  static void uncreate(Graph& g, Node* n);
+  void unerase(Graph& g, const Entry& e);
 };
 
 Graph::Graph() = default;
@@ -469,21 +476,9 @@ void Graph::undoOne(UndoLog& log) {
       touch(e.slot->value);
       unlinkUse(e.slot);
       break;
-    case Kind::UseUnlinked: {
-      // Everything recorded after the unlink is undone, so prev and next are neighbours again,
-      // and the slot's reference names its old value again (a RefSet after the unlink is undone;
-      // an erased node's or a replaced argument tree is back, in the same buffer).
-      Operand* s = e.slot;
-      n = *s->ref;
-      s->value = n;
-      s->prev_use = e.prev;
-      s->next_use = e.next;
-      (e.prev ? e.prev->next_use : n->use_head_) = s;
-      (e.next ? e.next->prev_use : n->use_tail_) = s;
-      ++n->num_uses_;
-      touch(n);
+    case Kind::UseUnlinked:
+      UndoLog::relinkUse(*this, e);
       break;
-    }
     case Kind::RefSet:
       *e.ref = n;
       break;
@@ -501,18 +496,7 @@ void Graph::undoOne(UndoLog& log) {
       link(n, e.before);
       break;
     case Kind::NodeCreated:
-      // Everything recorded after the creation is undone, so the node is as it was made: linked
-      // where it was put, under the name it was given.
-      if (n->id_ + 1 != nodes_.size())
-        throw std::logic_error("Graph::rollback: a created node is not the store's last");
-      for (uint32_t k = n->num_ops_; k-- > 0;) {
-        touch(n->ops_[k].value);
-        unlinkUse(&n->ops_[k]);
-      }
-      unlink(n);
-      by_name_.erase(n->name());
-      --live_;
-      nodes_.pop_back();
+      UndoLog::uncreate(*this, n);
       break;
     case Kind::Renamed:
       by_name_.erase(n->name());
@@ -521,23 +505,7 @@ void Graph::undoOne(UndoLog& log) {
       touch(n);
       break;
     case Kind::Erased:
-      // Note [Undo of an erase]: everything recorded after it is undone, so the node's list
-      // neighbour and each slot's use-list neighbours are where they were.
-      by_name_.insert(n);
-      n->dead_ = false;
-      n->args_ = std::move(log.trees[e.payload].first);
-      n->kwargs_ = std::move(log.trees[e.payload].second);
-      ++live_;
-      link(n, e.before);
-      n->num_ops_ = e.n;
-      for (uint32_t k = 0; k < e.n; ++k) {
-        Operand* s = &n->ops_[k];
-        Node* p = s->value;
-        (s->prev_use ? s->prev_use->next_use : p->use_head_) = s;
-        (s->next_use ? s->next_use->prev_use : p->use_tail_) = s;
-        ++p->num_uses_;
-        touch(p);
-      }
+      log.unerase(*this, e);
       break;
     case Kind::ArgsReplaced:
       // Moved, not copied: the old slots point into these trees' buffers.
@@ -551,6 +519,57 @@ void Graph::undoOne(UndoLog& log) {
       std::copy(a.contents.begin(), a.contents.end(), a.ops);
       break;
     }
+  }
+}
+
+void Graph::UndoLog::relinkUse(Graph& g, const Entry& e) {
+  // Everything recorded after the unlink is undone, so prev and next are neighbours again,
+  // and the slot's reference names its old value again (a RefSet after the unlink is undone;
+  // an erased node's or a replaced argument tree is back, in the same buffer).
+  Operand* s = e.slot;
+  Node* n = *s->ref;
+  s->value = n;
+  s->prev_use = e.prev;
+  s->next_use = e.next;
+  (e.prev ? e.prev->next_use : n->use_head_) = s;
+  (e.next ? e.next->prev_use : n->use_tail_) = s;
+  ++n->num_uses_;
+  g.touch(n);
+}
+
+void Graph::UndoLog::uncreate(Graph& g, Node* n) {
+  // Everything recorded after the creation is undone, so the node is as it was made: linked
+  // where it was put, under the name it was given.
+  if (n->id_ + 1 != g.nodes_.size())
+    throw std::logic_error("Graph::rollback: a created node is not the store's last");
+  for (uint32_t k = n->num_ops_; k-- > 0;) {
+    g.touch(n->ops_[k].value);
+    unlinkUse(&n->ops_[k]);
+  }
+  g.unlink(n);
+  g.by_name_.erase(n->name());
+  --g.live_;
+  g.nodes_.pop_back();
+}
+
+void Graph::UndoLog::unerase(Graph& g, const Entry& e) {
+  // Note [Undo of an erase]: everything recorded after it is undone, so the node's list
+  // neighbour and each slot's use-list neighbours are where they were.
+  Node* n = e.node;
+  g.by_name_.insert(n);
+  n->dead_ = false;
+  n->args_ = std::move(trees[e.payload].first);
+  n->kwargs_ = std::move(trees[e.payload].second);
+  ++g.live_;
+  g.link(n, e.before);
+  n->num_ops_ = e.n;
+  for (uint32_t k = 0; k < e.n; ++k) {
+    Operand* s = &n->ops_[k];
+    Node* p = s->value;
+    (s->prev_use ? s->prev_use->next_use : p->use_head_) = s;
+    (s->next_use ? s->next_use->prev_use : p->use_tail_) = s;
+    ++p->num_uses_;
+    g.touch(p);
   }
 }
 

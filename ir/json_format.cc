@@ -848,7 +848,12 @@ class FastSax {
       if (c == '\\' || c < 0x20 || c >= 0x80) break;
       ++p_;
     }
-    // Escapes or non-ASCII: decode into scratch_.
+    return decodeString(start);
+  }
+
+  // The slow path of string(), from the first escape or non-ASCII byte at p_ on: decodes the
+  // string begun at `start` into scratch_.
+  bool decodeString(const char* start) {
     scratch_.assign(start, p_);
     while (p_ != end_) {
       const auto c = static_cast<unsigned char>(*p_);
@@ -870,52 +875,62 @@ class FastSax {
         ++p_;
         continue;
       }
-      if (++p_ == end_) return false;
-      switch (*p_++) {
-        case '"':
-          scratch_ += '"';
-          break;
-        case '\\':
-          scratch_ += '\\';
-          break;
-        case '/':
-          scratch_ += '/';
-          break;
-        case 'b':
-          scratch_ += '\b';
-          break;
-        case 'f':
-          scratch_ += '\f';
-          break;
-        case 'n':
-          scratch_ += '\n';
-          break;
-        case 'r':
-          scratch_ += '\r';
-          break;
-        case 't':
-          scratch_ += '\t';
-          break;
-        case 'u': {
-          uint32_t cp = 0;
-          if (!hex4(cp)) return false;
-          if (cp >= 0xD800 && cp <= 0xDBFF) {  // a high surrogate: a low one must follow
-            uint32_t lo = 0;
-            if (end_ - p_ < 2 || p_[0] != '\\' || p_[1] != 'u') return false;
-            p_ += 2;
-            if (!hex4(lo) || lo < 0xDC00 || lo > 0xDFFF) return false;
-            cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-          } else if (cp >= 0xDC00 && cp <= 0xDFFF) {
-            return false;
-          }
-          appendUtf8(scratch_, cp);
-          break;
-        }
-        default:
-          return false;
-      }
+      if (!escape()) return false;
     }
     return false;  // no closing quote
+  }
+
+  // At a backslash: appends the character its escape stands for to scratch_.
+  bool escape() {
+    if (++p_ == end_) return false;
+    switch (*p_++) {
+      case '"':
+        scratch_ += '"';
+        break;
+      case '\\':
+        scratch_ += '\\';
+        break;
+      case '/':
+        scratch_ += '/';
+        break;
+      case 'b':
+        scratch_ += '\b';
+        break;
+      case 'f':
+        scratch_ += '\f';
+        break;
+      case 'n':
+        scratch_ += '\n';
+        break;
+      case 'r':
+        scratch_ += '\r';
+        break;
+      case 't':
+        scratch_ += '\t';
+        break;
+      case 'u':
+        return unicodeEscape();
+      default:
+        return false;
+    }
+    return true;
+  }
+
+  // After \u: one code point, from four hex digits or a surrogate pair of two \u escapes.
+  bool unicodeEscape() {
+    uint32_t cp = 0;
+    if (!hex4(cp)) return false;
+    if (cp >= 0xD800 && cp <= 0xDBFF) {  // a high surrogate: a low one must follow
+      uint32_t lo = 0;
+      if (end_ - p_ < 2 || p_[0] != '\\' || p_[1] != 'u') return false;
+      p_ += 2;
+      if (!hex4(lo) || lo < 0xDC00 || lo > 0xDFFF) return false;
+      cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+    } else if (cp >= 0xDC00 && cp <= 0xDFFF) {
+      return false;
+    }
+    appendUtf8(scratch_, cp);
+    return true;
   }
 
   bool hex4(uint32_t& cp) {
@@ -1094,6 +1109,21 @@ class JsonWriter {
     appendJsonString(out_, kFormatName);
     out_ += ",\n\"version\":";
     appendInt(out_, kFormatVersion);
+    processGroups(g);
+    inputs(g);
+    if (!g.outputSpecs().empty()) outputs(g);
+    if (!g.constants().empty()) constants(g);
+    if (!g.extraJson().empty()) {
+      JView meta = parseExtra(g.extraJson(), "");
+      if (!meta.empty()) {
+        out_ += ",\n\"meta\":";
+        canonical(meta, "");
+      }
+    }
+    nodes(g);
+  }
+
+  void processGroups(const Graph& g) {
     out_ += ",\n\"process_groups\":[";
     bool first = true;
     for (const auto& pg : g.processGroups()) {
@@ -1111,9 +1141,11 @@ class JsonWriter {
       out_ += '}';
     }
     out_ += first ? "]"sv : "\n]"sv;
+  }
 
+  void inputs(const Graph& g) {
     out_ += ",\n\"inputs\":[";
-    first = true;
+    bool first = true;
     for (const Node* n : g.placeholders()) {
       out_ += first ? "\n"sv : ",\n"sv;
       first = false;
@@ -1130,48 +1162,45 @@ class JsonWriter {
       out_ += '}';
     }
     out_ += first ? "]"sv : "\n]"sv;
+  }
 
-    if (!g.outputSpecs().empty()) {
-      out_ += ",\n\"outputs\":[";
-      first = true;
-      for (const auto& spec : g.outputSpecs()) {
-        out_ += first ? "\n"sv : ",\n"sv;
-        first = false;
-        out_ += '{';
-        if (!spec.fqn.empty()) {
-          out_ += "\"fqn\":";
-          appendJsonString(out_, spec.fqn);
-          out_ += ',';
-        }
-        out_ += "\"kind\":";
-        appendJsonString(out_, outputKindName(spec.kind));
-        out_ += '}';
+  // Only when there are output specs: the key is omitted otherwise.
+  void outputs(const Graph& g) {
+    out_ += ",\n\"outputs\":[";
+    bool first = true;
+    for (const auto& spec : g.outputSpecs()) {
+      out_ += first ? "\n"sv : ",\n"sv;
+      first = false;
+      out_ += '{';
+      if (!spec.fqn.empty()) {
+        out_ += "\"fqn\":";
+        appendJsonString(out_, spec.fqn);
+        out_ += ',';
       }
-      out_ += "\n]";
+      out_ += "\"kind\":";
+      appendJsonString(out_, outputKindName(spec.kind));
+      out_ += '}';
     }
+    out_ += "\n]";
+  }
 
-    if (!g.constants().empty()) {
-      out_ += ",\n\"constants\":[";
-      first = true;
-      for (const auto& c : g.constants()) {
-        out_ += first ? "\n"sv : ",\n"sv;
-        first = false;
-        constant(c);
-        maybeFlush();
-      }
-      out_ += "\n]";
+  // Only when there are constants: the key is omitted otherwise.
+  void constants(const Graph& g) {
+    out_ += ",\n\"constants\":[";
+    bool first = true;
+    for (const auto& c : g.constants()) {
+      out_ += first ? "\n"sv : ",\n"sv;
+      first = false;
+      constant(c);
+      maybeFlush();
     }
+    out_ += "\n]";
+  }
 
-    if (!g.extraJson().empty()) {
-      JView meta = parseExtra(g.extraJson(), "");
-      if (!meta.empty()) {
-        out_ += ",\n\"meta\":";
-        canonical(meta, "");
-      }
-    }
-
+  // The last key, and the end of the document.
+  void nodes(const Graph& g) {
     out_ += ",\n\"nodes\":[";
-    first = true;
+    bool first = true;
     InputNamePrefetcher ahead(g.first());
     for (Node* n = g.first(); n; n = n->next()) {
       ahead.step();
@@ -2385,48 +2414,10 @@ class JsonReader : public TreeBuilder {
     if (k.bad) onlyKeys(j, {"args", "kwargs", "meta", "name", "op", "target"}, "a node");
     prefetchOperands(k.at[0]);
 
-    OpKind op;
-    {
-      Scope at(this, "op");
-      std::string_view s = str(
-          present(k.at[4], "op", "placeholder, call_function, get_attr or output"), "the op kind");
-      auto k = opKindFromName(s);
-      if (!k)
-        fail("unknown op kind " + quoteForMessage(s) +
-             " (expected placeholder, call_function, get_attr, output)");
-      op = *k;
-    }
-    Symbol target;
-    {
-      Scope at(this, "target");
-      std::string_view s = str(present(k.at[5], "target", "the op's target"), "the target");
-      if (op == OpKind::Output && s != "output")
-        fail("the output node's target must be \"output\", got " + quoteForMessage(s));
-      if (op == OpKind::CallFunction && s.empty()) fail("empty call_function target");
-      // A placeholder's target is its own name: caching it would only evict the op targets.
-      target = op == OpKind::CallFunction ? symbols_.intern(s) : Symbol::intern(s);
-    }
-
-    std::vector<Arg> args;
-    if (JView a = k.at[0]) {
-      Scope at(this, "args");
-      if (!a.isArray()) fail("expected args to be an array, got " + std::string(describe(a)));
-      args.reserve(a.size());
-      for (JView item : a) {
-        Scope k(this, args.size());
-        args.push_back(arg(item));
-      }
-    }
-    Kwargs kwargs;
-    if (JView kw = k.at[1]) {
-      Scope at(this, "kwargs");
-      if (!kw.isObject()) fail("expected kwargs to be an object, got " + std::string(describe(kw)));
-      kwargs.reserve(kw.size());
-      for (JView m : sortedMembers(kw)) {  // the IR keeps kwargs sorted, as the printers do
-        Scope k(this, m.key());
-        kwargs.emplace_back(symbols_.intern(m.key()), arg(m));
-      }
-    }
+    const OpKind op = nodeOp(k.at[4]);
+    const Symbol target = nodeTarget(k.at[5], op);
+    std::vector<Arg> args = nodeArgs(k.at[0]);
+    Kwargs kwargs = nodeKwargs(k.at[1]);
     if (bad_ref_) return;
     if ((op == OpKind::Placeholder || op == OpKind::GetAttr) &&
         (!args.empty() || !kwargs.empty())) {
@@ -2444,6 +2435,54 @@ class JsonReader : public TreeBuilder {
       Scope at(this, "meta");
       meta(m, n);
     }
+  }
+
+  // The kind named by the node's "op" member (`op`, empty when the node has none).
+  OpKind nodeOp(JView op) {
+    Scope at(this, "op");
+    std::string_view s =
+        str(present(op, "op", "placeholder, call_function, get_attr or output"), "the op kind");
+    auto k = opKindFromName(s);
+    if (!k)
+      fail("unknown op kind " + quoteForMessage(s) +
+           " (expected placeholder, call_function, get_attr, output)");
+    return *k;
+  }
+
+  Symbol nodeTarget(JView target, OpKind op) {
+    Scope at(this, "target");
+    std::string_view s = str(present(target, "target", "the op's target"), "the target");
+    if (op == OpKind::Output && s != "output")
+      fail("the output node's target must be \"output\", got " + quoteForMessage(s));
+    if (op == OpKind::CallFunction && s.empty()) fail("empty call_function target");
+    // A placeholder's target is its own name: caching it would only evict the op targets.
+    return op == OpKind::CallFunction ? symbols_.intern(s) : Symbol::intern(s);
+  }
+
+  std::vector<Arg> nodeArgs(JView a) {
+    std::vector<Arg> args;
+    if (!a) return args;
+    Scope at(this, "args");
+    if (!a.isArray()) fail("expected args to be an array, got " + std::string(describe(a)));
+    args.reserve(a.size());
+    for (JView item : a) {
+      Scope k(this, args.size());
+      args.push_back(arg(item));
+    }
+    return args;
+  }
+
+  Kwargs nodeKwargs(JView kw) {
+    Kwargs kwargs;
+    if (!kw) return kwargs;
+    Scope at(this, "kwargs");
+    if (!kw.isObject()) fail("expected kwargs to be an object, got " + std::string(describe(kw)));
+    kwargs.reserve(kw.size());
+    for (JView m : sortedMembers(kw)) {  // the IR keeps kwargs sorted, as the printers do
+      Scope k(this, m.key());
+      kwargs.emplace_back(symbols_.intern(m.key()), arg(m));
+    }
+    return kwargs;
   }
 
   // Operands name nodes defined anywhere before (a backward node reads a forward activation
@@ -2767,115 +2806,120 @@ class JsonReader : public TreeBuilder {
         doc,
         {"format", "version", "process_groups", "inputs", "outputs", "constants", "meta", "nodes"},
         "the header");
-    if (JView pgs = doc.find("process_groups")) {
-      Scope at(this, "process_groups");
-      if (!pgs.isArray())
-        fail("expected an array of process groups, got " + std::string(describe(pgs)));
-      size_t i = 0;
-      for (JView pg : pgs) {
-        Scope item(this, i++);
-        if (!pg.isObject())
-          fail("expected a process group object, got " + std::string(describe(pg)));
-        onlyKeys(pg, {"name", "ranks", "size"}, "a process group");
-        ProcessGroupInfo info;
-        {
-          Scope k(this, "name");
-          info.name = str(member(pg, "name", "the group_name collectives carry"), "the group name");
-          if (g_->findProcessGroup(info.name))
-            fail("duplicate process group " + quoteForMessage(info.name));
-        }
-        {
-          Scope k(this, "size");
-          info.size = integer(member(pg, "size", "the group size"), "the group size");
-        }
-        if (JView r = pg.find("ranks")) {
-          Scope k(this, "ranks");
-          info.ranks = ints(r, "the ranks");
-        }
-        g_->processGroups().push_back(std::move(info));
-      }
-    }
-    if (JView inputs = doc.find("inputs")) {
-      Scope at(this, "inputs");
-      if (!inputs.isArray())
-        fail("expected an array of inputs, got " + std::string(describe(inputs)));
-      size_t i = 0;
-      for (JView in : inputs) {
-        Scope item(this, i++);
-        if (!in.isObject()) fail("expected an input object, got " + std::string(describe(in)));
-        onlyKeys(in, {"fqn", "kind", "name"}, "an input");
-        Node* n = nullptr;
-        {
-          Scope k(this, "name");
-          std::string_view name = str(member(in, "name", "the placeholder's name"), "a name");
-          n = g_->findNode(name);
-          if (!n) fail("input " + quoteForMessage(name) + " names no node");
-          if (n->op() != OpKind::Placeholder)
-            fail("input " + quoteForMessage(name) + " is not a placeholder");
-        }
-        InputKind kind;
-        {
-          Scope k(this, "kind");
-          std::string_view s =
-              str(member(in, "kind", "parameter, buffer, user_input, mesh or opaque"), "a kind");
-          auto ik = inputKindFromName(s);
-          if (!ik)
-            fail("unknown input kind " + quoteForMessage(s) +
-                 " (expected parameter, buffer, user_input, mesh, opaque)");
-          kind = *ik;
-        }
-        std::string fqn;
-        if (JView f = in.find("fqn")) {
-          Scope k(this, "fqn");
-          fqn = str(f, "the FQN");
-        }
-        n->setInputInfo(kind, std::move(fqn));
-      }
-    }
-    if (JView outputs = doc.find("outputs")) {
-      Scope at(this, "outputs");
-      if (!outputs.isArray())
-        fail("expected an array of outputs, got " + std::string(describe(outputs)));
-      size_t i = 0;
-      for (JView out : outputs) {
-        Scope item(this, i++);
-        if (!out.isObject()) fail("expected an output object, got " + std::string(describe(out)));
-        onlyKeys(out, {"fqn", "kind"}, "an output");
-        OutputSpec spec;
-        {
-          Scope k(this, "kind");
-          std::string_view s =
-              str(member(out, "kind", "loss, gradient, buffer_mutation, other, mesh or opaque"),
-                  "a kind");
-          auto ok = outputKindFromName(s);
-          if (!ok)
-            fail("unknown output kind " + quoteForMessage(s) +
-                 " (expected loss, gradient, buffer_mutation, other, mesh, opaque)");
-          spec.kind = *ok;
-        }
-        if (JView f = out.find("fqn")) {
-          Scope k(this, "fqn");
-          spec.fqn = str(f, "the FQN");
-        }
-        g_->outputSpecs().push_back(std::move(spec));
-      }
-    }
-    if (JView cs = doc.find("constants")) {
-      Scope at(this, "constants");
-      if (!cs.isArray()) fail("expected an array of constants, got " + std::string(describe(cs)));
-      size_t i = 0;
-      for (JView c : cs) {
-        Scope item(this, i++);
-        if (!c.isObject()) fail("expected a constant object, got " + std::string(describe(c)));
-        onlyKeys(c, {"data", "device", "dtype", "name", "shape"}, "a constant");
-        g_->constants().push_back(constant(c));
-      }
-    }
+    if (JView list = doc.find("process_groups")) processGroups(list);
+    if (JView list = doc.find("inputs")) inputs(list);
+    if (JView list = doc.find("outputs")) outputs(list);
+    if (JView list = doc.find("constants")) constants(list);
     if (JView meta = doc.find("meta")) {
       Scope at(this, "meta");
       if (!meta.isObject())
         fail("expected meta to be an object, got " + std::string(describe(meta)));
       if (!meta.empty()) canonical(g_->extraJson(), meta);
+    }
+  }
+
+  void processGroups(JView list) {
+    Scope at(this, "process_groups");
+    if (!list.isArray())
+      fail("expected an array of process groups, got " + std::string(describe(list)));
+    size_t i = 0;
+    for (JView pg : list) {
+      Scope item(this, i++);
+      if (!pg.isObject()) fail("expected a process group object, got " + std::string(describe(pg)));
+      onlyKeys(pg, {"name", "ranks", "size"}, "a process group");
+      ProcessGroupInfo info;
+      {
+        Scope k(this, "name");
+        info.name = str(member(pg, "name", "the group_name collectives carry"), "the group name");
+        if (g_->findProcessGroup(info.name))
+          fail("duplicate process group " + quoteForMessage(info.name));
+      }
+      {
+        Scope k(this, "size");
+        info.size = integer(member(pg, "size", "the group size"), "the group size");
+      }
+      if (JView r = pg.find("ranks")) {
+        Scope k(this, "ranks");
+        info.ranks = ints(r, "the ranks");
+      }
+      g_->processGroups().push_back(std::move(info));
+    }
+  }
+
+  void inputs(JView list) {
+    Scope at(this, "inputs");
+    if (!list.isArray()) fail("expected an array of inputs, got " + std::string(describe(list)));
+    size_t i = 0;
+    for (JView in : list) {
+      Scope item(this, i++);
+      if (!in.isObject()) fail("expected an input object, got " + std::string(describe(in)));
+      onlyKeys(in, {"fqn", "kind", "name"}, "an input");
+      Node* n = nullptr;
+      {
+        Scope k(this, "name");
+        std::string_view name = str(member(in, "name", "the placeholder's name"), "a name");
+        n = g_->findNode(name);
+        if (!n) fail("input " + quoteForMessage(name) + " names no node");
+        if (n->op() != OpKind::Placeholder)
+          fail("input " + quoteForMessage(name) + " is not a placeholder");
+      }
+      InputKind kind;
+      {
+        Scope k(this, "kind");
+        std::string_view s =
+            str(member(in, "kind", "parameter, buffer, user_input, mesh or opaque"), "a kind");
+        auto ik = inputKindFromName(s);
+        if (!ik)
+          fail("unknown input kind " + quoteForMessage(s) +
+               " (expected parameter, buffer, user_input, mesh, opaque)");
+        kind = *ik;
+      }
+      std::string fqn;
+      if (JView f = in.find("fqn")) {
+        Scope k(this, "fqn");
+        fqn = str(f, "the FQN");
+      }
+      n->setInputInfo(kind, std::move(fqn));
+    }
+  }
+
+  void outputs(JView list) {
+    Scope at(this, "outputs");
+    if (!list.isArray()) fail("expected an array of outputs, got " + std::string(describe(list)));
+    size_t i = 0;
+    for (JView out : list) {
+      Scope item(this, i++);
+      if (!out.isObject()) fail("expected an output object, got " + std::string(describe(out)));
+      onlyKeys(out, {"fqn", "kind"}, "an output");
+      OutputSpec spec;
+      {
+        Scope k(this, "kind");
+        std::string_view s =
+            str(member(out, "kind", "loss, gradient, buffer_mutation, other, mesh or opaque"),
+                "a kind");
+        auto ok = outputKindFromName(s);
+        if (!ok)
+          fail("unknown output kind " + quoteForMessage(s) +
+               " (expected loss, gradient, buffer_mutation, other, mesh, opaque)");
+        spec.kind = *ok;
+      }
+      if (JView f = out.find("fqn")) {
+        Scope k(this, "fqn");
+        spec.fqn = str(f, "the FQN");
+      }
+      g_->outputSpecs().push_back(std::move(spec));
+    }
+  }
+
+  void constants(JView list) {
+    Scope at(this, "constants");
+    if (!list.isArray()) fail("expected an array of constants, got " + std::string(describe(list)));
+    size_t i = 0;
+    for (JView c : list) {
+      Scope item(this, i++);
+      if (!c.isObject()) fail("expected a constant object, got " + std::string(describe(c)));
+      onlyKeys(c, {"data", "device", "dtype", "name", "shape"}, "a constant");
+      g_->constants().push_back(constant(c));
     }
   }
 

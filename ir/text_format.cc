@@ -750,77 +750,13 @@ class Parser {
     std::string_view kw = word(isTargetChar);
     skipSpaces();
     if (kw == "group") {
-      ProcessGroupInfo pg;
-      const char* name_at = p_;
-      pg.name = ownedString();
-      if (g_->findProcessGroup(pg.name))
-        failAt(name_at, "duplicate process group \"" + pg.name + "\"");
-      skipSpaces();
-      expectWord("size");
-      expect('=');
-      pg.size = integer();
-      skipSpaces();
-      expectWord("ranks");
-      expect('=');
-      {
-        const DimsScratch ranks = intList('[', ']');
-        pg.ranks.assign(ranks.begin(), ranks.end());
-      }
-      g_->processGroups().push_back(std::move(pg));
+      groupLine();
     } else if (kw == "outputs") {
       if (seen_outputs_) failAt(at, "duplicate 'outputs' header line");
       seen_outputs_ = true;
-      expect('[');
-      skipSpaces();
-      if (!accept(']')) {
-        for (;;) {
-          const char* kind_at = p_;
-          auto kind = outputKindFromName(identifier());
-          if (!kind) {
-            p_ = kind_at;
-            fail("expected an output kind (loss, gradient, buffer_mutation, other, mesh, opaque)");
-          }
-          OutputSpec spec{*kind, {}};
-          skipSpaces();
-          if (peek('"')) spec.fqn = ownedString();
-          g_->outputSpecs().push_back(std::move(spec));
-          skipSpaces();
-          if (accept(']')) break;
-          expect(',');
-          skipSpaces();
-        }
-      }
+      outputsLine();
     } else if (kw == "constant") {
-      ConstantInfo c;
-      const char* name_at = p_;
-      c.name = ownedString();
-      if (g_->findConstant(c.name)) failAt(name_at, "duplicate constant \"" + c.name + "\"");
-      skipSpaces();
-      expectWord("dtype");
-      expect('=');
-      const char* dtype_at = p_;
-      auto dtype = dtypeFromName(identifier());
-      if (!dtype) failAt(dtype_at, "unknown dtype (expected a torch name such as float32)");
-      c.meta.dtype = *dtype;
-      skipSpaces();
-      expectWord("shape");
-      expect('=');
-      c.meta.shape = Dims(intList('[', ']'));
-      c.meta.stride = TensorMeta::contiguousStride(c.meta.shape);
-      skipSpaces();
-      if (std::string_view(p_, static_cast<size_t>(end_ - p_)).starts_with("device")) {
-        expectWord("device");
-        expect('=');
-        c.meta.device = Symbol::intern(ownedString());
-        skipSpaces();
-      }
-      expectWord("data");
-      expect('=');
-      const char* data_at = p_;
-      if (!decodeHex(ownedString(), c.data))
-        failAt(data_at, "expected lower-case hex digits (two per byte)");
-      if (std::string e = constantSizeProblem(c); !e.empty()) failAt(data_at, e);
-      g_->constants().push_back(std::move(c));
+      constantLine();
     } else if (kw == "meta") {
       if (seen_meta_) failAt(at, "duplicate 'meta' header line");
       seen_meta_ = true;
@@ -843,6 +779,85 @@ class Parser {
           "expected a header line (group, outputs, constant, meta, default_device) or a node line "
           "starting with '%'");
     }
+  }
+
+  // The rest of a `group "0" size=2 ranks=[0, 1]` line (docs/graph-format.md).
+  void groupLine() {
+    ProcessGroupInfo pg;
+    const char* name_at = p_;
+    pg.name = ownedString();
+    if (g_->findProcessGroup(pg.name))
+      failAt(name_at, "duplicate process group \"" + pg.name + "\"");
+    skipSpaces();
+    expectWord("size");
+    expect('=');
+    pg.size = integer();
+    skipSpaces();
+    expectWord("ranks");
+    expect('=');
+    {
+      const DimsScratch ranks = intList('[', ']');
+      pg.ranks.assign(ranks.begin(), ranks.end());
+    }
+    g_->processGroups().push_back(std::move(pg));
+  }
+
+  // The rest of an `outputs [loss, gradient "w"]` line: kinds, each with an optional FQN.
+  void outputsLine() {
+    expect('[');
+    skipSpaces();
+    if (accept(']')) return;
+    for (;;) {
+      const char* kind_at = p_;
+      auto kind = outputKindFromName(identifier());
+      if (!kind) {
+        p_ = kind_at;
+        fail("expected an output kind (loss, gradient, buffer_mutation, other, mesh, opaque)");
+      }
+      OutputSpec spec{*kind, {}};
+      skipSpaces();
+      if (peek('"')) spec.fqn = ownedString();
+      g_->outputSpecs().push_back(std::move(spec));
+      skipSpaces();
+      if (accept(']')) break;
+      expect(',');
+      skipSpaces();
+    }
+  }
+
+  // The rest of a `constant "c" dtype=float32 shape=[1] device="cpu" data="0000003f"` line,
+  // `device=` optional.
+  void constantLine() {
+    ConstantInfo c;
+    const char* name_at = p_;
+    c.name = ownedString();
+    if (g_->findConstant(c.name)) failAt(name_at, "duplicate constant \"" + c.name + "\"");
+    skipSpaces();
+    expectWord("dtype");
+    expect('=');
+    const char* dtype_at = p_;
+    auto dtype = dtypeFromName(identifier());
+    if (!dtype) failAt(dtype_at, "unknown dtype (expected a torch name such as float32)");
+    c.meta.dtype = *dtype;
+    skipSpaces();
+    expectWord("shape");
+    expect('=');
+    c.meta.shape = Dims(intList('[', ']'));
+    c.meta.stride = TensorMeta::contiguousStride(c.meta.shape);
+    skipSpaces();
+    if (std::string_view(p_, static_cast<size_t>(end_ - p_)).starts_with("device")) {
+      expectWord("device");
+      expect('=');
+      c.meta.device = Symbol::intern(ownedString());
+      skipSpaces();
+    }
+    expectWord("data");
+    expect('=');
+    const char* data_at = p_;
+    if (!decodeHex(ownedString(), c.data))
+      failAt(data_at, "expected lower-case hex digits (two per byte)");
+    if (std::string e = constantSizeProblem(c); !e.empty()) failAt(data_at, e);
+    g_->constants().push_back(std::move(c));
   }
 
   DimsScratch intList(char open, char close) {
@@ -1179,9 +1194,10 @@ class Parser {
     std::string input_fqn;
   };
 
+  static constexpr std::string_view kMetaKeys[] = {
+      "phase", "recompute", "ac_graph_id", "seq_nr", "module", "input", "fqn", "stack", "extra"};
+
   void metaBlock(MetaFields& f, OpKind op) {
-    static constexpr std::string_view kKeys[] = {
-        "phase", "recompute", "ac_graph_id", "seq_nr", "module", "input", "fqn", "stack", "extra"};
     expect('{');
     skipSpaces();
     unsigned seen = 0;
@@ -1190,40 +1206,18 @@ class Parser {
     std::string scratch;
     while (!accept('}')) {
       const char* key_at = p_;
-      std::string_view key = identifier();
-      size_t idx = std::find(std::begin(kKeys), std::end(kKeys), key) - std::begin(kKeys);
-      if (idx == std::size(kKeys)) {
-        p_ = key_at;
-        fail(
-            "expected a meta key (phase, recompute, ac_graph_id, seq_nr, module, input, fqn, "
-            "stack, extra)");
-      }
-      if (seen & (1u << idx)) failAt(key_at, "duplicate meta key " + quoteForMessage(key));
-      seen |= 1u << idx;
+      const size_t idx = metaKey(seen);
       skipSpaces();
       expect('=');
       skipSpaces();
-      const char* value_at = p_;
       NodeMeta& m = f.meta;
       switch (idx) {
-        case 0: {
-          auto phase = phaseFromName(identifier());
-          if (!phase || *phase == Phase::Unknown) {
-            p_ = value_at;
-            fail("expected forward, loss or backward");
-          }
-          m.phase = *phase;
+        case 0:
+          m.phase = phaseValue();
           break;
-        }
-        case 1: {
-          auto r = recomputeFromName(identifier());
-          if (!r) {
-            p_ = value_at;
-            fail("expected MUST_SAVE, PREFER_SAVE, MUST_RECOMPUTE or PREFER_RECOMPUTE");
-          }
-          m.recompute = *r;
+        case 1:
+          m.recompute = recomputeValue();
           break;
-        }
         case 2:
           m.ac_graph_id = optionalInteger("ac_graph_id");
           break;
@@ -1233,16 +1227,10 @@ class Parser {
         case 4:
           m.module_fqn = symbols_.intern(string(scratch));
           break;
-        case 5: {
+        case 5:
           if (op != OpKind::Placeholder) failAt(key_at, "input= is only valid on a placeholder");
-          auto k = inputKindFromName(identifier());
-          if (!k) {
-            p_ = value_at;
-            fail("expected parameter, buffer, user_input or none");
-          }
-          f.input_kind = *k;
+          f.input_kind = inputKindValue();
           break;
-        }
         case 6:
           if (op != OpKind::Placeholder) failAt(key_at, "fqn= is only valid on a placeholder");
           f.input_fqn = std::string(string(scratch));
@@ -1267,6 +1255,54 @@ class Parser {
       liftAttrs(extra, f.meta.attrs);
       f.meta.extra_json = extra;
     }
+  }
+
+  // The index in kMetaKeys of the key at p_, which must not be one already `seen` (a bit per
+  // index); marks it seen.
+  size_t metaKey(unsigned& seen) {
+    const char* key_at = p_;
+    std::string_view key = identifier();
+    size_t idx = std::find(std::begin(kMetaKeys), std::end(kMetaKeys), key) - std::begin(kMetaKeys);
+    if (idx == std::size(kMetaKeys)) {
+      p_ = key_at;
+      fail(
+          "expected a meta key (phase, recompute, ac_graph_id, seq_nr, module, input, fqn, "
+          "stack, extra)");
+    }
+    if (seen & (1u << idx)) failAt(key_at, "duplicate meta key " + quoteForMessage(key));
+    seen |= 1u << idx;
+    return idx;
+  }
+
+  // The values of phase=, recompute= and input=: a name, reported at its start when unknown.
+  Phase phaseValue() {
+    const char* value_at = p_;
+    auto phase = phaseFromName(identifier());
+    if (!phase || *phase == Phase::Unknown) {
+      p_ = value_at;
+      fail("expected forward, loss or backward");
+    }
+    return *phase;
+  }
+
+  Recompute recomputeValue() {
+    const char* value_at = p_;
+    auto r = recomputeFromName(identifier());
+    if (!r) {
+      p_ = value_at;
+      fail("expected MUST_SAVE, PREFER_SAVE, MUST_RECOMPUTE or PREFER_RECOMPUTE");
+    }
+    return *r;
+  }
+
+  InputKind inputKindValue() {
+    const char* value_at = p_;
+    auto k = inputKindFromName(identifier());
+    if (!k) {
+      p_ = value_at;
+      fail("expected parameter, buffer, user_input or none");
+    }
+    return *k;
   }
 
   // extra={...}: one JSON object; its end is found by matching brackets outside strings.

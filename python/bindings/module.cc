@@ -320,81 +320,23 @@ class EditScript {
     } else {
       text = utf8(doc);
     }
-    struct Step {
-      enum Kind : uint8_t { Untouched, Changed, New } kind;
-      const jfx::Node* n;
-      bool moved;
-    };
-    std::vector<Step> steps;
-    std::vector<uint32_t> dead;
-    size_t kept = 0, changed = 0, added = 0, moved = 0;
+    Plan plan;
     {
       py::gil_scoped_release release;
       if (!built) built = jfx::readJsonGraph(text, "<python>");
       run_ = runPipelineWithSnapshot(std::move(built), pipeline, verify, timing, expensive_checks);
-      const jfx::Graph& g = *run_.g;
-      const uint32_t n0 = run_.n0;
-      slot_.assign(g.maxId(), UINT32_MAX);
-      for (uint32_t id = 0; id < n0; ++id) {
-        slot_[id] = id;
-        if (g.nodeById(id)->isDead()) dead.push_back(id);
-      }
-      // Where Python's list stands while it applies the script: the nodes placed so far, then
-      // the input nodes not reached yet (erased ones included) in input order. A node needs no
-      // move exactly when it is the first live one of those; a new node is made at the end of
-      // the list, so it moves unless nothing live is left after the cursor.
-      std::vector<bool> reached(n0, false);
-      uint32_t next = 0;  // the first input node not reached, skipping erased ones
-      auto advance = [&] {
-        while (next < n0 && (reached[next] || g.nodeById(next)->isDead()))
-          ++next;
-      };
-      steps.reserve(g.size());
-      g.forEach([&](jfx::Node* n) {
-        advance();
-        Step s{Step::Untouched, n, false};
-        if (n->id() >= n0) {
-          s.kind = Step::New;
-          s.moved = next < n0;
-          slot_[n->id()] = n0 + static_cast<uint32_t>(added++);
-        } else {
-          s.moved = next != n->id();
-          reached[n->id()] = true;
-          if (run_.argsChanged(n) || run_.metaChanged(n)) s.kind = Step::Changed;
-        }
-        if (s.kind == Step::Untouched)
-          ++kept;
-        else if (s.kind == Step::Changed)
-          ++changed;
-        moved += s.moved;
-        steps.push_back(s);
-      });
+      plan = planSteps();
     }
-    for (size_t i = 0; i < steps.size(); ++i) {
-      const Step& s = steps[i];
-      const jfx::Node* n = s.n;
-      if (s.kind == Step::Untouched) {
-        if (s.moved) {
-          ops_.append(py::make_tuple(1, slot_[n->id()]));
-        } else if (i + 1 == steps.size() || steps[i + 1].kind != Step::Untouched ||
-                   steps[i + 1].moved) {
-          ops_.append(py::make_tuple(0, slot_[n->id()]));  // the end of a run left in place
-        }
-      } else if (s.kind == Step::Changed) {
-        ops_.append(changedOp(n, s.moved));
-      } else {
-        ops_.append(newOp(n, s.moved));
-      }
-    }
-    for (uint32_t id : dead)
+    appendOps(plan.steps);
+    for (uint32_t id : plan.dead)
       erased_.append(id);
     header_ = headerDict(*run_.g);
     report_ = reportDict(run_.result, run_.log);
-    counts_["kept"] = kept;
-    counts_["changed"] = changed;
-    counts_["new"] = added;
-    counts_["erased"] = dead.size();
-    counts_["moved"] = moved;
+    counts_["kept"] = plan.kept;
+    counts_["changed"] = plan.changed;
+    counts_["new"] = plan.added;
+    counts_["erased"] = plan.dead.size();
+    counts_["moved"] = plan.moved;
   }
 
   py::list ops() const { return ops_; }
@@ -625,6 +567,84 @@ class EditScript {
       meta = typedMeta(n, share);
     return py::make_tuple(3, n->name(), pyStr(jfx::opKindName(n->op())), pyStr(n->target().str()),
                           origin, moved, argEntry(n), meta, json);
+  }
+
+  // A node of the result, in order: whether it is an input node left as it was, one whose
+  // arguments or meta changed, or a new one, and whether Python's list must move it.
+  struct Step {
+    enum Kind : uint8_t { Untouched, Changed, New } kind;
+    const jfx::Node* n;
+    bool moved;
+  };
+  struct Plan {
+    std::vector<Step> steps;
+    std::vector<uint32_t> dead;  // the erased input nodes' ids
+    size_t kept = 0, changed = 0, added = 0, moved = 0;
+  };
+
+  // Over run_'s result, without Python objects (the GIL may be released): fills slot_ and says
+  // what the script does with each node.
+  Plan planSteps() {
+    Plan plan;
+    const jfx::Graph& g = *run_.g;
+    const uint32_t n0 = run_.n0;
+    slot_.assign(g.maxId(), UINT32_MAX);
+    for (uint32_t id = 0; id < n0; ++id) {
+      slot_[id] = id;
+      if (g.nodeById(id)->isDead()) plan.dead.push_back(id);
+    }
+    // Where Python's list stands while it applies the script: the nodes placed so far, then
+    // the input nodes not reached yet (erased ones included) in input order. A node needs no
+    // move exactly when it is the first live one of those; a new node is made at the end of
+    // the list, so it moves unless nothing live is left after the cursor.
+    std::vector<bool> reached(n0, false);
+    uint32_t next = 0;  // the first input node not reached, skipping erased ones
+    auto advance = [&] {
+      while (next < n0 && (reached[next] || g.nodeById(next)->isDead()))
+        ++next;
+    };
+    plan.steps.reserve(g.size());
+    g.forEach([&](jfx::Node* n) {
+      advance();
+      Step s{Step::Untouched, n, false};
+      if (n->id() >= n0) {
+        s.kind = Step::New;
+        s.moved = next < n0;
+        slot_[n->id()] = n0 + static_cast<uint32_t>(plan.added++);
+      } else {
+        s.moved = next != n->id();
+        reached[n->id()] = true;
+        if (run_.argsChanged(n) || run_.metaChanged(n)) s.kind = Step::Changed;
+      }
+      if (s.kind == Step::Untouched)
+        ++plan.kept;
+      else if (s.kind == Step::Changed)
+        ++plan.changed;
+      plan.moved += s.moved;
+      plan.steps.push_back(s);
+    });
+    return plan;
+  }
+
+  // The script's operations into ops_: an untouched node left in place is named only at the end
+  // of its run.
+  void appendOps(const std::vector<Step>& steps) {
+    for (size_t i = 0; i < steps.size(); ++i) {
+      const Step& s = steps[i];
+      const jfx::Node* n = s.n;
+      if (s.kind == Step::Untouched) {
+        if (s.moved) {
+          ops_.append(py::make_tuple(1, slot_[n->id()]));
+        } else if (i + 1 == steps.size() || steps[i + 1].kind != Step::Untouched ||
+                   steps[i + 1].moved) {
+          ops_.append(py::make_tuple(0, slot_[n->id()]));  // the end of a run left in place
+        }
+      } else if (s.kind == Step::Changed) {
+        ops_.append(changedOp(n, s.moved));
+      } else {
+        ops_.append(newOp(n, s.moved));
+      }
+    }
   }
 
   PipelineRun run_;
