@@ -410,6 +410,11 @@ struct Graph::UndoLog {
   std::vector<ConstantInfo> constants;
   std::string extra_json;
   uint64_t revision = 0;
+  // The slot allocator's place: every slot array allocated after it belongs to a node created
+  // meanwhile or replaces one that rollback restores, so rollback gives them back.
+  size_t slot_blocks = 0;
+  Operand* slot_next = nullptr;
+  size_t slot_left = 0;
 
   Entry& add(Kind kind, Node* node, uint32_t n = 0) {
     Entry& e = entries.emplace_back();
@@ -446,6 +451,9 @@ void Graph::beginUndo() {
   undo_->constants = constants_;
   undo_->extra_json = extra_json_;
   undo_->revision = revision_;
+  undo_->slot_blocks = slot_blocks_.size();
+  undo_->slot_next = slot_next_;
+  undo_->slot_left = slot_left_;
 }
 
 void Graph::commitUndo() {
@@ -465,6 +473,9 @@ void Graph::rollback() {
   constants_ = std::move(log->constants);
   extra_json_ = std::move(log->extra_json);
   revision_ = log->revision;
+  slot_blocks_.resize(log->slot_blocks);
+  slot_next_ = log->slot_next;
+  slot_left_ = log->slot_left;
 }
 
 void Graph::undoOne(UndoLog& log) {

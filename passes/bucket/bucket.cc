@@ -68,17 +68,27 @@ std::vector<BucketCandidate> bucketAutoCandidates(const BucketOptions& base) {
 
 namespace {
 
-// The memory bound of bucketCollectives for `g`, whose estimated peak is `peak_before`;
-// memory-limit=reference builds the reference plan's bucket and schedule on a copy of `g`.
-int64_t boundFor(const Graph& g, const BucketOptions& opts, int64_t peak_before, PassContext& ctx) {
+// The memory bound of bucketCollectives for `g`: the input's estimated peak (asked for here), or
+// the larger of it and memory-limit. memory-limit=reference applies the reference plan's bucket
+// and schedule to `g` and undoes them, before the input's memory profile is computed, so that the
+// profile is not held through the trial (it would add to the pass's peak).
+struct Bound {
+  int64_t peak_before = 0;
+  int64_t bytes = 0;  // 0: none
+};
+Bound boundFor(Graph& g, const BucketOptions& opts, PassContext& ctx) {
+  int64_t reference = -1;
   if (opts.memory_limit == kMemoryLimitReference) {
-    const int64_t ref = referencePlanTail(g).peak_bytes;
-    ctx.stat(bucketStats().reference_peak, ref);
-    return std::max(ref, peak_before);
+    reference = estimateReferenceTail(g, ctx).peak_bytes;
+    ctx.stat(bucketStats().reference_peak, reference);
   }
-  return opts.memory_limit == 0  ? 0
-         : opts.memory_limit < 0 ? peak_before
-                                 : std::max(opts.memory_limit, peak_before);
+  Bound b;
+  b.peak_before = ctx.analyses.get<MemoryProfile>(g).peak_bytes;
+  b.bytes = reference >= 0           ? std::max(reference, b.peak_before)
+            : opts.memory_limit == 0 ? 0
+            : opts.memory_limit < 0  ? b.peak_before
+                                     : std::max(opts.memory_limit, b.peak_before);
+  return b;
 }
 
 // A finding whenever the bound keeps collectives out of buckets (the warning below when it keeps
@@ -321,8 +331,7 @@ bool bucketFixed(Graph& g, const BucketOptions& opts, PassContext& ctx) {
   // Memory bound: while the estimated peak is above the bound, leave out the buckets whose new or
   // moved storages are live at an over-bound step. A few rounds settle it (each drops every
   // offending bucket at once); past 8 rounds nothing is bucketed.
-  const int64_t peak_before = ctx.analyses.get<MemoryProfile>(g).peak_bytes;
-  const int64_t bound = boundFor(g, opts, peak_before, ctx);
+  const auto [peak_before, bound] = boundFor(g, opts, ctx);
   ctx.stat(st.peak_before, peak_before);
   ctx.stat(st.memory_limit, bound);
   if (std::optional<bool> changed = bucketInPlace(g, opts, bound, writes, excluded, ctx))
@@ -417,8 +426,7 @@ std::vector<Outcome> evaluateCandidates(const Graph& g, const std::vector<Bucket
 // wins, ties to the earlier candidate.
 bool bucketAuto(Graph& g, const BucketOptions& opts, PassContext& ctx) {
   if (!opts.cost) apiMisuse("bucketCollectives: plan=auto needs BucketOptions::cost");
-  const int64_t peak_before = ctx.analyses.get<MemoryProfile>(g).peak_bytes;
-  const int64_t bound = boundFor(g, opts, peak_before, ctx);
+  const auto [peak_before, bound] = boundFor(g, opts, ctx);
   const std::vector<BucketCandidate> cands = bucketAutoCandidates(opts);
   // What every candidate's copy starts from, computed here, where the forks only read them.
   ctx.analyses.get<PhaseInfo>(g);

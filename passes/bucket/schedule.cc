@@ -406,7 +406,7 @@ bool SchedulePass::run(Graph& g, PassContext& ctx) {
 }
 
 bool scheduleWithinReference(Graph& g, const ScheduleOptions& opts, PassContext& ctx) {
-  ReferencePlan ref = referencePlanTail(g);
+  const ReferenceEstimate ref = estimateReferenceTail(g, ctx, opts.cost.get());
   ScheduleOptions bounded = opts;
   bounded.memory_limit = std::max(ref.peak_bytes, ctx.analyses.get<MemoryProfile>(g).peak_bytes);
   const ScheduleStatistics& st = scheduleStats();
@@ -427,7 +427,7 @@ bool scheduleWithinReference(Graph& g, const ScheduleOptions& opts, PassContext&
   SimOptions so;
   so.memory = false;
   const double step = simulate(g, *opts.cost, so).step;
-  const double ref_step = simulate(*ref.graph, *opts.cost, so).step;
+  const double ref_step = ref.step;
   ctx.stat(st.simulated_step, microsecondsStat(step, "memory-limit=reference"));
   ctx.stat(st.reference_step, microsecondsStat(ref_step, "memory-limit=reference"));
   // Within the simulator's rounding of the same plan (1e-9 relative) the result stands.
@@ -445,7 +445,7 @@ bool scheduleWithinReference(Graph& g, const ScheduleOptions& opts, PassContext&
   ctx.stat(st.reference_fallback);
   ctx.stats[std::string(st.peak_estimate.name())] = ref.peak_bytes;
   g.rollback();
-  applyReferenceTail(g);
+  applyReferenceTail(g, ctx);
   ctx.analyses.clear();
   ctx.preserved = PreservedAnalyses{};
   return true;

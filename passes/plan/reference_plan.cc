@@ -8,6 +8,7 @@
 #include "ir/clone.h"
 #include "ir/collectives.h"
 #include "passes/analysis/phase.h"
+#include "passes/analysis/simulator.h"
 #include "passes/bucket/bucket.h"
 #include "passes/bucket/schedule.h"
 #include "passes/pass_manager.h"
@@ -94,27 +95,45 @@ ReferencePlan buildReferencePlan(const Graph& g, const MemoryOptions& memory) {
   return plan;
 }
 
-void applyReferenceTail(Graph& g) {
+void applyReferenceTail(Graph& g, PassContext& ctx) {
   mergeSplitGroups(g);
-  PassContext quiet;
-  BucketOptions bo;
-  bo.plan = BucketOptions::Plan::Blocks;
-  bo.all_reduce = false;
-  bo.memory_limit = 0;
-  bucketCollectives(g, bo, quiet);
-  PassContext quiet_schedule;
-  ScheduleOptions so;
-  so.prefetch = 1;
-  so.memory_limit = 0;
-  scheduleCollectives(g, so, quiet_schedule);
+  ctx.runPipeline(g, kReferenceTail);
 }
 
-ReferencePlan referencePlanTail(const Graph& g) {
-  ReferencePlan plan;
-  plan.graph = cloneGraph(g);
-  applyReferenceTail(*plan.graph);
-  finish(plan, MemoryOptions{});
-  return plan;
+namespace {
+
+ReferenceEstimate measureAppliedTail(Graph& g, PassContext& ctx, const CostModel* cost) {
+  applyReferenceTail(g, ctx);
+  ReferenceEstimate out;
+  PhaseInfo phases = computePhases(g);
+  MemoryOptions mo;
+  mo.top_k = 0;
+  out.peak_bytes = analyzeMemory(g, phases, mo).peak_bytes;
+  if (cost) {
+    SimOptions so;
+    so.memory = false;
+    out.step = simulate(g, *cost, so).step;
+  }
+  return out;
+}
+
+}  // namespace
+
+ReferenceEstimate estimateReferenceTail(Graph& g, PassContext& ctx, const CostModel* cost) {
+  if (g.recordingUndo()) {
+    ForkedGraph copy = ctx.fork(g);
+    return measureAppliedTail(*copy.graph, *copy.ctx, cost);
+  }
+  g.beginUndo();
+  ReferenceEstimate out;
+  try {
+    out = measureAppliedTail(g, ctx, cost);
+  } catch (...) {
+    g.rollback();
+    throw;
+  }
+  g.rollback();
+  return out;
 }
 
 }  // namespace jfx

@@ -26,6 +26,7 @@
 namespace jfx {
 
 class CostModel;
+class PassContext;
 class PhaseInfo;
 
 struct ReferencePlan {
@@ -43,18 +44,29 @@ std::string referencePipelineSpec();
 // the pipeline fails on it.
 ReferencePlan buildReferencePlan(const Graph& g, const MemoryOptions& memory = {});
 
-// Its last two passes only (bucket, schedule), on a copy of `g`: the reference plan of a graph
-// that has been through the first four, as the default pipeline's bucket and schedule are given
-// (their memory-limit=reference). A graph already bucketed per unit keeps its buckets (bucket
-// merges only collectives it has not made), and the group split-comm-groups added for
-// reduce-scatters goes back into the all-gathers' group (FSDP2 uses one communicator), so
-// schedule's input gives the same plan as bucket's.
-ReferencePlan referencePlanTail(const Graph& g);
+// What the reference plan's last two passes (bucket, schedule) give a graph that has been
+// through the first four, as the default pipeline's bucket and schedule are given (their
+// memory-limit=reference): its estimated peak, and its simulated step when `cost` is given.
+struct ReferenceEstimate {
+  int64_t peak_bytes = 0;
+  double step = 0;  // seconds; 0 without a cost model
+};
 
-// What referencePlanTail does to its copy, done to `g` itself: the nodes `g` keeps keep their
-// ids, so callers that tell nodes apart by id (the Python bridge's edit scripts) see a plan, not
-// a new graph. Gives the same graph as referencePlanTail(g).graph.
-void applyReferenceTail(Graph& g);
+// The reference estimate of `g`, measured on `g` itself: the two passes run as a nested pipeline
+// of `ctx` (served its analyses of `g`) and are then undone (Note [Undo] in ir/graph.h), so `g`
+// is as it was on return, revision included, and `ctx`'s analyses of it still hold. Bounding a
+// pass by the reference then costs the edits, not a copy of the graph and its analyses. A graph
+// that is already recording undo (one recording at a time) is measured on a fork instead. A graph
+// already bucketed per unit keeps its buckets (bucket merges only collectives it has not made), and
+// the group split-comm-groups added for reduce-scatters goes back into the all-gathers' group
+// (FSDP2 uses one communicator), so schedule's input gives the same plan as bucket's.
+ReferenceEstimate estimateReferenceTail(Graph& g, PassContext& ctx,
+                                        const CostModel* cost = nullptr);
+
+// The reference plan's last two passes done to `g`, as a nested pipeline of `ctx`: the nodes `g`
+// keeps keep their ids, so callers that tell nodes apart by id (the Python bridge's edit scripts)
+// see a plan, not a new graph.
+void applyReferenceTail(Graph& g, PassContext& ctx);
 
 // Collectives of each kind by phase, as the plans are compared.
 void countPlanCollectives(const Graph& g, const PhaseInfo& phases, ReferencePlan& counts);
