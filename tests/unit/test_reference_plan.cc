@@ -16,6 +16,7 @@
 #include "ir/clone.h"
 #include "ir/collectives.h"
 #include "ir/io.h"
+#include "ir/json_format.h"
 #include "passes/analysis/cost_model.h"
 #include "passes/analysis/memory.h"
 #include "passes/analysis/phase.h"
@@ -204,4 +205,44 @@ TEST_CASE("reference plan: bucket reports collectives left unbucketed for memory
   for (const PassRecord& p : rd.passes)
     if (p.name == "bucket") CHECK(p.stats.count("unbucketed.memory") == 0);
   CHECK(sink2.str().find("stay unbucketed") == std::string::npos);
+}
+
+TEST_CASE("reference plan: its estimate is measured on the graph itself and undone",
+          "[reference]") {
+  // estimateReferenceTail applies bucket and schedule to the pass's own graph and rolls them back:
+  // the figures are those of the tail applied to a copy, and the graph (its text, node ids,
+  // revision) and the caller's analyses of it are as before. A graph already recording undo is
+  // measured on a fork, with the same figures.
+  // As bucket is given the graph, and as schedule is (bucketed by the default, groups split).
+  const std::string head = "dce,tag-fsdp,remat,dedup-fsdp-unshard";
+  for (const std::string& input : {head, head + ",bucket{plan=blocks},split-comm-groups"})
+    for (const std::string name :
+         {"fsdp_w2", "fsdp_tp_w2", "encoder_w2", "hf_qwen3_moe_w2", "timm_vit_w2"}) {
+      INFO(name << " after " << input);
+      auto g = loadGraph(kSource + "/tests/data/traced/" + name + ".json");
+      std::ostringstream sink;
+      runPipeline(*g, resolvePipeline(input), quiet(sink));
+      auto copy = cloneGraph(*g);
+      PassContext copy_ctx;
+      applyReferenceTail(*copy, copy_ctx);
+
+      PassContext ctx;
+      const PhaseInfo* phases = &ctx.analyses.get<PhaseInfo>(*g);
+      const std::string text_before = writeJsonGraph(*g);
+      const uint64_t revision = g->revision();
+      const uint32_t max_id = g->maxId();
+      const ReferenceEstimate est = estimateReferenceTail(*g, ctx, &h100());
+      CHECK(est.peak_bytes == peakOf(*copy));
+      CHECK(est.step == Approx(stepOf(*copy)).epsilon(1e-12));
+      CHECK(writeJsonGraph(*g) == text_before);
+      CHECK(g->revision() == revision);
+      CHECK(g->maxId() == max_id);
+      CHECK(&ctx.analyses.get<PhaseInfo>(*g) == phases);  // still cached, not recomputed
+
+      g->beginUndo();
+      const ReferenceEstimate forked = estimateReferenceTail(*g, ctx, &h100());
+      g->rollback();
+      CHECK(forked.peak_bytes == est.peak_bytes);
+      CHECK(forked.step == Approx(est.step).epsilon(1e-12));
+    }
 }
