@@ -20,7 +20,7 @@ import math
 import operator
 import re
 import sys
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -452,13 +452,15 @@ def _nonfinite(value: float) -> _Bad:
                 f'{{"float": "{word}"}}')
 
 
-def _arg(value: Any, env: Mapping[str, fx.Node], level: int) -> Any:
-    """One JSON argument -> FX; a malformed one raises _Bad with the path below it."""
+_NOT_SCALAR = object()
+
+
+def _scalar(value: Any) -> Any:
+    """A JSON scalar of an argument or a value meta (null, true, false, an int64, a finite
+    float) as it is; _NOT_SCALAR for anything else (strings are the caller's: only arguments
+    take them)."""
     kind = type(value)
-    if kind is str:
-        _check_unicode(value)
-        return value
-    if kind is bool or value is None:
+    if value is None or kind is bool:
         return value
     if kind is int:
         return _int64(value)
@@ -466,17 +468,36 @@ def _arg(value: Any, env: Mapping[str, fx.Node], level: int) -> Any:
         if math.isfinite(value):
             return value
         raise _nonfinite(value)
+    return _NOT_SCALAR
+
+
+def _check_depth(level: int) -> None:
     if level > _MAX_DEPTH:
         raise _Bad(f"nesting deeper than {_MAX_DEPTH} levels")
-    if kind is list:
-        out = []
-        for i, v in enumerate(value):
-            try:
-                out.append(_arg(v, env, level + 1))
-            except _Bad as e:
-                e.path.append(i)
-                raise
-        return out
+
+
+def _each(items: list, convert: Callable[[Any], Any]) -> list:
+    """convert(item) for each item; a _Bad from one gets the item's index on its path."""
+    out = []
+    for i, item in enumerate(items):
+        try:
+            out.append(convert(item))
+        except _Bad as e:
+            e.path.append(i)
+            raise
+    return out
+
+
+def _arg(value: Any, env: Mapping[str, fx.Node], level: int) -> Any:
+    """One JSON argument -> FX; a malformed one raises _Bad with the path below it."""
+    if type(value) is str:
+        _check_unicode(value)
+        return value
+    if (scalar := _scalar(value)) is not _NOT_SCALAR:
+        return scalar
+    _check_depth(level)
+    if type(value) is list:
+        return _each(value, lambda v: _arg(v, env, level + 1))
     if not isinstance(value, Mapping) or len(value) != 1:
         raise _Bad("expected an argument (null, true, false, a number, a string, an array, or an "
                    f"object with one key: {_ARG_KINDS}), got "
@@ -599,26 +620,11 @@ class _ValFactory:
     def make(self, meta: Any, level: int = 1) -> Any:
         """A value meta (docs/graph-format.md "Node meta") -> meta["val"]; _Bad, with the path
         below `meta`, for anything else."""
-        kind = type(meta)
-        if meta is None or kind is bool:
-            return meta
-        if kind is int:
-            return _int64(meta)
-        if kind is float:
-            if math.isfinite(meta):
-                return meta
-            raise _nonfinite(meta)
-        if level > _MAX_DEPTH:
-            raise _Bad(f"nesting deeper than {_MAX_DEPTH} levels")
-        if kind is list:
-            out = []
-            for i, m in enumerate(meta):
-                try:
-                    out.append(self.make(m, level + 1))
-                except _Bad as e:
-                    e.path.append(i)
-                    raise
-            return tuple(out)
+        if (scalar := _scalar(meta)) is not _NOT_SCALAR:
+            return scalar
+        _check_depth(level)
+        if type(meta) is list:
+            return tuple(_each(meta, lambda m: self.make(m, level + 1)))
         if isinstance(meta, Mapping):
             if len(meta) == 1 and "float" in meta:
                 word = meta["float"]
