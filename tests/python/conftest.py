@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -117,3 +118,31 @@ def jfx_bin() -> Path:
         pytest.skip(f"jointfx CLI not found at {path}: build it (cmake --build build) or set "
                     "JFX_BIN to the binary")
     return path
+
+
+def propagate_fake(gm: Any) -> list[tuple[str, Any, Any]]:
+    """Runs GraphModule `gm` under FakeTensorMode from its placeholders' recorded vals (the
+    collectives' fake kernels need no process group) and pairs each tensor of every node's
+    recorded val with the one propagation gives: (node name, recorded, propagated), tuples and
+    lists flattened."""
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+
+    recorded = {n.name: n.meta.get("val") for n in gm.graph.nodes}
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    with mode:
+        inputs = [torch.empty_strided(n.meta["val"].shape, n.meta["val"].stride(),
+                                      dtype=n.meta["val"].dtype)
+                  for n in gm.graph.nodes if n.op == "placeholder"]
+    FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*inputs)
+
+    def tensors(val: Any) -> list[Any]:
+        if isinstance(val, torch.Tensor):
+            return [val]
+        if isinstance(val, (list, tuple)):
+            return [t for v in val for t in tensors(v)]
+        return []
+
+    return [(n.name, want, got) for n in gm.graph.nodes
+            for want, got in zip(tensors(recorded[n.name]), tensors(n.meta.get("val")))]

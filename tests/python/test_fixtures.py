@@ -14,8 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import torch
-from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
 from conftest import (
     LLAMA_VARIANTS,
@@ -23,6 +21,7 @@ from conftest import (
     TRACED_DIR,
     all_traced_fixture_paths,
     fixture_variant,
+    propagate_fake,
     traced_fixture_paths,
 )
 from jointfx.export import dumps_graph, export_graph, import_graph, resolve_target
@@ -137,30 +136,10 @@ def test_fake_propagation_reproduces_every_shape(fixture: tuple[Path, str, Graph
     fake kernels need no process group) and recomputes each node's recorded val."""
     _, _, g = fixture
     gm = import_graph(g.doc)
-    recorded = {n.name: n.meta.get("val") for n in gm.graph.nodes}
-    from torch._subclasses.fake_tensor import FakeTensorMode
-
-    mode = FakeTensorMode(allow_non_fake_inputs=True)
-    with mode:
-        inputs = [torch.empty_strided(n.meta["val"].shape, n.meta["val"].stride(),
-                                      dtype=n.meta["val"].dtype)
-                  for n in gm.graph.nodes if n.op == "placeholder"]
-    FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*inputs)
-    checked = 0
-    for n in gm.graph.nodes:
-        want, got = recorded[n.name], n.meta.get("val")
-        for w, v in zip(*(_tensors(want), _tensors(got))):
-            assert (tuple(v.shape), v.stride(), v.dtype) == (tuple(w.shape), w.stride(), w.dtype), n.name
-            checked += 1
-    assert checked > len(g.nodes) // 2
-
-
-def _tensors(val: Any) -> list[torch.Tensor]:
-    if isinstance(val, torch.Tensor):
-        return [val]
-    if isinstance(val, (list, tuple)):
-        return [t for v in val for t in _tensors(v)]
-    return []
+    pairs = propagate_fake(gm)
+    for name, w, v in pairs:
+        assert (tuple(v.shape), v.stride(), v.dtype) == (tuple(w.shape), w.stride(), w.dtype), name
+    assert len(pairs) > len(g.nodes) // 2
 
 
 def test_header(fixture: tuple[Path, str, Graph]) -> None:
