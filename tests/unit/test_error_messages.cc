@@ -11,19 +11,13 @@
 #include "ir/json_format.h"
 #include "passes/analysis/cost_model.h"
 #include "passes/pass_manager.h"
+#include "test_util.h"
 
 using namespace jfx;
 
 namespace {
 
-std::string errorOf(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const JfxError& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using test::errorOf;
 
 }  // namespace
 

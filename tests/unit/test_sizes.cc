@@ -13,19 +13,13 @@
 #include "passes/analysis/phase.h"
 #include "passes/pass.h"
 #include "passes/pass_manager.h"
+#include "test_util.h"
 
 using namespace jfx;
 
 namespace {
 
-std::string errorOf(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const JfxError& e) {
-    return e.what();
-  }
-  return "<no error>";
-}
+using test::errorOf;
 
 TensorMeta meta(ScalarType t, std::vector<int64_t> shape) {
   TensorMeta m;
