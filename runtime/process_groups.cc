@@ -249,17 +249,10 @@ c10::intrusive_ptr<c10d::ProcessGroup> makeGroup(const std::string& name,
   return pg;
 }
 
-}  // namespace
-
-ProcessGroups::ProcessGroups(const std::vector<ProcessGroupInfo>& groups, const DistEnv& env,
-                             CommBackend backend, std::chrono::milliseconds timeout,
-                             GlooOptions gloo)
-    : env_(env), timeout_(timeout) {
-#if !JFX_WITH_CUDA
-  if (backend == CommBackend::Nccl)
-    fail("this jointfx was built without CUDA/NCCL (configure with -DJFX_WITH_CUDA=ON)");
-#endif
-  // Check the header against the world before anyone blocks in a rendezvous.
+// Each group with its ranks (all of the world when the header lists none), checked against the
+// world before anyone blocks in a rendezvous.
+std::vector<std::pair<const ProcessGroupInfo*, std::vector<int64_t>>> planGroups(
+    const std::vector<ProcessGroupInfo>& groups, const DistEnv& env) {
   std::set<std::string> names;
   std::vector<std::pair<const ProcessGroupInfo*, std::vector<int64_t>>> plan;
   for (const ProcessGroupInfo& info : groups) {
@@ -285,30 +278,46 @@ ProcessGroups::ProcessGroups(const std::vector<ProcessGroupInfo>& groups, const 
     }
     plan.emplace_back(&info, std::move(ranks));
   }
+  return plan;
+}
 
-  if (env.world_size == 1 && env.master_port == 0) {
-    // One process and nobody to meet: an in-memory store.
-    store_ = c10::make_intrusive<c10d::HashStore>();
-  } else {
-    c10d::TCPStoreOptions so;
-    so.port = static_cast<uint16_t>(env.master_port);
-    so.isServer = env.rank == 0 && !env.agent_store;
-    so.numWorkers = static_cast<size_t>(env.world_size);
-    so.waitWorkers = true;  // the server returns once everyone connected, or throws at timeout
-    so.timeout = timeout;
-    if (env.rank == 0 && env.master_listen_fd >= 0) so.masterListenFd = env.master_listen_fd;
-    try {
-      store_ = c10::make_intrusive<c10d::TCPStore>(env.master_addr, so);
-    } catch (const std::exception& e) {
-      throw CommError("rendezvous at " + env.master_addr + ":" + std::to_string(env.master_port) +
-                      " failed (rank " + std::to_string(env.rank) + " of " +
-                      std::to_string(env.world_size) + ", timeout " +
-                      std::to_string(timeout.count()) + " ms): " +
-                      (dynamic_cast<const c10::Error*>(&e)
-                           ? static_cast<const c10::Error&>(e).what_without_backtrace()
-                           : e.what()));
-    }
+// The store the ranks meet at: TCP at MASTER_ADDR:MASTER_PORT (rank 0 serves it).
+c10::intrusive_ptr<c10d::Store> openStore(const DistEnv& env, std::chrono::milliseconds timeout) {
+  // One process and nobody to meet: an in-memory store.
+  if (env.world_size == 1 && env.master_port == 0) return c10::make_intrusive<c10d::HashStore>();
+  c10d::TCPStoreOptions so;
+  so.port = static_cast<uint16_t>(env.master_port);
+  so.isServer = env.rank == 0 && !env.agent_store;
+  so.numWorkers = static_cast<size_t>(env.world_size);
+  so.waitWorkers = true;  // the server returns once everyone connected, or throws at timeout
+  so.timeout = timeout;
+  if (env.rank == 0 && env.master_listen_fd >= 0) so.masterListenFd = env.master_listen_fd;
+  try {
+    return c10::make_intrusive<c10d::TCPStore>(env.master_addr, so);
+  } catch (const std::exception& e) {
+    throw CommError("rendezvous at " + env.master_addr + ":" + std::to_string(env.master_port) +
+                    " failed (rank " + std::to_string(env.rank) + " of " +
+                    std::to_string(env.world_size) + ", timeout " +
+                    std::to_string(timeout.count()) + " ms): " +
+                    (dynamic_cast<const c10::Error*>(&e)
+                         ? static_cast<const c10::Error&>(e).what_without_backtrace()
+                         : e.what()));
   }
+}
+
+}  // namespace
+
+ProcessGroups::ProcessGroups(const std::vector<ProcessGroupInfo>& groups, const DistEnv& env,
+                             CommBackend backend, std::chrono::milliseconds timeout,
+                             GlooOptions gloo)
+    : env_(env), timeout_(timeout) {
+#if !JFX_WITH_CUDA
+  if (backend == CommBackend::Nccl)
+    fail("this jointfx was built without CUDA/NCCL (configure with -DJFX_WITH_CUDA=ON)");
+#endif
+  // Check the header against the world before anyone blocks in a rendezvous.
+  auto plan = planGroups(groups, env);
+  store_ = openStore(env, timeout);
 
   // Same order on every rank (header order), so no two ranks wait on each other's groups.
   for (auto& [info, ranks] : plan) {
