@@ -18,7 +18,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "ir/checked.h"
+#include "ir/device_mesh.h"
 #include "ir/error.h"
 
 namespace jfx::rt {
@@ -68,21 +68,9 @@ DistEnv DistEnv::fromEnvironment() {
 std::vector<ProcessGroupInfo> localizeGroups(const std::vector<ProcessGroupInfo>& groups,
                                              const std::string& extra_json, int rank,
                                              int world_size) {
-  if (extra_json.empty()) return groups;
-  auto meta = nlohmann::json::parse(extra_json, nullptr, /*allow_exceptions=*/false);
-  if (meta.is_discarded() || !meta.is_object()) return groups;
-  auto mesh = meta.find("mesh");
-  if (mesh == meta.end() || !mesh->is_object()) return groups;
-  auto shape_it = mesh->find("shape");
-  if (shape_it == mesh->end() || !shape_it->is_array() || shape_it->empty()) return groups;
-  std::vector<int64_t> shape;
-  int64_t total = 1;
-  for (const auto& d : *shape_it) {
-    if (!d.is_number_integer() || d.get<int64_t>() < 1) return groups;
-    shape.push_back(d.get<int64_t>());
-    total *= shape.back();
-  }
-  if (total != world_size) return groups;
+  const std::optional<DeviceMesh> mesh = parseDeviceMesh(extra_json);
+  if (!mesh || mesh->size != world_size) return groups;
+  const std::vector<int64_t>& shape = mesh->shape;
   const size_t dims = shape.size();
   std::vector<int64_t> stride(dims, 1);
   for (size_t d = dims - 1; d-- > 0;)
@@ -121,25 +109,12 @@ std::vector<ProcessGroupInfo> localizeGroups(const std::vector<ProcessGroupInfo>
 namespace {
 
 // The mesh's rank count from graph meta {"mesh": {"shape": [...]}}, or 0 when there is none.
+// Throws JfxError naming meta.mesh when the mesh is malformed.
 int64_t meshRanks(const std::string& extra_json, std::string* shape_text) {
-  if (extra_json.empty()) return 0;
-  auto meta = nlohmann::json::parse(extra_json, nullptr, /*allow_exceptions=*/false);
-  if (meta.is_discarded() || !meta.is_object()) return 0;
-  auto mesh = meta.find("mesh");
-  if (mesh == meta.end() || !mesh->is_object()) return 0;
-  auto shape = mesh->find("shape");
-  if (shape == mesh->end() || !shape->is_array() || shape->empty()) return 0;
-  int64_t total = 1;
-  std::string text = "[";
-  for (const auto& d : *shape) {
-    if (!d.is_number_integer() || d.get<int64_t>() < 1) return 0;
-    auto t = checkedMul(total, d.get<int64_t>());
-    if (!t) return 0;
-    total = *t;
-    text += (text.size() > 1 ? ", " : "") + std::to_string(d.get<int64_t>());
-  }
-  if (shape_text) *shape_text = text + "]";
-  return total;
+  const std::optional<DeviceMesh> mesh = parseDeviceMesh(extra_json);
+  if (!mesh) return 0;
+  if (shape_text) *shape_text = meshShapeText(*mesh);
+  return mesh->size;
 }
 
 // The graph meta's "world_size" (what our tracers and torchtitan exports record), or 0.
