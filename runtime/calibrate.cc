@@ -338,64 +338,65 @@ struct Rank {
   }
 };
 
-json measureRank(const CalibrateOptions& o, const CalibrateModel& model, const DistEnv& env) {
-  c10::Device device(c10::kCPU);
-  if (o.device == "cuda") {
-    device = c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(env.local_rank));
+// The device this rank measures on (cuda: the one of its local rank).
+c10::Device rankDevice(const CalibrateOptions& o, const DistEnv& env) {
+  if (o.device != "cuda") return c10::Device(c10::kCPU);
 #if JFX_WITH_CUDA
-    c10::cuda::set_device(static_cast<c10::DeviceIndex>(env.local_rank));
+  c10::cuda::set_device(static_cast<c10::DeviceIndex>(env.local_rank));
 #endif
-  }
-  int threads = o.threads;
-  if (threads <= 0) {
-    int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    threads = std::max(1, cores / std::max(1, env.world_size));
-  }
-  at::set_num_threads(threads);
-  at::manual_seed(0);
+  return c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(env.local_rank));
+}
 
-  // One world group, plus a group of this rank alone (world-1 collectives, as fsdp_w1 runs).
+// Intra-op threads: as asked, else the host's cores shared among the ranks.
+int rankThreads(const CalibrateOptions& o, const DistEnv& env) {
+  if (o.threads > 0) return o.threads;
+  int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  return std::max(1, cores / std::max(1, env.world_size));
+}
+
+// One world group, plus a group of each rank alone (world-1 collectives, as fsdp_w1 runs).
+std::vector<ProcessGroupInfo> calibrationGroups(int world_size) {
   std::vector<ProcessGroupInfo> groups;
   ProcessGroupInfo world;
   world.name = kGroup;
-  world.size = env.world_size;
-  for (int r = 0; r < env.world_size; ++r)
+  world.size = world_size;
+  for (int r = 0; r < world_size; ++r)
     world.ranks.push_back(r);
   groups.push_back(world);
-  for (int r = 0; r < env.world_size; ++r) {
+  for (int r = 0; r < world_size; ++r) {
     ProcessGroupInfo self;
     self.name = "self" + std::to_string(r);
     self.size = 1;
     self.ranks = {r};
     groups.push_back(self);
   }
-  ProcessGroups pgs(groups, env, o.device == "cuda" ? CommBackend::Nccl : CommBackend::Gloo,
-                    std::chrono::seconds(o.timeout_s),
-                    GlooOptions{o.gloo_threads, o.gloo_share_groups});
-  Rank R{o, device, env.rank, env.world_size};
-  json out;
-  out["threads"] = threads;
+  return groups;
+}
 
-  // Compute, every rank at once (exec's ranks share the host the same way).
-  pgs.worldBarrier("compute");
+// The roofline time of `g`'s work at the rates measured so far (out["matmul"], out["memory"]).
+double rooflineSeconds(const CalibrateModel& model, const json& out, const Graph& g) {
+  const double peak_flops = out["matmul"]["float32"]["tflops"].get<double>() * 1e12;
+  const double memory_bandwidth = out["memory"]["gbps"].get<double>() * 1e9;
+  return model.work_seconds(g, peak_flops, memory_bandwidth);
+}
+
+// Matmul rates, memory bandwidth and what a node costs the executor, into `out`.
+void measureCompute(const Rank& R, const CalibrateModel& model, json& out) {
   json mm;
   // A GPU needs far larger products than a CPU core to reach its rate: at n = 512 an H200's
   // bf16 mm is launch-bound, at a small fraction of its peak (bench/README.md, "Figures behind
   // the code").
-  const bool gpu = device.is_cuda();
-  mm["float32"] = R.matmul(at::kFloat, o.quick ? 256 : gpu ? 4096 : 1024);
-  mm["bfloat16"] = R.matmul(at::kBFloat16, o.quick ? 128 : gpu ? 8192 : 512);
+  const bool gpu = R.device.is_cuda();
+  const bool quick = R.o.quick;
+  mm["float32"] = R.matmul(at::kFloat, quick ? 256 : gpu ? 4096 : 1024);
+  mm["bfloat16"] = R.matmul(at::kBFloat16, quick ? 128 : gpu ? 8192 : 512);
   out["matmul"] = mm;
   out["memory"] = R.memory();
   int k = 256;
   // Kernels: a chain cycling through mm, add and mul on float32[32, 32] (the traced graphs are
   // mostly small matmuls and pointwise ops), less the roofline time of their work at the rates
   // just measured: what a kernel node costs the executor beyond its work.
-  const double peak_flops = out["matmul"]["float32"]["tflops"].get<double>() * 1e12;
-  const double memory_bandwidth = out["memory"]["gbps"].get<double>() * 1e9;
-  auto roofline = [&](const Graph& g) {
-    return model.work_seconds(g, peak_flops, memory_bandwidth);
-  };
+  auto roofline = [&](const Graph& g) { return rooflineSeconds(model, out, g); };
   double work = 0;
   double mix = R.chainPerNode(
       [](Graph& g, Node* x, int i) {
@@ -418,28 +419,32 @@ json measureRank(const CalibrateOptions& o, const CalibrateModel& model, const D
   out["view_node_s"] = view;
   R.log("per node: mm/add/mul " + fmt(mix * 1e6) + " us (roofline work " + fmt(work * 1e6) +
         " us), view " + fmt(view * 1e6) + " us");
-  if (!o.workload.empty()) {
-    // A real graph's compute, every rank at once: what a node costs amid a model's op mix and
-    // live tensors, against what the chains above say.
-    std::unique_ptr<Graph> wg = loadGraph(o.workload);
-    if (std::string p = deviceKernelProblem(*wg, device.type()); !p.empty())
-      throw JfxError({}, "workload " + o.workload + ": " + p);
-    localizeCollectives(*wg);
-    auto [kernels, hosts] = model.overhead_nodes(*wg);
-    double seconds = R.workloadStep(*wg);
-    out["workload"] = json{{"seconds", seconds},
-                           {"work_s", roofline(*wg)},
-                           {"kernel_nodes", kernels},
-                           {"host_nodes", hosts}};
-    R.log("workload " + o.workload + ": " + fmt(seconds * 1e3) + " ms a step (" +
-          std::to_string(kernels) + " kernel and " + std::to_string(hosts) + " host nodes)");
-  }
+}
 
-  // Collectives: a small message (latency) and a large one (bandwidth), on the world group and
-  // on this rank alone. The batches of all eight go round-robin, so that a burst of load from
-  // elsewhere on the host hits every one alike; the same counts on every rank.
-  pgs.worldBarrier("collectives");
-  int64_t small = 256, large = o.quick ? (1 << 16) : (1 << 20);  // floats per rank
+// A real graph's compute, every rank at once: what a node costs amid a model's op mix and live
+// tensors, against what the chains of measureCompute say.
+void measureWorkload(const Rank& R, const CalibrateModel& model, json& out) {
+  const std::string& path = R.o.workload;
+  std::unique_ptr<Graph> wg = loadGraph(path);
+  if (std::string p = deviceKernelProblem(*wg, R.device.type()); !p.empty())
+    throw JfxError({}, "workload " + path + ": " + p);
+  localizeCollectives(*wg);
+  auto [kernels, hosts] = model.overhead_nodes(*wg);
+  double seconds = R.workloadStep(*wg);
+  out["workload"] = json{{"seconds", seconds},
+                         {"work_s", rooflineSeconds(model, out, *wg)},
+                         {"kernel_nodes", kernels},
+                         {"host_nodes", hosts}};
+  R.log("workload " + path + ": " + fmt(seconds * 1e3) + " ms a step (" + std::to_string(kernels) +
+        " kernel and " + std::to_string(hosts) + " host nodes)");
+}
+
+// Collectives: a small message (latency) and a large one (bandwidth), on the world group and on
+// this rank alone. The batches of all eight go round-robin, so that a burst of load from
+// elsewhere on the host hits every one alike; the same counts on every rank.
+json measureCollectives(const Rank& R, ProcessGroups& pgs, const DistEnv& env) {
+  const bool quick = R.o.quick;
+  int64_t small = 256, large = quick ? (1 << 16) : (1 << 20);  // floats per rank
   std::string self = "self" + std::to_string(env.rank);
   const char* kinds[] = {"all_gather", "reduce_scatter"};
   std::vector<std::unique_ptr<Rank::CollectiveBench>> world_b, local_b;
@@ -447,12 +452,12 @@ json measureRank(const CalibrateOptions& o, const CalibrateModel& model, const D
     for (int64_t n : {small, large}) {
       bool big = n == large;
       int kk = big ? 2 : 16;
-      int reps = o.quick ? (big ? 2 : 4) : (big ? 3 : 10);
+      int reps = quick ? (big ? 2 : 4) : (big ? 3 : 10);
       if (env.world_size > 1)
         world_b.push_back(R.collective(kind, kGroup, env.world_size, n, kk, reps));
       local_b.push_back(R.collective(kind, self, 1, n, kk, reps));
     }
-  int batches = o.quick ? 3 : 11;
+  int batches = quick ? 3 : 11;
   for (int b = 0; b < batches; ++b) {
     for (size_t i = 0; i < world_b.size(); ++i) {
       // Line the ranks up, so that no batch times a peer still busy with the one before.
@@ -481,7 +486,27 @@ json measureRank(const CalibrateOptions& o, const CalibrateModel& model, const D
     }
     coll[kinds[ki]] = rows;
   }
-  out["collectives"] = coll;
+  return coll;
+}
+
+json measureRank(const CalibrateOptions& o, const CalibrateModel& model, const DistEnv& env) {
+  c10::Device device = rankDevice(o, env);
+  int threads = rankThreads(o, env);
+  at::set_num_threads(threads);
+  at::manual_seed(0);
+  ProcessGroups pgs(calibrationGroups(env.world_size), env,
+                    o.device == "cuda" ? CommBackend::Nccl : CommBackend::Gloo,
+                    std::chrono::seconds(o.timeout_s),
+                    GlooOptions{o.gloo_threads, o.gloo_share_groups});
+  Rank R{o, device, env.rank, env.world_size};
+  json out;
+  out["threads"] = threads;
+  // Compute, every rank at once (exec's ranks share the host the same way).
+  pgs.worldBarrier("compute");
+  measureCompute(R, model, out);
+  if (!o.workload.empty()) measureWorkload(R, model, out);
+  pgs.worldBarrier("collectives");
+  out["collectives"] = measureCollectives(R, pgs, env);
   pgs.worldBarrier("done");
   return out;
 }
@@ -495,84 +520,114 @@ double meanOver(const std::vector<json>& ranks, const std::function<double(const
   return s / static_cast<double>(ranks.size());
 }
 
-json buildProfile(const CalibrateOptions& o, const std::vector<json>& ranks, const json& base) {
-  const std::string host = hostName();
-  const std::string when = utcNow();
-  const int G = o.world;
-  const std::string by = "measured by jointfx calibrate on " + host + ", " + when;
-  const std::string setup = std::to_string(G) + " rank" + (G > 1 ? "s" : "") + ", " +
-                            std::to_string(ranks[0]["threads"].get<int>()) +
-                            " intra-op thread(s) each, device " + o.device +
-                            (o.quick ? ", --quick" : "");
-  json p = base.is_object() ? base : json::object();
-  p.erase("sources");
-  json sources = base.is_object() && base.contains("sources") ? base["sources"] : json::object();
-  p["name"] = o.name.empty() ? "calibrated-" + host : o.name;
-  p["description"] = "Measured on " + host + " (" + (o.device == "cpu" ? cpuModel() : "CUDA") +
-                     ") by jointfx calibrate, " + when + ": " + setup + ".";
+// Collectives: t = latency + S / algBw from the small and the large message.
+struct CollectiveFit {
+  double latency, alg_bw, t1, t2, s1, s2;
+};
 
-  auto mean = [&](const std::function<double(const json&)>& get) { return meanOver(ranks, get); };
-  double f32 = mean([](const json& r) { return r["matmul"]["float32"]["tflops"].get<double>(); });
-  double bf16 = mean([](const json& r) { return r["matmul"]["bfloat16"]["tflops"].get<double>(); });
-  json peaks = p.contains("peak_tflops") ? p["peak_tflops"] : json::object();
-  peaks["float32"] = f32;
-  peaks["bfloat16"] = bf16;
-  if (!peaks.contains("default")) peaks["default"] = f32;
-  p["peak_tflops"] = peaks;
-  p["compute_efficiency"] = 1.0;
-  sources["peak_tflops"] =
-      by + ": at::mm of square matrices per rank (float32 n=" +
-      std::to_string(ranks[0]["matmul"]["float32"]["n"].get<int64_t>()) +
-      ", bfloat16 n=" + std::to_string(ranks[0]["matmul"]["bfloat16"]["n"].get<int64_t>()) +
-      "), every rank at once, mean over ranks; " + setup +
-      ". compute_efficiency 1: the measured rate is already sustained";
-  double gbps = mean([](const json& r) { return r["memory"]["gbps"].get<double>(); });
-  p["memory_bandwidth_gbps"] = gbps;
-  p["memory_efficiency"] = 1.0;
-  sources["memory_bandwidth_gbps"] =
-      by + ": at::add out-of-place on " + fmt(ranks[0]["memory"]["bytes"].get<double>() / 3 / 1e6) +
-      " MB float32 operands (2 reads + 1 write), every rank at once, mean over ranks; "
-      "memory_efficiency 1";
-  double add = mean([](const json& r) { return r["kernel_node_s"].get<double>(); });
-  double view = mean([](const json& r) { return r["view_node_s"].get<double>(); });
-  std::string chains =
-      ": Executor::run of a chain of 256 nodes cycling through aten.mm.default, "
-      "aten.add.Tensor and aten.mul.Tensor on float32[32, 32], per node, less the roofline time "
-      "of their work at the measured rates (dispatch, allocation, meta check, value table), at "
-      "least host_overhead_us";
-  std::string views =
-      ": Executor::run of a chain of 256 aten.view.default nodes, per node: what a node "
-      "that launches no kernel (view, getitem, wait, collective issue) costs the executor";
-  std::string scaled;
-  if (ranks[0].contains("workload")) {
-    // The chains run hot: three ops, one live tensor. Amid a model's op mix, its live
-    // activations and its larger ops, a node costs more; the workload's step says how much. One
-    // factor for both overheads, fitted to the step: seconds = work + s (kernels x kernel
-    // overhead + hosts x host overhead).
-    double s = mean([](const json& r) {
+// The hardware profile from every rank's figures, on top of `base` (kept where not measured),
+// one section at a time; every figure gets a line in "sources" saying how it was measured.
+struct ProfileBuilder {
+  const CalibrateOptions& o;
+  const std::vector<json>& ranks;
+  std::string by;     // "measured by jointfx calibrate on <host>, <when>"
+  std::string setup;  // ranks, threads, device
+  json p, sources;
+  double view = 0;  // the host overhead of a node, in seconds, after scaling
+
+  ProfileBuilder(const CalibrateOptions& options, const std::vector<json>& figures)
+      : o(options), ranks(figures) {}
+
+  double mean(const std::function<double(const json&)>& get) const { return meanOver(ranks, get); }
+
+  void header(const json& base) {
+    const std::string host = hostName();
+    const std::string when = utcNow();
+    const int G = o.world;
+    by = "measured by jointfx calibrate on " + host + ", " + when;
+    setup = std::to_string(G) + " rank" + (G > 1 ? "s" : "") + ", " +
+            std::to_string(ranks[0]["threads"].get<int>()) + " intra-op thread(s) each, device " +
+            o.device + (o.quick ? ", --quick" : "");
+    p = base.is_object() ? base : json::object();
+    p.erase("sources");
+    sources = base.is_object() && base.contains("sources") ? base["sources"] : json::object();
+    p["name"] = o.name.empty() ? "calibrated-" + host : o.name;
+    p["description"] = "Measured on " + host + " (" + (o.device == "cpu" ? cpuModel() : "CUDA") +
+                       ") by jointfx calibrate, " + when + ": " + setup + ".";
+  }
+
+  void rates() {
+    double f32 = mean([](const json& r) { return r["matmul"]["float32"]["tflops"].get<double>(); });
+    double bf16 =
+        mean([](const json& r) { return r["matmul"]["bfloat16"]["tflops"].get<double>(); });
+    json peaks = p.contains("peak_tflops") ? p["peak_tflops"] : json::object();
+    peaks["float32"] = f32;
+    peaks["bfloat16"] = bf16;
+    if (!peaks.contains("default")) peaks["default"] = f32;
+    p["peak_tflops"] = peaks;
+    p["compute_efficiency"] = 1.0;
+    sources["peak_tflops"] =
+        by + ": at::mm of square matrices per rank (float32 n=" +
+        std::to_string(ranks[0]["matmul"]["float32"]["n"].get<int64_t>()) +
+        ", bfloat16 n=" + std::to_string(ranks[0]["matmul"]["bfloat16"]["n"].get<int64_t>()) +
+        "), every rank at once, mean over ranks; " + setup +
+        ". compute_efficiency 1: the measured rate is already sustained";
+    double gbps = mean([](const json& r) { return r["memory"]["gbps"].get<double>(); });
+    p["memory_bandwidth_gbps"] = gbps;
+    p["memory_efficiency"] = 1.0;
+    sources["memory_bandwidth_gbps"] =
+        by + ": at::add out-of-place on " +
+        fmt(ranks[0]["memory"]["bytes"].get<double>() / 3 / 1e6) +
+        " MB float32 operands (2 reads + 1 write), every rank at once, mean over ranks; "
+        "memory_efficiency 1";
+  }
+
+  // The chains run hot: three ops, one live tensor. Amid a model's op mix, its live activations
+  // and its larger ops, a node costs more; the workload's step says how much. One factor for
+  // both overheads, fitted to the step: seconds = work + s (kernels x kernel overhead + hosts x
+  // host overhead). Sets `scale`; returns the sources' text for it.
+  std::string workloadScale(double& scale) const {
+    scale = mean([](const json& r) {
       const json& w = r["workload"];
       double overhead = w["kernel_nodes"].get<double>() * r["kernel_node_s"].get<double>() +
                         w["host_nodes"].get<double>() * r["view_node_s"].get<double>();
       double left = w["seconds"].get<double>() - w["work_s"].get<double>();
       return overhead > 0 && left > 0 ? left / overhead : 1.0;
     });
-    add *= s;
-    view *= s;
     const json& w = ranks[0]["workload"];
-    scaled = ", times " + fmt(s) + ": the factor that makes the overheads explain the step of " +
-             o.workload_label + " with its collectives made local (" +
-             fmt(w["seconds"].get<double>() * 1e3) + " ms on rank 0 for " +
-             std::to_string(w["kernel_nodes"].get<int64_t>()) + " kernel and " +
-             std::to_string(w["host_nodes"].get<int64_t>()) + " host nodes, " +
-             fmt(w["work_s"].get<double>() * 1e3) + " ms of it roofline work), every rank at once";
+    return ", times " + fmt(scale) + ": the factor that makes the overheads explain the step of " +
+           o.workload_label + " with its collectives made local (" +
+           fmt(w["seconds"].get<double>() * 1e3) + " ms on rank 0 for " +
+           std::to_string(w["kernel_nodes"].get<int64_t>()) + " kernel and " +
+           std::to_string(w["host_nodes"].get<int64_t>()) + " host nodes, " +
+           fmt(w["work_s"].get<double>() * 1e3) + " ms of it roofline work), every rank at once";
   }
-  p["kernel_overhead_us"] = add * 1e6;
-  p["host_overhead_us"] = view * 1e6;
-  sources["kernel_overhead_us"] = by + chains + scaled + "; mean over ranks";
-  sources["host_overhead_us"] = by + views + scaled + "; mean over ranks";
 
-  // Collectives: t = latency + S / algBw from the small and the large message.
-  auto fit = [&](const char* kind, const char* seconds_key, const char* bytes_key) {
+  void overheads() {
+    double add = mean([](const json& r) { return r["kernel_node_s"].get<double>(); });
+    view = mean([](const json& r) { return r["view_node_s"].get<double>(); });
+    std::string chains =
+        ": Executor::run of a chain of 256 nodes cycling through aten.mm.default, "
+        "aten.add.Tensor and aten.mul.Tensor on float32[32, 32], per node, less the roofline "
+        "time of their work at the measured rates (dispatch, allocation, meta check, value "
+        "table), at least host_overhead_us";
+    std::string views =
+        ": Executor::run of a chain of 256 aten.view.default nodes, per node: what a node "
+        "that launches no kernel (view, getitem, wait, collective issue) costs the executor";
+    std::string scaled;
+    if (ranks[0].contains("workload")) {
+      double s = 1;
+      scaled = workloadScale(s);
+      add *= s;
+      view *= s;
+    }
+    p["kernel_overhead_us"] = add * 1e6;
+    p["host_overhead_us"] = view * 1e6;
+    sources["kernel_overhead_us"] = by + chains + scaled + "; mean over ranks";
+    sources["host_overhead_us"] = by + views + scaled + "; mean over ranks";
+  }
+
+  CollectiveFit fit(const char* kind, const char* seconds_key, const char* bytes_key) const {
     auto t = [&](int i) {
       return mean(
           [&](const json& r) { return r["collectives"][kind][i][seconds_key].get<double>(); });
@@ -582,73 +637,93 @@ json buildProfile(const CalibrateOptions& o, const std::vector<json>& ranks, con
     double t1 = t(0), t2 = t(1);
     double alg = t2 > t1 ? (s2 - s1) / (t2 - t1) : s2 / t2;
     double lat = std::max(0.0, t1 - s1 / alg);
-    return std::make_tuple(lat, alg, t1, t2, s1, s2);
-  };
+    return {lat, alg, t1, t2, s1, s2};
+  }
+
   // Local (one-rank group) collectives: fixed cost over the local copy the model charges.
-  {
-    auto [lat_ag, alg_ag, t1a, t2a, s1a, s2a] = fit("all_gather", "local_seconds", "local_bytes");
-    auto [lat_rs, alg_rs, t1r, t2r, s1r, s2r] =
-        fit("reduce_scatter", "local_seconds", "local_bytes");
-    double local = std::max(0.0, (lat_ag + lat_rs) / 2 - 2 * view);
+  void localCollectives() {
+    CollectiveFit ag = fit("all_gather", "local_seconds", "local_bytes");
+    CollectiveFit rs = fit("reduce_scatter", "local_seconds", "local_bytes");
+    double local = std::max(0.0, (ag.latency + rs.latency) / 2 - 2 * view);
     p["local_collective_us"] = local * 1e6;
     sources["local_collective_us"] =
         by +
         ": all_gather_into_tensor / reduce_scatter_tensor + wait_tensor on a process group "
         "of one rank (" +
-        o.device + "), the fixed part of the time (" + fmt(t1a * 1e6) + " / " + fmt(t1r * 1e6) +
-        " us at " + fmt(s1a) + " B), less the two nodes' host overhead";
+        o.device + "), the fixed part of the time (" + fmt(ag.t1 * 1e6) + " / " + fmt(rs.t1 * 1e6) +
+        " us at " + fmt(ag.s1) + " B), less the two nodes' host overhead";
+    // How exec maps groups to streams: its gloo backend runs groups over the same ranks on one
+    // worker thread unless told otherwise; NCCL gives every group its own communicator.
+    bool shared = o.device == "cpu" && o.gloo_share_groups;
+    p["collective_streams"] = shared ? "per_rank_set" : "per_group";
+    sources["collective_streams"] =
+        by + ": " +
+        (shared ? "jointfx exec runs gloo groups over the same ranks on one backend"
+                : "one backend per group");
   }
-  // How exec maps groups to streams: its gloo backend runs groups over the same ranks on one
-  // worker thread unless told otherwise; NCCL gives every group its own communicator.
-  bool shared = o.device == "cpu" && o.gloo_share_groups;
-  p["collective_streams"] = shared ? "per_rank_set" : "per_group";
-  sources["collective_streams"] =
-      by + ": " +
-      (shared ? "jointfx exec runs gloo groups over the same ranks on one backend"
-              : "one backend per group");
-  json intra = p.contains("intra_node") ? p["intra_node"] : json::object();
-  if (G > 1) {
-    auto [lat_ag, alg_ag, t1a, t2a, s1a, s2a] = fit("all_gather", "seconds", "bytes");
-    auto [lat_rs, alg_rs, t1r, t2r, s1r, s2r] = fit("reduce_scatter", "seconds", "bytes");
-    double g = G;
-    double bus_ag = alg_ag * (g - 1) / g, bus_rs = alg_rs * (g - 1) / g;
-    double lat = std::max(0.0, (lat_ag + lat_rs) / 2 - 2 * view);
-    double bus = 2 / (1 / bus_ag + 1 / bus_rs);  // harmonic: the mean time per byte
-    p["base_latency_us"] = 0.0;
-    intra["bus_bandwidth_gbps"] = bus / 1e9;
-    intra["hop_latency_us"] = lat / (g - 1) * 1e6;
-    sources["intra_node"] =
-        by +
-        ": all_gather_into_tensor / reduce_scatter_tensor + wait_tensor through the executor "
-        "on " +
-        std::to_string(G) + " ranks of this host (" + (o.device == "cpu" ? "gloo" : "NCCL") +
-        "), at " + fmt(s1a) + " and " + fmt(s2a) + " B: all-gather " + fmt(t1a * 1e6) + " / " +
-        fmt(t2a * 1e6) + " us (busBw " + fmt(bus_ag / 1e9) + " GB/s), reduce-scatter " +
-        fmt(t1r * 1e6) + " / " + fmt(t2r * 1e6) + " us (busBw " + fmt(bus_rs / 1e9) +
-        " GB/s); fixed part less two nodes' host overhead, " + fmt(lat * 1e6) +
-        " us, spread over the G - 1 ring steps as hop latency (base 0); busBw the harmonic mean";
-  } else {
-    if (!intra.contains("bus_bandwidth_gbps")) intra["bus_bandwidth_gbps"] = gbps / 2;
-    if (!intra.contains("hop_latency_us")) intra["hop_latency_us"] = 0.0;
-    if (!p.contains("base_latency_us")) p["base_latency_us"] = 0.0;
-    if (!sources.contains("intra_node"))
+
+  // The ring of this host's ranks: bus bandwidth and hop latency (measured at world > 1).
+  void intraNode() {
+    json intra = p.contains("intra_node") ? p["intra_node"] : json::object();
+    const int G = o.world;
+    if (G > 1) {
+      CollectiveFit ag = fit("all_gather", "seconds", "bytes");
+      CollectiveFit rs = fit("reduce_scatter", "seconds", "bytes");
+      double g = G;
+      double bus_ag = ag.alg_bw * (g - 1) / g, bus_rs = rs.alg_bw * (g - 1) / g;
+      double lat = std::max(0.0, (ag.latency + rs.latency) / 2 - 2 * view);
+      double bus = 2 / (1 / bus_ag + 1 / bus_rs);  // harmonic: the mean time per byte
+      p["base_latency_us"] = 0.0;
+      intra["bus_bandwidth_gbps"] = bus / 1e9;
+      intra["hop_latency_us"] = lat / (g - 1) * 1e6;
       sources["intra_node"] =
-          "not measured (calibrated at world 1; run jointfx calibrate --world N): half the "
-          "measured memory bandwidth, no latency";
+          by +
+          ": all_gather_into_tensor / reduce_scatter_tensor + wait_tensor through the executor "
+          "on " +
+          std::to_string(G) + " ranks of this host (" + (o.device == "cpu" ? "gloo" : "NCCL") +
+          "), at " + fmt(ag.s1) + " and " + fmt(ag.s2) + " B: all-gather " + fmt(ag.t1 * 1e6) +
+          " / " + fmt(ag.t2 * 1e6) + " us (busBw " + fmt(bus_ag / 1e9) + " GB/s), reduce-scatter " +
+          fmt(rs.t1 * 1e6) + " / " + fmt(rs.t2 * 1e6) + " us (busBw " + fmt(bus_rs / 1e9) +
+          " GB/s); fixed part less two nodes' host overhead, " + fmt(lat * 1e6) +
+          " us, spread over the G - 1 ring steps as hop latency (base 0); busBw the harmonic "
+          "mean";
+    } else {
+      double gbps = p["memory_bandwidth_gbps"].get<double>();
+      if (!intra.contains("bus_bandwidth_gbps")) intra["bus_bandwidth_gbps"] = gbps / 2;
+      if (!intra.contains("hop_latency_us")) intra["hop_latency_us"] = 0.0;
+      if (!p.contains("base_latency_us")) p["base_latency_us"] = 0.0;
+      if (!sources.contains("intra_node"))
+        sources["intra_node"] =
+            "not measured (calibrated at world 1; run jointfx calibrate --world N): half the "
+            "measured memory bandwidth, no latency";
+    }
+    p["intra_node"] = intra;
   }
-  p["intra_node"] = intra;
-  // Every rank of a calibration is on this host: the ring never crosses a network.
-  p["gpus_per_node"] = std::max<int64_t>(p.value("gpus_per_node", int64_t{0}), 4096);
-  if (!p.contains("inter_node")) {
-    p["inter_node"] = intra;
-    sources["inter_node"] =
-        "not measured (one host): the intra-node figures; gpus_per_node is set so that every "
-        "group fits on one node";
+
+  json finish() {
+    // Every rank of a calibration is on this host: the ring never crosses a network.
+    p["gpus_per_node"] = std::max<int64_t>(p.value("gpus_per_node", int64_t{0}), 4096);
+    if (!p.contains("inter_node")) {
+      p["inter_node"] = p["intra_node"];
+      sources["inter_node"] =
+          "not measured (one host): the intra-node figures; gpus_per_node is set so that every "
+          "group fits on one node";
+    }
+    if (!p.contains("memory_capacity_gib")) p["memory_capacity_gib"] = 0;
+    sources["calibration"] = by + ": " + setup + "; jointfx exec runs graphs the same way";
+    p["sources"] = sources;
+    return p;
   }
-  if (!p.contains("memory_capacity_gib")) p["memory_capacity_gib"] = 0;
-  sources["calibration"] = by + ": " + setup + "; jointfx exec runs graphs the same way";
-  p["sources"] = sources;
-  return p;
+};
+
+json buildProfile(const CalibrateOptions& o, const std::vector<json>& ranks, const json& base) {
+  ProfileBuilder b(o, ranks);
+  b.header(base);
+  b.rates();
+  b.overheads();
+  b.localCollectives();
+  b.intraNode();
+  return b.finish();
 }
 
 int launchOrRun(const CalibrateOptions& o, const CalibrateModel& model) {

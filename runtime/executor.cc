@@ -147,6 +147,99 @@ c10::MemoryFormat memoryFormatFromName(std::string_view s) {
   throw ConvertError{"unknown memory format " + quoteForMessage(s)};
 }
 
+c10::IValue constantToIValue(const Arg& a, const c10::TypePtr& t, const c10::Device& device);
+
+// A constant where the schema says `Any`: _c10d_functional's group_name / reduce_op in newer
+// torch.
+c10::IValue anyToIValue(const Arg& a, const c10::TypePtr& t) {
+  switch (a.kind()) {
+    case Arg::Kind::None:
+      return c10::IValue();
+    case Arg::Kind::Str:
+      return c10::IValue(std::string(a.str()));
+    case Arg::Kind::Int:
+      return c10::IValue(a.toInt());
+    case Arg::Kind::Float:
+      return c10::IValue(a.toFloat());
+    case Arg::Kind::Bool:
+      return c10::IValue(a.toBool());
+    default:
+      mismatch(a, t);
+  }
+}
+
+// A constant list (or one int where the schema wants int[N]) as a list of `t`'s element type.
+c10::IValue listToIValue(const Arg& a, const c10::TypePtr& t, const c10::Device& device) {
+  using K = c10::TypeKind;
+  if (!a.isSequence()) {
+    // torch accepts a single int where int[N] is expected (e.g. sum(x, 1)): broadcast it.
+    if (a.kind() == Arg::Kind::Int) return c10::IValue(c10::List<int64_t>({a.toInt()}));
+    mismatch(a, t);
+  }
+  const auto& elem = t->castRaw<c10::ListType>()->getElementType();
+  switch (elem->kind()) {
+    case K::IntType:
+    case K::SymIntType: {
+      c10::List<int64_t> l;
+      for (const auto& i : a.items())
+        l.push_back(constantToIValue(i, elem, device).toInt());
+      return c10::IValue(std::move(l));
+    }
+    case K::FloatType: {
+      c10::List<double> l;
+      for (const auto& i : a.items())
+        l.push_back(constantToIValue(i, elem, device).toDouble());
+      return c10::IValue(std::move(l));
+    }
+    case K::BoolType: {
+      c10::List<bool> l;
+      for (const auto& i : a.items())
+        l.push_back(constantToIValue(i, elem, device).toBool());
+      return c10::IValue(std::move(l));
+    }
+    case K::TensorType:
+      if (a.items().empty()) return c10::IValue(c10::List<at::Tensor>());
+      mismatch(a, t);
+    case K::OptionalType: {
+      // Tensor?[] of all-None (aten.index with no indices) is rare but legal.
+      c10::List<std::optional<at::Tensor>> l;
+      for (const auto& i : a.items()) {
+        if (!i.isNone()) mismatch(i, elem);
+        l.push_back(std::nullopt);
+      }
+      return c10::IValue(std::move(l));
+    }
+    default: {
+      c10::impl::GenericList l(elem);
+      for (const auto& i : a.items())
+        l.push_back(constantToIValue(i, elem, device));
+      return c10::IValue(std::move(l));
+    }
+  }
+}
+
+// A constant where the schema says Tensor.
+c10::IValue tensorToIValue(const Arg& a, const c10::TypePtr& t) {
+  // Autograd formulas pass undefined tensors where a schema says Tensor, and FX prints them
+  // as None: the SDPA backwards' attn_bias (efficient) and cum_seq_q/k (flash) outside
+  // nested tensors. An undefined tensor is what eager passes.
+  if (a.isNone()) return c10::IValue(at::Tensor());
+  // make_fx keeps Python scalars where a schema wants a Tensor (add.Tensor(x, 1e-05)).
+  // Python's arg parser turns them into 0-dim "wrapped number" tensors, which take no part
+  // in type promotion; do the same so results match eager bit for bit.
+  at::Tensor w;
+  if (a.kind() == Arg::Kind::Float)
+    w = at::scalar_tensor(a.toFloat(), at::TensorOptions().dtype(c10::kDouble));
+  else if (a.kind() == Arg::Kind::Int)
+    w = at::scalar_tensor(a.toInt(), at::TensorOptions().dtype(c10::kLong));
+  else if (a.kind() == Arg::Kind::Bool)
+    w = at::scalar_tensor(a.toBool(), at::TensorOptions().dtype(c10::kBool));
+  else
+    mismatch(a, t);
+  w.unsafeGetTensorImpl()->set_wrapped_number(true);
+  return c10::IValue(std::move(w));
+}
+
 // A constant (no node inside) as an IValue of schema type `t`.
 c10::IValue constantToIValue(const Arg& a, const c10::TypePtr& t, const c10::Device& device) {
   using K = c10::TypeKind;
@@ -155,6 +248,7 @@ c10::IValue constantToIValue(const Arg& a, const c10::TypePtr& t, const c10::Dev
       if (a.isNone()) return c10::IValue();
       return constantToIValue(a, t->castRaw<c10::OptionalType>()->getElementType(), device);
     case K::NoneType:
+    case K::GeneratorType:
       if (a.isNone()) return c10::IValue();
       mismatch(a, t);
     case K::IntType:
@@ -198,91 +292,12 @@ c10::IValue constantToIValue(const Arg& a, const c10::TypePtr& t, const c10::Dev
       // Note [Devices]: the run device, whatever the trace said.
       if (a.kind() == Arg::Kind::Device || a.kind() == Arg::Kind::Str) return c10::IValue(device);
       mismatch(a, t);
-    case K::AnyType:  // _c10d_functional's group_name / reduce_op are `Any` in newer torch
-      switch (a.kind()) {
-        case Arg::Kind::None:
-          return c10::IValue();
-        case Arg::Kind::Str:
-          return c10::IValue(std::string(a.str()));
-        case Arg::Kind::Int:
-          return c10::IValue(a.toInt());
-        case Arg::Kind::Float:
-          return c10::IValue(a.toFloat());
-        case Arg::Kind::Bool:
-          return c10::IValue(a.toBool());
-        default:
-          mismatch(a, t);
-      }
-    case K::GeneratorType:
-      if (a.isNone()) return c10::IValue();
-      mismatch(a, t);
-    case K::ListType: {
-      if (!a.isSequence()) {
-        // torch accepts a single int where int[N] is expected (e.g. sum(x, 1)): broadcast it.
-        if (a.kind() == Arg::Kind::Int) return c10::IValue(c10::List<int64_t>({a.toInt()}));
-        mismatch(a, t);
-      }
-      const auto& elem = t->castRaw<c10::ListType>()->getElementType();
-      switch (elem->kind()) {
-        case K::IntType:
-        case K::SymIntType: {
-          c10::List<int64_t> l;
-          for (const auto& i : a.items())
-            l.push_back(constantToIValue(i, elem, device).toInt());
-          return c10::IValue(std::move(l));
-        }
-        case K::FloatType: {
-          c10::List<double> l;
-          for (const auto& i : a.items())
-            l.push_back(constantToIValue(i, elem, device).toDouble());
-          return c10::IValue(std::move(l));
-        }
-        case K::BoolType: {
-          c10::List<bool> l;
-          for (const auto& i : a.items())
-            l.push_back(constantToIValue(i, elem, device).toBool());
-          return c10::IValue(std::move(l));
-        }
-        case K::TensorType:
-          if (a.items().empty()) return c10::IValue(c10::List<at::Tensor>());
-          mismatch(a, t);
-        case K::OptionalType: {
-          // Tensor?[] of all-None (aten.index with no indices) is rare but legal.
-          c10::List<std::optional<at::Tensor>> l;
-          for (const auto& i : a.items()) {
-            if (!i.isNone()) mismatch(i, elem);
-            l.push_back(std::nullopt);
-          }
-          return c10::IValue(std::move(l));
-        }
-        default: {
-          c10::impl::GenericList l(elem);
-          for (const auto& i : a.items())
-            l.push_back(constantToIValue(i, elem, device));
-          return c10::IValue(std::move(l));
-        }
-      }
-    }
-    case K::TensorType: {
-      // Autograd formulas pass undefined tensors where a schema says Tensor, and FX prints them
-      // as None: the SDPA backwards' attn_bias (efficient) and cum_seq_q/k (flash) outside
-      // nested tensors. An undefined tensor is what eager passes.
-      if (a.isNone()) return c10::IValue(at::Tensor());
-      // make_fx keeps Python scalars where a schema wants a Tensor (add.Tensor(x, 1e-05)).
-      // Python's arg parser turns them into 0-dim "wrapped number" tensors, which take no part
-      // in type promotion; do the same so results match eager bit for bit.
-      at::Tensor w;
-      if (a.kind() == Arg::Kind::Float)
-        w = at::scalar_tensor(a.toFloat(), at::TensorOptions().dtype(c10::kDouble));
-      else if (a.kind() == Arg::Kind::Int)
-        w = at::scalar_tensor(a.toInt(), at::TensorOptions().dtype(c10::kLong));
-      else if (a.kind() == Arg::Kind::Bool)
-        w = at::scalar_tensor(a.toBool(), at::TensorOptions().dtype(c10::kBool));
-      else
-        mismatch(a, t);
-      w.unsafeGetTensorImpl()->set_wrapped_number(true);
-      return c10::IValue(std::move(w));
-    }
+    case K::AnyType:
+      return anyToIValue(a, t);
+    case K::ListType:
+      return listToIValue(a, t, device);
+    case K::TensorType:
+      return tensorToIValue(a, t);
     default:
       throw ConvertError{"unsupported schema type " + t->str()};
   }
@@ -918,160 +933,169 @@ void forEachStorage(const c10::IValue& v, const F& f) {
   throw JfxError(SourceLocation::atNode(name), target + ": " + message);
 }
 
+// The storages of a run's inputs and constants, each counted once (Note [Measured memory]).
+int64_t inputStorageBytes(const std::vector<c10::IValue>& inputs,
+                          const std::vector<std::pair<uint32_t, c10::IValue>>& constants) {
+  std::unordered_set<const c10::StorageImpl*> seen;
+  int64_t bytes = 0;
+  auto count = [&](const c10::IValue& v) {
+    if (!v.isTensor()) return;
+    const at::Tensor& t = v.toTensor();
+    if (!t.defined() || !t.has_storage()) return;
+    if (seen.insert(t.storage().unsafeGetStorageImpl()).second)
+      bytes += static_cast<int64_t>(t.storage().nbytes());
+  };
+  for (const c10::IValue& v : inputs)
+    count(v);
+  for (const auto& [slot, value] : constants)
+    count(value);
+  return bytes;
+}
+
 }  // namespace
 
-std::vector<c10::IValue> Executor::run(std::vector<c10::IValue> inputs) {
-  if (inputs.size() != inputs_.size())
-    throw JfxError({}, "the graph takes " + std::to_string(inputs_.size()) + " inputs, got " +
-                           std::to_string(inputs.size()));
-  // The graph is already the backward: nothing here may record autograd history.
-  c10::AutoGradMode no_grad(false);
-  // Note [Measured memory]: the inputs stay alive until the run returns (the value table drops
-  // them after their last reader, which then frees nothing); their storages are counted once.
-  const std::vector<c10::IValue> held_inputs =
-      opts_.measure_memory ? inputs : std::vector<c10::IValue>();
-  int64_t input_bytes = 0;
-  if (opts_.measure_memory) {
-    std::unordered_set<const c10::StorageImpl*> seen;
-    auto count = [&](const c10::IValue& v) {
-      if (!v.isTensor()) return;
-      const at::Tensor& t = v.toTensor();
-      if (!t.defined() || !t.has_storage()) return;
-      if (seen.insert(t.storage().unsafeGetStorageImpl()).second)
-        input_bytes += static_cast<int64_t>(t.storage().nbytes());
-    };
-    for (const c10::IValue& v : held_inputs)
-      count(v);
-    for (const auto& [slot, value] : constants_)
-      count(value);
-  }
-  std::vector<c10::IValue> values(num_slots_);
+// One call of run(): the value table, how many values are live, and the memory window with the
+// storages the run holds (Note [Measured memory]).
+struct Executor::Run {
+  Executor& ex;
+  std::vector<c10::IValue> values;
   size_t live = 0, max_live = 0;
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    values[input_slots_[i]] = std::move(inputs[i]);
-    ++live;
-  }
-  for (const auto& [slot, value] : constants_) {
-    values[slot] = value;
-    ++live;
-  }
-  for (uint32_t s : free_after_inputs_) {
-    values[s] = c10::IValue();
-    --live;
-  }
-  max_live = live;
-  stats_.input_bytes = stats_.peak_bytes = -1;
-  stats_.memory_unmeasured.clear();
-  stats_.memory_curve.clear();
+  int64_t input_bytes = 0;
   std::optional<MemoryWindow> window;
-  if (opts_.measure_memory) window.emplace(opts_.device);
-  const bool curve = window && window->active() && opts_.memory_curve;
-  if (curve) stats_.memory_curve.reserve(steps_.size());
-  // Note [Measured memory]: a storage stops counting when the run lets go of it, though a backend
-  // thread may free it later. The values hold storages (counted per storage: views share one);
-  // a collective's own buffers (staging[k]) are let go at its last wait.
-  const bool releases = window && window->releases();
+  bool curve = false;     // record the high-water mark of every step
+  bool releases = false;  // the window counts storages out when the run lets go of them
   std::unordered_map<const c10::StorageImpl*, uint32_t> held;
-  std::vector<std::vector<void*>> staging(releases ? steps_.size() : 0);
-  auto hold = [&](const c10::IValue& v) {
+  std::vector<std::vector<void*>> staging;  // per collective step: its own buffers
+  std::vector<c10::IValue> stack;
+
+  explicit Run(Executor& executor) : ex(executor) {}
+
+  // The inputs and constants into their slots, less the placeholders nobody reads.
+  void loadValues(std::vector<c10::IValue>& inputs) {
+    values.resize(ex.num_slots_);
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      values[ex.input_slots_[i]] = std::move(inputs[i]);
+      ++live;
+    }
+    for (const auto& [slot, value] : ex.constants_) {
+      values[slot] = value;
+      ++live;
+    }
+    for (uint32_t s : ex.free_after_inputs_) {
+      values[s] = c10::IValue();
+      --live;
+    }
+    max_live = live;
+  }
+
+  void openWindow() {
+    ExecutorStats& stats = ex.stats_;
+    stats.input_bytes = stats.peak_bytes = -1;
+    stats.memory_unmeasured.clear();
+    stats.memory_curve.clear();
+    if (ex.opts_.measure_memory) window.emplace(ex.opts_.device);
+    curve = window && window->active() && ex.opts_.memory_curve;
+    if (curve) stats.memory_curve.reserve(ex.steps_.size());
+    // Note [Measured memory]: a storage stops counting when the run lets go of it, though a
+    // backend thread may free it later. The values hold storages (counted per storage: views
+    // share one); a collective's own buffers (staging[k]) are let go at its last wait.
+    releases = window && window->releases();
+    staging.resize(releases ? ex.steps_.size() : 0);
+  }
+
+  void hold(const c10::IValue& v) {
     forEachStorage(v, [&](const c10::StorageImpl* st) { ++held[st]; });
-  };
-  auto drop = [&](const c10::IValue& v) {
+  }
+  void drop(const c10::IValue& v) {
     forEachStorage(v, [&](const c10::StorageImpl* st) {
       auto it = held.find(st);
       if (it == held.end() || --it->second > 0) return;
       held.erase(it);
       window->release(st->data_ptr().get());
     });
-  };
-
-  std::vector<c10::IValue> stack;
-  if (opts_.profile && step_seconds_.size() != steps_.size()) {
-    step_seconds_.assign(steps_.size(), 0.0);
-    step_calls_.assign(steps_.size(), 0);
   }
-  // Relaxed: the watchdog only needs to see the counter move eventually.
-  struct NotRunning {
-    std::atomic<int64_t>& at;
-    ~NotRunning() { at.store(-1, std::memory_order_relaxed); }
-  } not_running{running_};
-  for (size_t k = 0; k < steps_.size(); ++k) {
-    Step& step = steps_[k];
-    running_.store(static_cast<int64_t>(k), std::memory_order_relaxed);
-    std::chrono::steady_clock::time_point t0;
-    if (opts_.profile) t0 = std::chrono::steady_clock::now();
-    c10::IValue result;
-    if (step.kind == Step::Kind::Getitem) {
-      const c10::IValue& src = values[static_cast<size_t>(step.src_slot)];
-      int64_t size = src.isTuple()  ? static_cast<int64_t>(src.toTupleRef().elements().size())
-                     : src.isList() ? static_cast<int64_t>(src.toListRef().size())
-                                    : -1;
-      if (size < 0) throwStepError(step.name, step.target, "getitem of " + describe(src));
-      int64_t i = step.index < 0 ? step.index + size : step.index;
-      if (i < 0 || i >= size)
-        throwStepError(step.name, step.target,
-                       "index " + std::to_string(step.index) + " out of range for " +
-                           std::to_string(size) + " values");
-      result = src.isTuple() ? src.toTupleRef().elements()[static_cast<size_t>(i)]
-                             : src.toListRef()[static_cast<size_t>(i)];
-    } else {
-      stack = step.stack;  // copies constants: IValue copies of scalars/lists are refcount bumps
-      for (const DynamicArg& d : step.dynamic) {
-        switch (d.kind) {
-          case DynamicArg::Kind::Value:
-            stack[d.pos] = values[static_cast<size_t>(d.slot)];
-            break;
-          case DynamicArg::Kind::TensorList:
-          case DynamicArg::Kind::OptionalTensorList: {
-            const c10::IValue* bad = nullptr;
-            stack[d.pos] = d.kind == DynamicArg::Kind::TensorList
-                               ? tensorList<at::Tensor>(d.items, values, bad)
-                               : tensorList<std::optional<at::Tensor>>(d.items, values, bad);
-            if (bad)
-              throwStepError(step.name, step.target,
-                             "list item is " + describe(*bad) + ", not a tensor");
-            break;
-          }
-          case DynamicArg::Kind::IntList:
-            stack[d.pos] = scalarList<int64_t>(d.items, values);
-            break;
-          case DynamicArg::Kind::FloatList:
-            stack[d.pos] = scalarList<double>(d.items, values);
-            break;
-          case DynamicArg::Kind::BoolList:
-            stack[d.pos] = scalarList<bool>(d.items, values);
-            break;
+
+  c10::IValue getitem(const Step& step) const {
+    const c10::IValue& src = values[static_cast<size_t>(step.src_slot)];
+    int64_t size = src.isTuple()  ? static_cast<int64_t>(src.toTupleRef().elements().size())
+                   : src.isList() ? static_cast<int64_t>(src.toListRef().size())
+                                  : -1;
+    if (size < 0) throwStepError(step.name, step.target, "getitem of " + describe(src));
+    int64_t i = step.index < 0 ? step.index + size : step.index;
+    if (i < 0 || i >= size)
+      throwStepError(step.name, step.target,
+                     "index " + std::to_string(step.index) + " out of range for " +
+                         std::to_string(size) + " values");
+    return src.isTuple() ? src.toTupleRef().elements()[static_cast<size_t>(i)]
+                         : src.toListRef()[static_cast<size_t>(i)];
+  }
+
+  // The step's planned stack with this run's values in its dynamic positions.
+  void fillStack(const Step& step) {
+    stack = step.stack;  // copies constants: IValue copies of scalars/lists are refcount bumps
+    for (const DynamicArg& d : step.dynamic) {
+      switch (d.kind) {
+        case DynamicArg::Kind::Value:
+          stack[d.pos] = values[static_cast<size_t>(d.slot)];
+          break;
+        case DynamicArg::Kind::TensorList:
+        case DynamicArg::Kind::OptionalTensorList: {
+          const c10::IValue* bad = nullptr;
+          stack[d.pos] = d.kind == DynamicArg::Kind::TensorList
+                             ? tensorList<at::Tensor>(d.items, values, bad)
+                             : tensorList<std::optional<at::Tensor>>(d.items, values, bad);
+          if (bad)
+            throwStepError(step.name, step.target,
+                           "list item is " + describe(*bad) + ", not a tensor");
+          break;
         }
-      }
-      const bool capture = releases && step.collective;
-      if (capture) window->beginCapture();
-      try {
-        c10::AutoGradMode grad_mode(step.grad_mode);
-        step.op->callBoxed(stack);
-      } catch (const c10::Error& e) {
-        throwStepError(step.name, step.target, e.what_without_backtrace());
-      } catch (const std::exception& e) {
-        throwStepError(step.name, step.target, e.what());
-      }
-      if (stack.size() != step.num_returns)
-        throwStepError(step.name, step.target,
-                       "returned " + std::to_string(stack.size()) + " values, schema says " +
-                           std::to_string(step.num_returns));
-      if (step.num_returns == 1)
-        result = std::move(stack[0]);
-      else
-        result = c10::ivalue::Tuple::create(std::move(stack));
-      stack.clear();
-      if (capture) {
-        // What the call allocated and still holds, other than its outputs: the backend's own.
-        std::vector<void*> own = window->endCapture();
-        forEachStorage(result, [&](const c10::StorageImpl* st) {
-          own.erase(std::remove(own.begin(), own.end(), st->data_ptr().get()), own.end());
-        });
-        staging[k] = std::move(own);
+        case DynamicArg::Kind::IntList:
+          stack[d.pos] = scalarList<int64_t>(d.items, values);
+          break;
+        case DynamicArg::Kind::FloatList:
+          stack[d.pos] = scalarList<double>(d.items, values);
+          break;
+        case DynamicArg::Kind::BoolList:
+          stack[d.pos] = scalarList<bool>(d.items, values);
+          break;
       }
     }
-    if (opts_.check_meta && step.expected.kind != ValueMeta::Kind::Absent) {
+  }
+
+  // Calls step k's op on its stack; a collective's own buffers go to staging[k].
+  c10::IValue call(const Step& step, size_t k) {
+    fillStack(step);
+    const bool capture = releases && step.collective;
+    if (capture) window->beginCapture();
+    try {
+      c10::AutoGradMode grad_mode(step.grad_mode);
+      step.op->callBoxed(stack);
+    } catch (const c10::Error& e) {
+      throwStepError(step.name, step.target, e.what_without_backtrace());
+    } catch (const std::exception& e) {
+      throwStepError(step.name, step.target, e.what());
+    }
+    if (stack.size() != step.num_returns)
+      throwStepError(step.name, step.target,
+                     "returned " + std::to_string(stack.size()) + " values, schema says " +
+                         std::to_string(step.num_returns));
+    c10::IValue result =
+        step.num_returns == 1 ? std::move(stack[0]) : c10::ivalue::Tuple::create(std::move(stack));
+    stack.clear();
+    if (capture) {
+      // What the call allocated and still holds, other than its outputs: the backend's own.
+      std::vector<void*> own = window->endCapture();
+      forEachStorage(result, [&](const c10::StorageImpl* st) {
+        own.erase(std::remove(own.begin(), own.end(), st->data_ptr().get()), own.end());
+      });
+      staging[k] = std::move(own);
+    }
+    return result;
+  }
+
+  // Stores step k's result and lets go of what dies after it.
+  void store(const Step& step, c10::IValue result) {
+    if (ex.opts_.check_meta && step.expected.kind != ValueMeta::Kind::Absent) {
       // A getitem's value is one output of a multi-output node (a workspace, maybe).
       std::string e =
           checkMeta(result, step.expected, step.kind == Step::Kind::Getitem || step.any_size);
@@ -1092,27 +1116,71 @@ std::vector<c10::IValue> Executor::run(std::vector<c10::IValue> inputs) {
           window->release(p);
         staging[c].clear();
       }
+  }
+
+  void runStep(size_t k) {
+    const Step& step = ex.steps_[k];
+    store(step, step.kind == Step::Kind::Getitem ? getitem(step) : call(step, k));
+  }
+
+  void recordStats() {
+    ExecutorStats& stats = ex.stats_;
+    stats.max_live_values = max_live;
+    if (window && window->active()) {
+      stats.input_bytes = input_bytes;
+      stats.peak_bytes = input_bytes + window->peak();
+    } else if (window) {
+      stats.memory_unmeasured = window->unavailable();
+    }
+  }
+
+  std::vector<c10::IValue> outputs() const {
+    std::vector<c10::IValue> out;
+    out.reserve(ex.output_slots_.size());
+    for (int64_t s : ex.output_slots_)
+      out.push_back(s < 0 ? c10::IValue() : values[static_cast<size_t>(s)]);
+    return out;
+  }
+};
+
+std::vector<c10::IValue> Executor::run(std::vector<c10::IValue> inputs) {
+  if (inputs.size() != inputs_.size())
+    throw JfxError({}, "the graph takes " + std::to_string(inputs_.size()) + " inputs, got " +
+                           std::to_string(inputs.size()));
+  // The graph is already the backward: nothing here may record autograd history.
+  c10::AutoGradMode no_grad(false);
+  // Note [Measured memory]: the inputs stay alive until the run returns (the value table drops
+  // them after their last reader, which then frees nothing); their storages are counted once.
+  const std::vector<c10::IValue> held_inputs =
+      opts_.measure_memory ? inputs : std::vector<c10::IValue>();
+  Run r(*this);
+  if (opts_.measure_memory) r.input_bytes = inputStorageBytes(held_inputs, constants_);
+  r.loadValues(inputs);
+  r.openWindow();
+  if (opts_.profile && step_seconds_.size() != steps_.size()) {
+    step_seconds_.assign(steps_.size(), 0.0);
+    step_calls_.assign(steps_.size(), 0);
+  }
+  // Relaxed: the watchdog only needs to see the counter move eventually.
+  struct NotRunning {
+    std::atomic<int64_t>& at;
+    ~NotRunning() { at.store(-1, std::memory_order_relaxed); }
+  } not_running{running_};
+  for (size_t k = 0; k < steps_.size(); ++k) {
+    running_.store(static_cast<int64_t>(k), std::memory_order_relaxed);
+    std::chrono::steady_clock::time_point t0;
+    if (opts_.profile) t0 = std::chrono::steady_clock::now();
+    r.runStep(k);
     if (opts_.profile) {
       step_seconds_[k] +=
           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       ++step_calls_[k];
     }
-    if (curve) stats_.memory_curve.push_back(input_bytes + window->takePeak());
+    if (r.curve) stats_.memory_curve.push_back(r.input_bytes + r.window->takePeak());
     nodes_finished_.fetch_add(1, std::memory_order_relaxed);
   }
-  stats_.max_live_values = max_live;
-  if (window && window->active()) {
-    stats_.input_bytes = input_bytes;
-    stats_.peak_bytes = input_bytes + window->peak();
-  } else if (window) {
-    stats_.memory_unmeasured = window->unavailable();
-  }
-
-  std::vector<c10::IValue> out;
-  out.reserve(output_slots_.size());
-  for (int64_t s : output_slots_)
-    out.push_back(s < 0 ? c10::IValue() : values[static_cast<size_t>(s)]);
-  return out;
+  r.recordStats();
+  return r.outputs();
 }
 
 const std::string& Executor::stepName(size_t k) const {

@@ -114,6 +114,7 @@ class Executor {
  private:
   struct Step;     // one planned node (defined in executor.cc)
   struct Planner;  // the constructor's steps (executor.cc)
+  struct Run;      // one call of run() (executor.cc)
   ExecutorOptions opts_;
   std::vector<GraphInput> inputs_;
   std::vector<uint32_t> input_slots_;

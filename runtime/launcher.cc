@@ -78,35 +78,19 @@ int bindFreePort(const std::string& addr, int& port) {
   return fd;
 }
 
-}  // namespace
+// One child's argv and environment, built before fork: between fork and exec only
+// async-signal-safe calls are allowed (this process may have threads).
+struct ChildArgs {
+  std::vector<std::string> env_storage;
+  std::vector<char*> argv, envp;
+};
 
-std::string selfExecutable() {
-  std::string buf(4096, '\0');
-  ssize_t n = ::readlink("/proc/self/exe", buf.data(), buf.size() - 1);
-  if (n <= 0) fail("readlink(/proc/self/exe)");
-  buf.resize(static_cast<size_t>(n));
-  return buf;
-}
-
-LaunchResult launchRanks(const LaunchSpec& spec) {
-  if (spec.nproc < 1) {
-    errno = EINVAL;
-    fail("nproc must be at least 1");
-  }
-  int port = 0;
-  int listen_fd = bindFreePort(spec.master_addr, port);
-
-  // Everything the children need is built before fork: between fork and exec only
-  // async-signal-safe calls are allowed (this process may have threads).
+std::vector<ChildArgs> childArgs(const LaunchSpec& spec, std::vector<std::string>& argv_storage,
+                                 int port, int listen_fd) {
   std::vector<std::string> base_env;
   for (char** e = environ; *e; ++e)
     if (!isRankVariable(*e)) base_env.emplace_back(*e);
-  struct ChildArgs {
-    std::vector<std::string> env_storage;
-    std::vector<char*> argv, envp;
-  };
   std::vector<ChildArgs> children(static_cast<size_t>(spec.nproc));
-  std::vector<std::string> argv_storage;
   argv_storage.push_back(spec.exe);
   for (const auto& a : spec.args)
     argv_storage.push_back(a);
@@ -127,70 +111,100 @@ LaunchResult launchRanks(const LaunchSpec& spec) {
       c.envp.push_back(s.data());
     c.envp.push_back(nullptr);
   }
+  return children;
+}
 
-  // SIGCHLD, SIGINT and SIGTERM are taken synchronously with sigtimedwait, so the launcher
-  // needs no signal handler and no global flag. Children restore the old mask before exec.
-  sigset_t watched, old_mask;
-  sigemptyset(&watched);
-  sigaddset(&watched, SIGCHLD);
-  sigaddset(&watched, SIGINT);
-  sigaddset(&watched, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &watched, &old_mask);
+timespec monotonicNow() {
+  timespec t{};
+  ::clock_gettime(CLOCK_MONOTONIC, &t);
+  return t;
+}
 
-  const pid_t parent = ::getpid();
-  std::vector<pid_t> pids(static_cast<size_t>(spec.nproc), -1);
-  std::vector<bool> done(static_cast<size_t>(spec.nproc), false);
+// The rank processes, and what the launcher knows of them. SIGCHLD, SIGINT and SIGTERM are
+// taken synchronously with sigtimedwait (`watched`, blocked while the ranks run), so the launcher
+// needs no signal handler and no global flag. Children restore the old mask before exec.
+struct Ranks {
+  const LaunchSpec& spec;
+  sigset_t watched{}, old_mask{};
+  std::vector<pid_t> pids;
+  std::vector<bool> done;
   int alive = 0;
-  auto killAll = [&](int sig) {
+  bool stopping = false;
+  timespec deadline{};  // when stopping: SIGKILL whoever is left after this
+
+  explicit Ranks(const LaunchSpec& s)
+      : spec(s), pids(static_cast<size_t>(s.nproc), -1), done(static_cast<size_t>(s.nproc)) {
+    sigemptyset(&watched);
+    sigaddset(&watched, SIGCHLD);
+    sigaddset(&watched, SIGINT);
+    sigaddset(&watched, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &watched, &old_mask);
+  }
+  ~Ranks() { pthread_sigmask(SIG_SETMASK, &old_mask, nullptr); }
+  Ranks(const Ranks&) = delete;
+  Ranks& operator=(const Ranks&) = delete;
+
+  void killAll(int sig) {
     for (size_t r = 0; r < pids.size(); ++r)
       if (pids[r] > 0 && !done[r]) ::kill(pids[r], sig);
-  };
-
-  for (int r = 0; r < spec.nproc; ++r) {
-    ChildArgs& c = children[static_cast<size_t>(r)];
-    pid_t pid = ::fork();
-    if (pid < 0) {
-      int e = errno;
-      killAll(SIGKILL);
-      for (size_t k = 0; k < static_cast<size_t>(r); ++k)
-        ::waitpid(pids[k], nullptr, 0);
-      ::close(listen_fd);
-      pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
-      errno = e;
-      fail("fork()");
-    }
-    if (pid == 0) {
-      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-      if (::getppid() != parent) ::_exit(125);  // the launcher died before prctl took effect
-      if (r == 0) {
-        int flags = ::fcntl(listen_fd, F_GETFD);
-        ::fcntl(listen_fd, F_SETFD, flags & ~FD_CLOEXEC);
-      }
-      pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
-      ::execve(c.argv[0], c.argv.data(), c.envp.data());
-      static constexpr char kMsg[] = "jointfx: launcher: execve failed\n";
-      ssize_t ignored = ::write(2, kMsg, sizeof kMsg - 1);
-      (void)ignored;
-      ::_exit(127);
-    }
-    pids[static_cast<size_t>(r)] = pid;
-    ++alive;
   }
-  ::close(listen_fd);  // rank 0 holds its own copy
 
-  LaunchResult result;
-  bool stopping = false;
-  timespec deadline{};
-  auto now = [] {
-    timespec t{};
-    ::clock_gettime(CLOCK_MONOTONIC, &t);
-    return t;
-  };
-  auto startStopping = [&] {
+  // In the child: never returns.
+  [[noreturn]] void execChild(ChildArgs& c, int r, int listen_fd, pid_t parent) {
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) ::_exit(125);  // the launcher died before prctl took effect
+    if (r == 0) {
+      int flags = ::fcntl(listen_fd, F_GETFD);
+      ::fcntl(listen_fd, F_SETFD, flags & ~FD_CLOEXEC);
+    }
+    pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
+    ::execve(c.argv[0], c.argv.data(), c.envp.data());
+    static constexpr char kMsg[] = "jointfx: launcher: execve failed\n";
+    ssize_t ignored = ::write(2, kMsg, sizeof kMsg - 1);
+    (void)ignored;
+    ::_exit(127);
+  }
+
+  void forkAll(std::vector<ChildArgs>& children, int listen_fd) {
+    const pid_t parent = ::getpid();
+    for (int r = 0; r < spec.nproc; ++r) {
+      pid_t pid = ::fork();
+      if (pid < 0) {
+        int e = errno;
+        killAll(SIGKILL);
+        for (size_t k = 0; k < static_cast<size_t>(r); ++k)
+          ::waitpid(pids[k], nullptr, 0);
+        ::close(listen_fd);
+        errno = e;
+        fail("fork()");
+      }
+      if (pid == 0) execChild(children[static_cast<size_t>(r)], r, listen_fd, parent);
+      pids[static_cast<size_t>(r)] = pid;
+      ++alive;
+    }
+    ::close(listen_fd);  // rank 0 holds its own copy
+  }
+
+  // Reaps whatever has exited (only our own children: the caller may have others); adds the
+  // ranks that failed as (rank, status).
+  void reap(std::vector<std::pair<int, int>>& failed) {
+    for (size_t r = 0; r < pids.size(); ++r) {
+      if (done[r]) continue;
+      int status = 0;
+      if (::waitpid(pids[r], &status, WNOHANG) != pids[r]) continue;
+      done[r] = true;
+      --alive;
+      if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0))
+        failed.emplace_back(static_cast<int>(r), status);
+    }
+  }
+
+  // SIGTERM to every rank, SIGKILL after the grace period (killOverdue).
+  void startStopping() {
     if (stopping) return;
     stopping = true;
     killAll(SIGTERM);
-    deadline = now();
+    deadline = monotonicNow();
     auto ms = spec.grace.count();
     deadline.tv_sec += static_cast<time_t>(ms / 1000);
     deadline.tv_nsec += static_cast<long>((ms % 1000) * 1000000);
@@ -198,68 +212,91 @@ LaunchResult launchRanks(const LaunchSpec& spec) {
       deadline.tv_sec += 1;
       deadline.tv_nsec -= 1000000000;
     }
-  };
-
-  while (alive > 0) {
-    // Reap whatever has exited (only our own children: the caller may have others).
-    auto reap = [&](std::vector<std::pair<int, int>>& failed) {
-      for (size_t r = 0; r < pids.size(); ++r) {
-        if (done[r]) continue;
-        int status = 0;
-        if (::waitpid(pids[r], &status, WNOHANG) != pids[r]) continue;
-        done[r] = true;
-        --alive;
-        if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0))
-          failed.emplace_back(static_cast<int>(r), status);
-      }
-    };
-    std::vector<std::pair<int, int>> failed;
-    reap(failed);
-    // A rank we are stopping dies of our SIGTERM/SIGKILL: not the failure to report.
-    if (!failed.empty() && result.failed_rank < 0 && !stopping) {
-      // The peers of a dead rank fail right after it ("connection closed by peer"), often
-      // before the launcher has looked. Let them settle, then blame a rank killed by a signal
-      // before one that exited with an error, and name the others too.
-      timespec settle{0, 200 * 1000000};
-      siginfo_t ignored{};
-      while (::sigtimedwait(&watched, &ignored, &settle) == SIGCHLD) {
-      }
-      reap(failed);
-      std::stable_sort(failed.begin(), failed.end(), [](const auto& a, const auto& b) {
-        return WIFSIGNALED(a.second) && !WIFSIGNALED(b.second);
-      });
-      result.failed_rank = failed[0].first;
-      result.exit_code = exitCodeOf(failed[0].second);
-      result.message =
-          "rank " + std::to_string(failed[0].first) + " " + describeStatus(failed[0].second);
-      for (size_t k = 1; k < failed.size(); ++k)
-        result.message += (k == 1 ? " (then rank " : ", rank ") + std::to_string(failed[k].first) +
-                          " " + describeStatus(failed[k].second) +
-                          (k + 1 == failed.size() ? ")" : "");
-      startStopping();
-    }
-    if (alive == 0) break;
-    if (stopping) {
-      timespec t = now();
-      if (t.tv_sec > deadline.tv_sec ||
-          (t.tv_sec == deadline.tv_sec && t.tv_nsec >= deadline.tv_nsec))
-        killAll(SIGKILL);
-    }
-    timespec wait_for{0, 100 * 1000000};
-    siginfo_t info{};
-    int sig = ::sigtimedwait(&watched, &info, &wait_for);
-    if (sig == SIGINT || sig == SIGTERM) {
-      if (result.failed_rank < 0 && result.exit_code == 0) {
-        result.exit_code = 128 + sig;
-        result.message = std::string("interrupted by ") + strsignal(sig);
-      }
-      // Forward the user's signal as it is, then escalate after the grace period.
-      killAll(sig);
-      startStopping();
-    }
   }
-  pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
-  return result;
+
+  void killOverdue() {
+    if (!stopping) return;
+    timespec t = monotonicNow();
+    if (t.tv_sec > deadline.tv_sec ||
+        (t.tv_sec == deadline.tv_sec && t.tv_nsec >= deadline.tv_nsec))
+      killAll(SIGKILL);
+  }
+
+  // The first failure: which rank to blame, and the others that failed with it.
+  void blame(std::vector<std::pair<int, int>>& failed, LaunchResult& result) {
+    // The peers of a dead rank fail right after it ("connection closed by peer"), often
+    // before the launcher has looked. Let them settle, then blame a rank killed by a signal
+    // before one that exited with an error, and name the others too.
+    timespec settle{0, 200 * 1000000};
+    siginfo_t ignored{};
+    while (::sigtimedwait(&watched, &ignored, &settle) == SIGCHLD) {
+    }
+    reap(failed);
+    std::stable_sort(failed.begin(), failed.end(), [](const auto& a, const auto& b) {
+      return WIFSIGNALED(a.second) && !WIFSIGNALED(b.second);
+    });
+    result.failed_rank = failed[0].first;
+    result.exit_code = exitCodeOf(failed[0].second);
+    result.message =
+        "rank " + std::to_string(failed[0].first) + " " + describeStatus(failed[0].second);
+    for (size_t k = 1; k < failed.size(); ++k)
+      result.message += (k == 1 ? " (then rank " : ", rank ") + std::to_string(failed[k].first) +
+                        " " + describeStatus(failed[k].second) +
+                        (k + 1 == failed.size() ? ")" : "");
+  }
+
+  // Waits for every rank; stops them all at the first failure or at SIGINT/SIGTERM.
+  LaunchResult supervise() {
+    LaunchResult result;
+    while (alive > 0) {
+      std::vector<std::pair<int, int>> failed;
+      reap(failed);
+      // A rank we are stopping dies of our SIGTERM/SIGKILL: not the failure to report.
+      if (!failed.empty() && result.failed_rank < 0 && !stopping) {
+        blame(failed, result);
+        startStopping();
+      }
+      if (alive == 0) break;
+      killOverdue();
+      timespec wait_for{0, 100 * 1000000};
+      siginfo_t info{};
+      int sig = ::sigtimedwait(&watched, &info, &wait_for);
+      if (sig == SIGINT || sig == SIGTERM) {
+        if (result.failed_rank < 0 && result.exit_code == 0) {
+          result.exit_code = 128 + sig;
+          result.message = std::string("interrupted by ") + strsignal(sig);
+        }
+        // Forward the user's signal as it is, then escalate after the grace period.
+        killAll(sig);
+        startStopping();
+      }
+    }
+    return result;
+  }
+};
+
+}  // namespace
+
+std::string selfExecutable() {
+  std::string buf(4096, '\0');
+  ssize_t n = ::readlink("/proc/self/exe", buf.data(), buf.size() - 1);
+  if (n <= 0) fail("readlink(/proc/self/exe)");
+  buf.resize(static_cast<size_t>(n));
+  return buf;
+}
+
+LaunchResult launchRanks(const LaunchSpec& spec) {
+  if (spec.nproc < 1) {
+    errno = EINVAL;
+    fail("nproc must be at least 1");
+  }
+  int port = 0;
+  int listen_fd = bindFreePort(spec.master_addr, port);
+  std::vector<std::string> argv_storage;
+  std::vector<ChildArgs> children = childArgs(spec, argv_storage, port, listen_fd);
+  Ranks ranks(spec);
+  ranks.forkAll(children, listen_fd);
+  return ranks.supervise();
 }
 
 }  // namespace jfx::rt

@@ -18,7 +18,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "ir/checked.h"
+#include "ir/device_mesh.h"
 #include "ir/error.h"
 
 namespace jfx::rt {
@@ -68,21 +68,9 @@ DistEnv DistEnv::fromEnvironment() {
 std::vector<ProcessGroupInfo> localizeGroups(const std::vector<ProcessGroupInfo>& groups,
                                              const std::string& extra_json, int rank,
                                              int world_size) {
-  if (extra_json.empty()) return groups;
-  auto meta = nlohmann::json::parse(extra_json, nullptr, /*allow_exceptions=*/false);
-  if (meta.is_discarded() || !meta.is_object()) return groups;
-  auto mesh = meta.find("mesh");
-  if (mesh == meta.end() || !mesh->is_object()) return groups;
-  auto shape_it = mesh->find("shape");
-  if (shape_it == mesh->end() || !shape_it->is_array() || shape_it->empty()) return groups;
-  std::vector<int64_t> shape;
-  int64_t total = 1;
-  for (const auto& d : *shape_it) {
-    if (!d.is_number_integer() || d.get<int64_t>() < 1) return groups;
-    shape.push_back(d.get<int64_t>());
-    total *= shape.back();
-  }
-  if (total != world_size) return groups;
+  const std::optional<DeviceMesh> mesh = parseDeviceMesh(extra_json);
+  if (!mesh || mesh->size != world_size) return groups;
+  const std::vector<int64_t>& shape = mesh->shape;
   const size_t dims = shape.size();
   std::vector<int64_t> stride(dims, 1);
   for (size_t d = dims - 1; d-- > 0;)
@@ -121,25 +109,12 @@ std::vector<ProcessGroupInfo> localizeGroups(const std::vector<ProcessGroupInfo>
 namespace {
 
 // The mesh's rank count from graph meta {"mesh": {"shape": [...]}}, or 0 when there is none.
+// Throws JfxError naming meta.mesh when the mesh is malformed.
 int64_t meshRanks(const std::string& extra_json, std::string* shape_text) {
-  if (extra_json.empty()) return 0;
-  auto meta = nlohmann::json::parse(extra_json, nullptr, /*allow_exceptions=*/false);
-  if (meta.is_discarded() || !meta.is_object()) return 0;
-  auto mesh = meta.find("mesh");
-  if (mesh == meta.end() || !mesh->is_object()) return 0;
-  auto shape = mesh->find("shape");
-  if (shape == mesh->end() || !shape->is_array() || shape->empty()) return 0;
-  int64_t total = 1;
-  std::string text = "[";
-  for (const auto& d : *shape) {
-    if (!d.is_number_integer() || d.get<int64_t>() < 1) return 0;
-    auto t = checkedMul(total, d.get<int64_t>());
-    if (!t) return 0;
-    total = *t;
-    text += (text.size() > 1 ? ", " : "") + std::to_string(d.get<int64_t>());
-  }
-  if (shape_text) *shape_text = text + "]";
-  return total;
+  const std::optional<DeviceMesh> mesh = parseDeviceMesh(extra_json);
+  if (!mesh) return 0;
+  if (shape_text) *shape_text = meshShapeText(*mesh);
+  return mesh->size;
 }
 
 // The graph meta's "world_size" (what our tracers and torchtitan exports record), or 0.
@@ -249,17 +224,10 @@ c10::intrusive_ptr<c10d::ProcessGroup> makeGroup(const std::string& name,
   return pg;
 }
 
-}  // namespace
-
-ProcessGroups::ProcessGroups(const std::vector<ProcessGroupInfo>& groups, const DistEnv& env,
-                             CommBackend backend, std::chrono::milliseconds timeout,
-                             GlooOptions gloo)
-    : env_(env), timeout_(timeout) {
-#if !JFX_WITH_CUDA
-  if (backend == CommBackend::Nccl)
-    fail("this jointfx was built without CUDA/NCCL (configure with -DJFX_WITH_CUDA=ON)");
-#endif
-  // Check the header against the world before anyone blocks in a rendezvous.
+// Each group with its ranks (all of the world when the header lists none), checked against the
+// world before anyone blocks in a rendezvous.
+std::vector<std::pair<const ProcessGroupInfo*, std::vector<int64_t>>> planGroups(
+    const std::vector<ProcessGroupInfo>& groups, const DistEnv& env) {
   std::set<std::string> names;
   std::vector<std::pair<const ProcessGroupInfo*, std::vector<int64_t>>> plan;
   for (const ProcessGroupInfo& info : groups) {
@@ -285,30 +253,46 @@ ProcessGroups::ProcessGroups(const std::vector<ProcessGroupInfo>& groups, const 
     }
     plan.emplace_back(&info, std::move(ranks));
   }
+  return plan;
+}
 
-  if (env.world_size == 1 && env.master_port == 0) {
-    // One process and nobody to meet: an in-memory store.
-    store_ = c10::make_intrusive<c10d::HashStore>();
-  } else {
-    c10d::TCPStoreOptions so;
-    so.port = static_cast<uint16_t>(env.master_port);
-    so.isServer = env.rank == 0 && !env.agent_store;
-    so.numWorkers = static_cast<size_t>(env.world_size);
-    so.waitWorkers = true;  // the server returns once everyone connected, or throws at timeout
-    so.timeout = timeout;
-    if (env.rank == 0 && env.master_listen_fd >= 0) so.masterListenFd = env.master_listen_fd;
-    try {
-      store_ = c10::make_intrusive<c10d::TCPStore>(env.master_addr, so);
-    } catch (const std::exception& e) {
-      throw CommError("rendezvous at " + env.master_addr + ":" + std::to_string(env.master_port) +
-                      " failed (rank " + std::to_string(env.rank) + " of " +
-                      std::to_string(env.world_size) + ", timeout " +
-                      std::to_string(timeout.count()) + " ms): " +
-                      (dynamic_cast<const c10::Error*>(&e)
-                           ? static_cast<const c10::Error&>(e).what_without_backtrace()
-                           : e.what()));
-    }
+// The store the ranks meet at: TCP at MASTER_ADDR:MASTER_PORT (rank 0 serves it).
+c10::intrusive_ptr<c10d::Store> openStore(const DistEnv& env, std::chrono::milliseconds timeout) {
+  // One process and nobody to meet: an in-memory store.
+  if (env.world_size == 1 && env.master_port == 0) return c10::make_intrusive<c10d::HashStore>();
+  c10d::TCPStoreOptions so;
+  so.port = static_cast<uint16_t>(env.master_port);
+  so.isServer = env.rank == 0 && !env.agent_store;
+  so.numWorkers = static_cast<size_t>(env.world_size);
+  so.waitWorkers = true;  // the server returns once everyone connected, or throws at timeout
+  so.timeout = timeout;
+  if (env.rank == 0 && env.master_listen_fd >= 0) so.masterListenFd = env.master_listen_fd;
+  try {
+    return c10::make_intrusive<c10d::TCPStore>(env.master_addr, so);
+  } catch (const std::exception& e) {
+    throw CommError("rendezvous at " + env.master_addr + ":" + std::to_string(env.master_port) +
+                    " failed (rank " + std::to_string(env.rank) + " of " +
+                    std::to_string(env.world_size) + ", timeout " +
+                    std::to_string(timeout.count()) + " ms): " +
+                    (dynamic_cast<const c10::Error*>(&e)
+                         ? static_cast<const c10::Error&>(e).what_without_backtrace()
+                         : e.what()));
   }
+}
+
+}  // namespace
+
+ProcessGroups::ProcessGroups(const std::vector<ProcessGroupInfo>& groups, const DistEnv& env,
+                             CommBackend backend, std::chrono::milliseconds timeout,
+                             GlooOptions gloo)
+    : env_(env), timeout_(timeout) {
+#if !JFX_WITH_CUDA
+  if (backend == CommBackend::Nccl)
+    fail("this jointfx was built without CUDA/NCCL (configure with -DJFX_WITH_CUDA=ON)");
+#endif
+  // Check the header against the world before anyone blocks in a rendezvous.
+  auto plan = planGroups(groups, env);
+  store_ = openStore(env, timeout);
 
   // Same order on every rank (header order), so no two ranks wait on each other's groups.
   for (auto& [info, ranks] : plan) {

@@ -57,20 +57,22 @@ class CommError : public JfxError {
 // init_device_mesh does), a group whose ranks are rank 0's group along some mesh dims is that
 // mesh group, and this rank's own group along those dims replaces it ("fsdp" is {0, 2} on rank 0
 // and {1, 3} on rank 1 of a 2 x 2 mesh). Other groups, and graphs without a mesh, keep their
-// ranks. `extra_json` is the graph's meta (Graph::extraJson()).
+// ranks. `extra_json` is the graph's meta (Graph::extraJson()), its mesh read by
+// parseDeviceMesh (ir/device_mesh.h): a malformed mesh throws JfxError naming meta.mesh.
 std::vector<ProcessGroupInfo> localizeGroups(const std::vector<ProcessGroupInfo>& groups,
                                              const std::string& extra_json, int rank,
                                              int world_size);
 
 // The world size the graph was traced for: its device mesh's rank count (graph meta "mesh"),
 // else the graph meta's "world_size", else the ranks its process groups span; 0 when the graph
-// has none of these (any world fits). `extra_json` is the graph's meta.
+// has none of these (any world fits). `extra_json` is the graph's meta; a malformed mesh throws
+// JfxError naming meta.mesh.
 int64_t tracedWorldSize(const std::vector<ProcessGroupInfo>& groups, const std::string& extra_json);
 
 // Empty when a world of `world_size` ranks can run the graph; else an error that names the ranks
 // the graph expects (a larger world leaves ranks outside every group, a smaller one cannot fill
 // them), e.g. "the graph was traced for 2 ranks (process group '0' has ranks [0, 1]), not 3:
-// run with --nproc 2".
+// run with --nproc 2". A malformed mesh in `extra_json` throws JfxError naming meta.mesh.
 std::string worldSizeProblem(const std::vector<ProcessGroupInfo>& groups,
                              const std::string& extra_json, int world_size);
 

@@ -92,6 +92,65 @@ int64_t SafetensorsEntry::numel() const {
   return n;
 }
 
+namespace {
+
+// One tensor's header entry, checked against the data section of `data_len` bytes.
+SafetensorsEntry parseEntry(const std::string& filename, const std::string& name,
+                            const nlohmann::json& v, uint64_t data_len) {
+  auto where = "tensor " + quoteForMessage(name) + ": ";
+  if (!v.is_object()) fail(filename, where + "entry must be an object");
+  auto dt = v.find("dtype");
+  auto sh = v.find("shape");
+  auto off = v.find("data_offsets");
+  if (dt == v.end() || !dt->is_string()) fail(filename, where + "missing string 'dtype'");
+  if (sh == v.end() || !sh->is_array()) fail(filename, where + "missing array 'shape'");
+  if (off == v.end() || !off->is_array() || off->size() != 2)
+    fail(filename, where + "'data_offsets' must be [begin, end]");
+  SafetensorsEntry e;
+  e.name = name;
+  auto dtype = dtypeFromSafetensorsName(dt->get<std::string>());
+  if (!dtype)
+    fail(filename, where + "unsupported dtype " + quoteForMessage(dt->get<std::string>()));
+  e.dtype = *dtype;
+  for (const auto& d : *sh) {
+    if (!d.is_number_unsigned()) fail(filename, where + "shape must hold non-negative integers");
+    uint64_t dim = d.get<uint64_t>();
+    if (dim > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+      fail(filename, where + "dimension too large");
+    e.shape.push_back(static_cast<int64_t>(dim));
+  }
+  if (!(*off)[0].is_number_unsigned() || !(*off)[1].is_number_unsigned())
+    fail(filename, where + "data_offsets must be non-negative integers");
+  e.begin = (*off)[0].get<uint64_t>();
+  e.end = (*off)[1].get<uint64_t>();
+  if (e.begin > e.end || e.end > data_len)
+    fail(filename, where + "data_offsets [" + std::to_string(e.begin) + ", " +
+                       std::to_string(e.end) + "] outside the data section (" +
+                       std::to_string(data_len) + " bytes)");
+  auto want = byteCount(e.dtype, e.shape);
+  if (!want || *want != e.end - e.begin)
+    fail(filename, where + "shape " + shapeStr(e.shape) + " needs " +
+                       (want ? std::to_string(*want) : std::string("too many")) +
+                       " bytes but data_offsets span " + std::to_string(e.end - e.begin));
+  return e;
+}
+
+// Overlapping tensors would alias each other's bytes: reject them like the reference reader.
+void rejectOverlaps(const std::string& filename, const std::vector<SafetensorsEntry>& entries) {
+  std::vector<const SafetensorsEntry*> by_offset;
+  for (const auto& e : entries)
+    by_offset.push_back(&e);
+  std::sort(by_offset.begin(), by_offset.end(), [](const auto* a, const auto* b) {
+    return a->begin != b->begin ? a->begin < b->begin : a->end < b->end;
+  });
+  for (size_t i = 1; i < by_offset.size(); ++i)
+    if (by_offset[i]->begin < by_offset[i - 1]->end && by_offset[i]->begin != by_offset[i]->end)
+      fail(filename, "tensors " + quoteForMessage(by_offset[i - 1]->name) + " and " +
+                         quoteForMessage(by_offset[i]->name) + " overlap");
+}
+
+}  // namespace
+
 SafetensorsFile SafetensorsFile::read(const std::string& path) {
   // Capped like every input (ir/io.h): a wrong path such as /dev/zero ends with an error.
   return parse(readInputFile(path, "safetensors file", /*binary=*/true), path);
@@ -131,55 +190,10 @@ SafetensorsFile SafetensorsFile::parse(std::string bytes, const std::string& fil
       }
       continue;
     }
-    auto where = "tensor " + quoteForMessage(name) + ": ";
-    if (!v.is_object()) fail(filename, where + "entry must be an object");
-    auto dt = v.find("dtype");
-    auto sh = v.find("shape");
-    auto off = v.find("data_offsets");
-    if (dt == v.end() || !dt->is_string()) fail(filename, where + "missing string 'dtype'");
-    if (sh == v.end() || !sh->is_array()) fail(filename, where + "missing array 'shape'");
-    if (off == v.end() || !off->is_array() || off->size() != 2)
-      fail(filename, where + "'data_offsets' must be [begin, end]");
-    SafetensorsEntry e;
-    e.name = name;
-    auto dtype = dtypeFromSafetensorsName(dt->get<std::string>());
-    if (!dtype)
-      fail(filename, where + "unsupported dtype " + quoteForMessage(dt->get<std::string>()));
-    e.dtype = *dtype;
-    for (const auto& d : *sh) {
-      if (!d.is_number_unsigned()) fail(filename, where + "shape must hold non-negative integers");
-      uint64_t dim = d.get<uint64_t>();
-      if (dim > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
-        fail(filename, where + "dimension too large");
-      e.shape.push_back(static_cast<int64_t>(dim));
-    }
-    if (!(*off)[0].is_number_unsigned() || !(*off)[1].is_number_unsigned())
-      fail(filename, where + "data_offsets must be non-negative integers");
-    e.begin = (*off)[0].get<uint64_t>();
-    e.end = (*off)[1].get<uint64_t>();
-    if (e.begin > e.end || e.end > data_len)
-      fail(filename, where + "data_offsets [" + std::to_string(e.begin) + ", " +
-                         std::to_string(e.end) + "] outside the data section (" +
-                         std::to_string(data_len) + " bytes)");
-    auto want = byteCount(e.dtype, e.shape);
-    if (!want || *want != e.end - e.begin)
-      fail(filename, where + "shape " + shapeStr(e.shape) + " needs " +
-                         (want ? std::to_string(*want) : std::string("too many")) +
-                         " bytes but data_offsets span " + std::to_string(e.end - e.begin));
-    f.entries_.push_back(std::move(e));
+    f.entries_.push_back(parseEntry(filename, name, v, data_len));
   }
 
-  // Overlapping tensors would alias each other's bytes: reject them like the reference reader.
-  std::vector<const SafetensorsEntry*> by_offset;
-  for (const auto& e : f.entries_)
-    by_offset.push_back(&e);
-  std::sort(by_offset.begin(), by_offset.end(), [](const auto* a, const auto* b) {
-    return a->begin != b->begin ? a->begin < b->begin : a->end < b->end;
-  });
-  for (size_t i = 1; i < by_offset.size(); ++i)
-    if (by_offset[i]->begin < by_offset[i - 1]->end && by_offset[i]->begin != by_offset[i]->end)
-      fail(filename, "tensors " + quoteForMessage(by_offset[i - 1]->name) + " and " +
-                         quoteForMessage(by_offset[i]->name) + " overlap");
+  rejectOverlaps(filename, f.entries_);
 
   std::sort(f.entries_.begin(), f.entries_.end(),
             [](const auto& a, const auto& b) { return a.name < b.name; });

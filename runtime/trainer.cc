@@ -30,13 +30,18 @@
 #include <set>
 #include <thread>
 
-#include "ir/collectives.h"
 #include "ir/error.h"
+#include "ir/fsdp_chains.h"
 #include "ir/io.h"
 #include "ir/mutation.h"
 #include "runtime/executor.h"
+#include "runtime/graph_queries.h"
+#include "runtime/input_checks.h"
 #include "runtime/process_groups.h"
+#include "runtime/progress.h"
+#include "runtime/rank_error.h"
 #include "runtime/safetensors.h"
+#include "runtime/sharding.h"
 #include "runtime/tensor_io.h"
 #include "runtime/watchdog.h"
 
@@ -46,16 +51,6 @@ namespace {
 // How much longer than --timeout-s a rank may stand still before its watchdog ends it: room for
 // c10d to raise its own timeout error first, which names the collective.
 constexpr int kWatchdogGraceSeconds = 5;
-
-// An error with the exit code it should produce.
-struct RankError {
-  int code;
-  std::string message;
-};
-
-[[noreturn]] void inputError(const std::string& m) {
-  throw RankError{kExecInputError, m};
-}
 
 // FNV-1a over the parts: seeds that depend only on names, never on process or pointer state.
 uint64_t mixSeed(uint64_t seed, std::initializer_list<std::string_view> parts) {
@@ -79,400 +74,14 @@ std::string shapeStr(c10::IntArrayRef s) {
   return c10::str(s);
 }
 
-bool isDataFlow(const Node* n) {
-  auto c = n->info().category;
-  return c == OpCategory::View || c == OpCategory::Copy;
-}
-
-// The first all-gather fed by `ph` through casts, views and concatenations: the FSDP unshard
-// chain (docs/architecture.md, "FSDP structure"), also after `bucket` flattened it into a cat.
-// nullptr: the input is not sharded.
-const Node* findGather(const Node* ph) {
-  std::vector<const Node*> frontier{ph};
-  for (int depth = 0; depth < 8 && !frontier.empty(); ++depth) {
-    std::vector<const Node*> next;
-    const Node* best = nullptr;
-    for (const Node* n : frontier)
-      for (const Node* u : n->users()) {
-        auto c = u->info().category;
-        if (collectiveKind(*u) == CollectiveKind::AllGather) {
-          if (!best || u->isBefore(best)) best = u;
-        } else if (c == OpCategory::View || c == OpCategory::Copy || c == OpCategory::Index) {
-          next.push_back(u);
-        }
-      }
-    if (best) return best;
-    frontier = std::move(next);
-  }
-  return nullptr;
-}
-
-// The reduce-scatter that produces graph output `v` through its wait and single-input views and
-// copies (a sharded parameter's gradient), else nullptr.
-const Node* findScatter(const Node* v) {
-  for (int depth = 0; v && depth < 8; ++depth) {
-    if (collectiveKind(*v) == CollectiveKind::ReduceScatter) return v;
-    auto c = v->info().category;
-    if (v->op() != OpKind::CallFunction || v->inputs().empty() ||
-        (c != OpCategory::View && c != OpCategory::Copy && c != OpCategory::Wait))
-      return nullptr;
-    v = v->inputs().front();
-  }
-  return nullptr;
-}
-
-// The positional group name (ir/collectives.h), else a group_name keyword: the executor binds
-// either to the schema, so a rank must find the group both ways.
-std::string groupNameOf(const Node* collective) {
-  if (std::string_view name = collectiveGroupName(*collective); !name.empty())
-    return std::string(name);
-  if (const Arg* a = collective->kwarg("group_name"); a && a->isStr()) return std::string(a->str());
-  return {};
-}
-
-// Exclusive upper bound for an integer input: an embedding's row count, or the class count of a
-// loss it is the target of (unless `embeddings_only`: a loss target may hold its ignore_index).
-// 0 when the graph does not say.
-int64_t inferIntBound(const Node* ph, bool embeddings_only = false) {
-  int64_t bound = 0;
-  auto take = [&](int64_t b) {
-    if (b > 0) bound = bound ? std::min(bound, b) : b;
-  };
-  std::vector<const Node*> frontier{ph};
-  for (int depth = 0; depth < 6 && !frontier.empty(); ++depth) {
-    std::vector<const Node*> next;
-    for (const Node* n : frontier)
-      for (const Node* u : n->users()) {
-        auto metaOf = [](const Node* x) -> const TensorMeta* {
-          return x && x->val().isTensor() ? &x->val().tensor : nullptr;
-        };
-        if (u->is("aten.embedding.default") && u->numArgs() >= 2 && u->arg(1).node() == n) {
-          if (const TensorMeta* w = metaOf(u->arg(0).node()); w && !w->shape.empty())
-            take(w->shape[0]);
-        } else if (!embeddings_only &&
-                   (u->is("aten.nll_loss_forward.default") || u->is("aten.nll_loss.default") ||
-                    u->is("aten.nll_loss2d_forward.default") ||
-                    u->is("aten.cross_entropy_loss.default")) &&
-                   u->numArgs() >= 2 && u->arg(1).node() == n) {
-          if (const TensorMeta* x = metaOf(u->arg(0).node()); x && !x->shape.empty())
-            take(x->shape.size() >= 2 ? x->shape[1] : x->shape[0]);
-        } else if (isDataFlow(u) && u->input(0) == n) {
-          next.push_back(u);
-        }
-      }
-    frontier = std::move(next);
-  }
-  return bound;
-}
-
-// ---- data checks before any rank starts (docs/executor.md, "Checks before launch")
-
-std::string namesText(const std::vector<std::string>& names) {
-  std::string s;
-  for (size_t i = 0; i < names.size() && i < 8; ++i)
-    s += (i ? ", " : "") + quoteForMessage(names[i]);
-  if (names.size() > 8) s += ", ... (" + std::to_string(names.size() - 8) + " more)";
-  return s.empty() ? "none" : s;
-}
-
-bool isIntegral(ScalarType t) {
-  switch (t) {
-    case ScalarType::Bool:
-    case ScalarType::UInt8:
-    case ScalarType::Int8:
-    case ScalarType::Int16:
-    case ScalarType::Int32:
-    case ScalarType::Int64:
-    case ScalarType::UInt16:
-    case ScalarType::UInt32:
-    case ScalarType::UInt64:
-      return true;
-    default:
-      return false;
-  }
-}
-
-// A file tensor of dtype `have` for a graph input of dtype `want`: "" when the same; a warning
-// (`*warn` set) for a cast within floating point or within integers, which keeps what the values
-// mean; else an error: float token ids, integer weights, complex for real.
-std::string dtypeMismatch(ScalarType have, ScalarType want, bool* warn) {
-  *warn = false;
-  if (have == want) return {};
-  std::string text = std::string(dtypeName(have)) + " in the file, " +
-                     std::string(dtypeName(want)) + " in the graph";
-  if ((dtypeIsFloatingPoint(have) && dtypeIsFloatingPoint(want)) ||
-      (isIntegral(have) && isIntegral(want))) {
-    *warn = true;
-    return text + "; cast to " + std::string(dtypeName(want));
-  }
-  return text;
-}
-
-int64_t nonFinite(const at::Tensor& t) {
-  if (!t.is_floating_point() || t.numel() == 0) return 0;
-  return t.isfinite().logical_not().sum().item<int64_t>();
-}
-
-// A parameter or buffer against --params: "" or the error; the entry it uses goes into `used`.
-std::string checkWeight(const GraphInput& in, const SafetensorsFile& params, const ExecOptions& o,
-                        std::set<std::string>& used, std::vector<std::string>& warnings) {
-  const TensorMeta& m = in.meta.tensor;
-  const SafetensorsEntry* e = params.find(in.fqn);
-  if (!e) {
-    std::vector<std::string> have;
-    for (const auto& x : params.entries())
-      have.push_back(x.name);
-    return o.params + ": no tensor " + quoteForMessage(in.fqn) + " (input " +
-           quoteForMessage(in.name) + "); the file has " + namesText(have);
-  }
-  used.insert(e->name);
-  bool warn = false;
-  if (std::string d = dtypeMismatch(e->dtype, m.dtype, &warn); !d.empty()) {
-    if (!warn) return o.params + ": tensor " + quoteForMessage(in.fqn) + " is " + d;
-    warnings.push_back(o.params + ": tensor " + quoteForMessage(in.fqn) + " is " + d);
-  }
-  if (e->shape.size() != m.shape.size())
-    return o.params + ": tensor " + quoteForMessage(in.fqn) + " has " +
-           std::to_string(e->shape.size()) + " dimensions, the graph's input " +
-           quoteForMessage(in.name) + " " + std::to_string(m.shape.size());
-  if (int64_t bad = nonFinite(readTensor(params, *e)); bad > 0)
-    return o.params + ": tensor " + quoteForMessage(in.fqn) + " holds " + std::to_string(bad) +
-           " NaN or infinite value" + (bad == 1 ? "" : "s") +
-           "; parameters and buffers must be finite";
-  return {};
-}
-
-// A user input against --batch (`rows`: the rows of the embedding it indexes, 0 when none): ""
-// or the error; the entry it uses goes into `used`.
-std::string checkBatchInput(const GraphInput& in, int64_t rows, const SafetensorsFile& batch,
-                            const ExecOptions& o, std::set<std::string>& used,
-                            std::vector<std::string>& warnings) {
-  const TensorMeta& m = in.meta.tensor;
-  const SafetensorsEntry* e = batch.find(in.name);
-  if (!e) {
-    std::vector<std::string> have;
-    for (const auto& x : batch.entries())
-      have.push_back(x.name);
-    return o.batch + ": no tensor " + quoteForMessage(in.name) +
-           " (a user input of the graph); the file has " + namesText(have);
-  }
-  used.insert(e->name);
-  bool warn = false;
-  if (std::string d = dtypeMismatch(e->dtype, m.dtype, &warn); !d.empty()) {
-    std::string what = o.batch + ": input " + quoteForMessage(in.name) + " is " + d;
-    if (!warn)
-      return what + (isIntegral(m.dtype) ? " (token ids and labels must be integers)" : "");
-    warnings.push_back(what);
-  }
-  // The local batch, or the global one along dim 0 (k local batches).
-  bool fits = e->shape.size() == m.shape.size();
-  for (size_t d = 0; fits && d < m.shape.size(); ++d)
-    fits = d == 0 ? (m.shape[0] > 0 ? e->shape[0] > 0 && e->shape[0] % m.shape[0] == 0
-                                    : e->shape[0] == 0)
-                  : e->shape[d] == m.shape[d];
-  if (!fits) {
-    std::string have = "[", want = "[";
-    for (size_t d = 0; d < e->shape.size(); ++d)
-      have += (d ? ", " : "") + std::to_string(e->shape[d]);
-    for (size_t d = 0; d < m.shape.size(); ++d)
-      want += (d ? ", " : "") + std::to_string(m.shape[d]);
-    return o.batch + ": input " + quoteForMessage(in.name) + " has shape " + have +
-           "], not the graph's " + want + "] (or a multiple of it along dim 0)";
-  }
-  at::Tensor t = readTensor(batch, *e);
-  if (int64_t bad = nonFinite(t); bad > 0)
-    return o.batch + ": input " + quoteForMessage(in.name) + " holds " + std::to_string(bad) +
-           " NaN or infinite value" + (bad == 1 ? "" : "s");
-  if (rows > 0 && isIntegral(e->dtype) && t.numel() > 0) {
-    int64_t lo = t.min().item<int64_t>(), hi = t.max().item<int64_t>();
-    if (lo < 0 || hi >= rows)
-      return o.batch + ": input " + quoteForMessage(in.name) + " holds " +
-             std::to_string(lo < 0 ? lo : hi) + ", outside [0, " + std::to_string(rows) +
-             "): the rows of the embedding it indexes";
-  }
-  return {};
-}
-
-// Checks --params and --batch against the graph, and the generated data's integer range, before
-// anything runs: every tensor a graph input needs is there with a shape it fits and a dtype it
-// can take; nothing in a file goes unused without a word; parameters are finite; integer inputs
-// that index an embedding stay inside its rows. Returns the first error ("" when none); appends
-// warnings (casts, unused tensors).
-std::string checkInputData(const Graph& g, const std::vector<GraphInput>& inputs,
-                           const ExecOptions& o, std::vector<std::string>& warnings) {
-  auto phs = g.placeholders();
-  if (phs.size() != inputs.size()) return "placeholder count changed while planning";
-  std::optional<SafetensorsFile> params, batch;
-  if (!o.params.empty()) params = SafetensorsFile::read(o.params);
-  if (!o.batch.empty()) batch = SafetensorsFile::read(o.batch);
-  std::set<std::string> used_params, used_batch;
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    const GraphInput& in = inputs[i];
-    if (!in.meta.isTensor()) continue;  // reported by the rank with its own message
-    const TensorMeta& m = in.meta.tensor;
-    const bool weight = in.kind == InputKind::Parameter || in.kind == InputKind::Buffer;
-    if (in.kind == InputKind::Parameter && !dtypeIsFloatingPoint(m.dtype))
-      return "parameter " + quoteForMessage(in.fqn) + " (input " + quoteForMessage(in.name) +
-             ") is " + std::string(dtypeName(m.dtype)) +
-             " in the graph; only floating-point parameters can be trained";
-    if (weight && params)
-      if (std::string e = checkWeight(in, *params, o, used_params, warnings); !e.empty()) return e;
-    if (weight) continue;
-    // A user input: from --batch, else generated.
-    const int64_t rows = inferIntBound(phs[i], /*embeddings_only=*/true);
-    if (!batch) {
-      if (rows > 0 && o.int_high > rows && isIntegral(m.dtype))
-        return "--int-high " + std::to_string(o.int_high) + " exceeds the " + std::to_string(rows) +
-               " rows of the embedding input " + quoteForMessage(in.name) + " indexes";
-      continue;
-    }
-    if (std::string e = checkBatchInput(in, rows, *batch, o, used_batch, warnings); !e.empty())
-      return e;
-  }
-  auto unused = [&](const std::optional<SafetensorsFile>& f, const std::set<std::string>& used,
-                    const std::string& path, const char* what) {
-    if (!f) return;
-    std::vector<std::string> extra;
-    for (const auto& e : f->entries())
-      if (!used.count(e.name)) extra.push_back(e.name);
-    if (!extra.empty())
-      warnings.push_back(path + ": " + std::to_string(extra.size()) + " tensor" +
-                         (extra.size() == 1 ? "" : "s") + " the graph has no " + what +
-                         " for, ignored: " + namesText(extra));
-  };
-  unused(params, used_params, o.params, "parameter or buffer");
-  unused(batch, used_batch, o.batch, "user input");
-  return {};
-}
-
-void printWarnings(const std::vector<std::string>& warnings) {
-  for (const std::string& w : warnings)
-    std::fprintf(stderr, "jointfx exec: warning: %s\n", w.c_str());
-}
-
-// How one parameter or buffer is laid out across ranks.
-struct Layout {
-  std::vector<int64_t> local_shape;  // the placeholder: this rank's padded shard
-  std::string group;                 // FSDP group ("" when not sharded)
-  int group_rank = 0;
-  int group_size = 1;
-};
-
 struct Input {
   GraphInput info;
   const Node* node = nullptr;
-  Layout layout;
+  ShardLayout layout;
   at::Tensor value;       // parameters and buffers: the local shard (the optimizer updates it)
   int64_t int_bound = 0;  // integer user inputs and buffers: values are drawn from [0, bound)
   bool is_fixed = false;  // a non-tensor input (a mesh, None, a scalar): `fixed` every step
   c10::IValue fixed;
-};
-
-// This rank's shard of a full tensor: first its TP piece (torch.chunk) of any dim the graph's
-// local tensor is smaller in, then rows [i*s, (i+1)*s) of dim 0 zero-padded to s*G rows, as the
-// tracer shards (python/jointfx/trace.py: shard_param). Throws when `full` cannot shard to the
-// placeholder's shape on this mesh.
-at::Tensor shard(const at::Tensor& full, const Input& in, const ProcessGroups& pgs,
-                 const std::string& tp_group) {
-  const Layout& l = in.layout;
-  const int64_t G = l.group_size;
-  auto mismatch = [&] {
-    inputError(quoteForMessage(in.info.fqn) + ": full shape " + shapeStr(full.sizes()) +
-               " does not shard to the graph's " + shapeStr(l.local_shape) + " over " +
-               std::to_string(G) + " FSDP rank(s)" +
-               (tp_group.empty() ? "" : " and group " + quoteForMessage(tp_group)));
-  };
-  if (full.dim() != static_cast<int64_t>(l.local_shape.size())) mismatch();
-  at::Tensor t = full;
-  auto tpPiece = [&](int64_t d, int64_t want) {
-    auto tp_rank = pgs.rankIn(tp_group);
-    auto tp_size = pgs.sizeOf(tp_group);
-    if (tp_group.empty() || !tp_rank || !tp_size || want * *tp_size != t.size(d)) mismatch();
-    t = t.narrow(d, *tp_rank * want, want);
-  };
-  for (int64_t d = 1; d < t.dim(); ++d)
-    if (t.size(d) != l.local_shape[static_cast<size_t>(d)])
-      tpPiece(d, l.local_shape[static_cast<size_t>(d)]);
-  if (t.dim() == 0) return t.clone();
-  const int64_t s = l.local_shape[0];
-  auto fits = [&](int64_t rows) { return G == 1 ? rows == s : (rows + G - 1) / G == s; };
-  if (!fits(t.size(0))) {
-    // Larger than FSDP padding explains: TP-sharded on dim 0 too.
-    auto tp_size = pgs.sizeOf(tp_group);
-    if (!tp_size || t.size(0) % *tp_size || !fits(t.size(0) / *tp_size)) mismatch();
-    tpPiece(0, t.size(0) / *tp_size);
-  }
-  if (G == 1) return t.contiguous().clone();
-  at::Tensor out = at::zeros(l.local_shape, t.options());
-  int64_t begin = std::min<int64_t>(l.group_rank * s, t.size(0));
-  int64_t end = std::min<int64_t>(begin + s, t.size(0));
-  if (end > begin) out.narrow(0, 0, end - begin).copy_(t.narrow(0, begin, end - begin));
-  return out;
-}
-
-std::string formatLoss(double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.9g", v);
-  return buf;
-}
-
-// Rank 0's time per op target (Executor::profile), per step, largest first: where a step goes,
-// e.g. how much of it is spent waiting for collectives (wait_tensor).
-void printProfile(const std::vector<OpProfile>& ops, int steps) {
-  double total = 0;
-  for (const OpProfile& p : ops)
-    total += p.seconds;
-  if (total <= 0) return;
-  std::fprintf(stderr, "profile (rank 0, per step; %.3f ms in %zu targets):\n", 1e3 * total / steps,
-               ops.size());
-  std::fprintf(stderr, "  %9s %6s %6s  %s\n", "ms", "share", "calls", "target");
-  size_t shown = 0;
-  double rest = 0;
-  for (const OpProfile& p : ops) {
-    if (++shown > 15) {
-      rest += p.seconds;
-      continue;
-    }
-    std::fprintf(stderr, "  %9.3f %5.1f%% %6zu  %s\n", 1e3 * p.seconds / steps,
-                 100 * p.seconds / total, p.calls / static_cast<size_t>(steps), p.target.c_str());
-  }
-  if (rest > 0)
-    std::fprintf(stderr, "  %9.3f %5.1f%% %6s  (%zu more targets)\n", 1e3 * rest / steps,
-                 100 * rest / total, "", ops.size() - 15);
-}
-
-class ProgressBar {
- public:
-  ProgressBar(bool enabled, int total) : enabled_(enabled), total_(total) {}
-  void update(int step, double loss, double seconds_per_step) {
-    if (!enabled_) return;
-    constexpr int kWidth = 24;
-    int filled = total_ ? step * kWidth / total_ : kWidth;
-    std::string bar(static_cast<size_t>(filled), '#');
-    bar.append(static_cast<size_t>(kWidth - filled), '.');
-    std::fprintf(stderr, "\r  [%s] %d/%d  loss %s  %.3f s/step", bar.c_str(), step, total_,
-                 formatLoss(loss).c_str(), seconds_per_step);
-    std::fflush(stderr);
-    drawn_ = true;
-  }
-  // Erases the bar so a line printed next (stdout may be the same terminal) starts clean.
-  void clear() {
-    if (!drawn_) return;
-    std::fputs("\r\033[K", stderr);
-    std::fflush(stderr);
-    drawn_ = false;
-  }
-  // Leaves the last state on screen and moves below it.
-  void finish() {
-    if (drawn_) std::fputc('\n', stderr);
-    drawn_ = false;
-  }
-  ~ProgressBar() { finish(); }
-
- private:
-  bool enabled_;
-  int total_;
-  bool drawn_ = false;
 };
 
 std::string replaceRank(std::string path, int rank) {
@@ -583,9 +192,13 @@ class RankRun {
     } catch (const JfxError& e) {
       inputError(e.what());
     }
-    if (std::string p = worldSizeProblem(g_->processGroups(), g_->extraJson(), env_.world_size);
-        !p.empty())
-      inputError(p);
+    std::string world_problem;
+    try {
+      world_problem = worldSizeProblem(g_->processGroups(), g_->extraJson(), env_.world_size);
+    } catch (const JfxError& e) {
+      inputError(e.what());  // a malformed mesh in the graph meta
+    }
+    if (!world_problem.empty()) inputError(world_problem);
     if (std::string p = deviceProblem(o_.device); !p.empty()) inputError(p);
     device_ = o_.device == "cuda" ? c10::Device(c10::kCUDA, static_cast<int8_t>(env_.local_rank))
                                   : c10::Device(c10::kCPU);
@@ -671,14 +284,14 @@ class RankRun {
       if (in.info.kind == InputKind::UserInput || in.info.kind == InputKind::None ||
           (in.info.kind == InputKind::Buffer && isIntegral(in.info.meta.tensor.dtype))) {
         in.int_bound = inferIntBound(phs[i]);
-      } else if (const Node* ag = findGather(phs[i])) {
+      } else if (const Node* ag = unshardGatherOf(*phs[i])) {
         setGroup(in, groupNameOf(ag), "gathered");
       } else if (in.info.kind == InputKind::Parameter) {
         // Read by no gather: a tracer that lifts a tied weight under each of its FQNs leaves
         // every placeholder but one unread, and such a parameter still gets its own gradient,
         // reduce-scattered. It is sharded the way that gradient is, or the optimizer's update
         // would not fit it.
-        if (const Node* rs = gradientScatter(in.info.fqn))
+        if (const Node* rs = parameterGradientScatter(*g_, in.info.fqn))
           setGroup(in, groupNameOf(rs), "reduce-scattered");
       }
       inputs_.push_back(std::move(in));
@@ -694,19 +307,6 @@ class RankRun {
                  quoteForMessage(in.layout.group) + ", which this rank is not in");
     in.layout.group_rank = *r;
     in.layout.group_size = *n;
-  }
-
-  // The reduce-scatter of the gradient output of parameter `fqn` (header output specs), else
-  // nullptr.
-  const Node* gradientScatter(const std::string& fqn) const {
-    const auto& specs = g_->outputSpecs();
-    const Node* out = g_->outputNode();
-    if (!out || out->numArgs() == 0 || !out->arg(0).isSequence()) return nullptr;
-    const auto& items = out->arg(0).items();
-    for (size_t k = 0; k < specs.size() && k < items.size(); ++k)
-      if (specs[k].kind == OutputKind::Gradient && specs[k].fqn == fqn)
-        return findScatter(items[k].node());
-    return nullptr;
   }
 
   void findParallelGroups() {
@@ -747,7 +347,8 @@ class RankRun {
     const std::map<std::string, std::string> buffer_init = bufferInit();
     for (Input& in : inputs_) {
       if (in.info.kind != InputKind::Parameter && in.info.kind != InputKind::Buffer) continue;
-      at::Tensor local = shard(fullValue(in, buffer_init), in, *pgs_, tp_group_);
+      at::Tensor local =
+          shard(fullValue(in, buffer_init), in.info.fqn, in.layout, *pgs_, tp_group_);
       in.value = local.to(device_, atenDtype(in.info.meta.tensor.dtype)).contiguous();
     }
   }

@@ -567,6 +567,15 @@ TEST_CASE("process groups: mesh groups are localized to each rank", "[runtime]")
   CHECK(rt::localizeGroups(header, "", 3, 4)[0].ranks == std::vector<int64_t>{0, 2});
   CHECK(rt::localizeGroups(header, R"({"mesh":{"shape":[2]}})", 3, 4)[0].ranks ==
         std::vector<int64_t>{0, 2});
+  // A malformed mesh is an error naming the field (ir/device_mesh.h), not a silent fallback to
+  // the header's ranks.
+  CHECK_THROWS_WITH(rt::localizeGroups(header, R"({"mesh":{"shape":[2,0]}})", 3, 4),
+                    Catch::Contains("meta.mesh.shape[1] is 0, not a positive integer"));
+  CHECK_THROWS_WITH(rt::worldSizeProblem(header, R"({"mesh":"2x2"})", 4),
+                    Catch::Contains("meta.mesh is \"2x2\", not an object"));
+  CHECK(rt::worldSizeProblem(header, meta, 4).empty());
+  CHECK_THAT(rt::worldSizeProblem(header, meta, 2),
+             Catch::Contains("its device mesh [2, 2] has 4 ranks"));
 }
 
 }  // namespace jfx
