@@ -1,5 +1,6 @@
 // The JSON reader (docs/graph-format.md): nodes are read as the tokenizer delivers them.
 #include "ir/json/tokenizer.h"
+#include "ir/loader.h"
 
 namespace jfx {
 
@@ -11,7 +12,7 @@ namespace {
 // Reads the document with nlohmann's SAX parser into a JsonTree and turns each element of
 // "nodes" into a Node as soon as it is complete, then drops it from the tree: memory stays
 // proportional to one node, not to the file. The header is small and read at the end.
-class JsonReader : public TreeBuilder {
+class JsonReader : public TreeBuilder, public NodeSite {
  public:
   // `into`: a graph whose nodes were built already (readJsonInto); the document's nodes are
   // appended to it and its header applies to all of them.
@@ -20,10 +21,11 @@ class JsonReader : public TreeBuilder {
       : TreeBuilder(tokenizer, /*restartable=*/false),
         text_(text),
         filename_(filename),
-        g_(into ? std::move(into) : std::make_unique<Graph>()),
         // Module FQNs grow with the model (a large one has more than a fixed 8192-slot cache holds,
         // and its backward revisits them in reverse, missing such a cache on most nodes).
-        fqn_symbols_(std::max<size_t>(8192, text.size() / 4096)) {
+        loader_(SourceKind::Json, filename, *this, std::move(into),
+                std::max<size_t>(8192, text.size() / 4096)),
+        g_(&loader_.graph()) {
     hook_depth_ = 2;  // the header's members and the elements of "nodes"
   }
 
@@ -35,7 +37,7 @@ class JsonReader : public TreeBuilder {
     // passes add nodes (the default pipeline does, on the llama3-70b shape enough to rehash the
     // index during bucket), and a table rehashed in a pass costs a second table's pages plus a
     // scattered reinsert of every name.
-    g_->reserve(text_.size() / 320 * 3 / 2 + 16);
+    loader_.expectNodes(text_.size() / 320 * 3 / 2 + 16);
     parse(text_, filename_);
     node_name_.clear();
     if (bad_ref_) badReference();
@@ -43,7 +45,18 @@ class JsonReader : public TreeBuilder {
     if (!doc.isObject())
       fail("expected a JSON object at the top level, got " + std::string(describe(doc)));
     header(doc);
-    return std::move(g_);
+    return loader_.finish();
+  }
+
+  // NodeSite: the node's element of "nodes" and its member.
+  SourceLocation at(uint32_t pos, NodePart part) const override {
+    static constexpr std::string_view kMembers[] = {"", "/name", "/target", "/args", "/kwargs"};
+    SourceLocation loc;
+    loc.file = filename_;
+    loc.json_pointer = "/nodes/" + std::to_string(pos);
+    loc.json_pointer += kMembers[static_cast<int>(part)];
+    loc.node = node_name_;
+    return loc;
   }
 
  private:
@@ -69,7 +82,7 @@ class JsonReader : public TreeBuilder {
   // before any node; a node is read as soon as it is complete, then dropped from the tree.
   void completed(uint32_t index) override {
     if (index == nodes_array_) {
-      claimAll();
+      loader_.claimPending();
       nodes_array_ = kNone;
       direct_parent_ = kNoDirect;
     } else if (stack_.size() == 1) {
@@ -104,7 +117,7 @@ class JsonReader : public TreeBuilder {
     node_name_.clear();
     if (!read) {
       s.rewind(start);
-      claimAll();  // the tree path reads this node against the whole index
+      loader_.claimPending();  // the tree path reads this node against the whole index
       return false;
     }
     ++node_index_;
@@ -216,8 +229,7 @@ class JsonReader : public TreeBuilder {
         case 3:
           if (!s.stringToken(str) || str.empty()) return false;
           node_name_ = str;
-          node_name_hash_ = Graph::nameHash(str);
-          g_->prefetchNameHash(node_name_hash_);
+          loader_.announce(node_name_);
           return true;
         case 4:
           return s.stringToken(str) && (op = opKindFromName(str)).has_value();
@@ -234,58 +246,15 @@ class JsonReader : public TreeBuilder {
     // Operands are looked up once the whole node is read: their index slots, prefetched as
     // their names were read, have had the meta's reading to arrive.
     if (!resolvePending(args, args_refs) || !resolvePending(kwargs, kwargs_refs)) return false;
-    if (*op == OpKind::Output && target != "output") return false;
-    if (*op == OpKind::CallFunction && target.empty()) return false;
-    if ((*op == OpKind::Placeholder || *op == OpKind::GetAttr) &&
-        (!args.empty() || !kwargs.empty()))
-      return false;
+    // A node that breaks a rule is left to the tree path, which reports it.
+    if (!GraphLoader::followsRules(*op, target, !args.empty(), !kwargs.empty())) return false;
     const Symbol sym =
-        *op == OpKind::CallFunction ? symbols_.intern(target) : Symbol::intern(target);
-    Node* n = g_->createUnclaimed(*op, sym, std::move(args), std::move(kwargs), node_name_);
-    claimLater(n);
-    recent_.add(n);
+        *op == OpKind::CallFunction ? loader_.symbol(target) : Symbol::intern(target);
+    Node* n = loader_.define(*op, sym, std::move(args), std::move(kwargs), node_name_,
+                             static_cast<uint32_t>(node_index_), GraphLoader::Claim::Late);
     n->val() = std::move(val);
     n->meta() = std::move(meta);
     return true;
-  }
-
-  // A direct node's name is claimed in the graph's index kClaimLag nodes after the node is made
-  // (Graph::createUnclaimed), so the probe's cache miss overlaps with reading those nodes. The
-  // newest nodes are found through recent_ (or unclaimedNamed, for one that recent_ dropped);
-  // every name is claimed before the tree path reads a node and when the node list ends, so
-  // the tree path and everything after the list see a complete index, and a duplicate name is
-  // reported at its own node, as create() would have.
-  static constexpr size_t kClaimLag = 8;
-  struct Unclaimed {
-    Node* node = nullptr;
-    uint64_t hash = 0;
-    size_t index = 0;  // in "nodes"
-  };
-  void claimLater(Node* n) {
-    if (unclaimed_count_ == kClaimLag) claimOldest();
-    unclaimed_[(unclaimed_first_ + unclaimed_count_++) % kClaimLag] = {n, node_name_hash_,
-                                                                       node_index_};
-  }
-  void claimOldest() {
-    const Unclaimed u = unclaimed_[unclaimed_first_];
-    unclaimed_first_ = (unclaimed_first_ + 1) % kClaimLag;
-    --unclaimed_count_;
-    if (g_->claimName(u.node, u.hash)) return;
-    Scope nodes(this, "nodes");
-    Scope at(this, u.index);
-    Scope k(this, "name");
-    node_name_ = u.node->name();  // where() names the node
-    fail("duplicate node name " + quoteForMessage(node_name_));
-  }
-  void claimAll() {
-    while (unclaimed_count_ > 0)
-      claimOldest();
-  }
-  Node* unclaimedNamed(std::string_view name) const {
-    for (size_t i = unclaimed_count_; i-- > 0;)  // newest first, as a taken name's lookup was
-      if (Node* n = unclaimed_[(unclaimed_first_ + i) % kClaimLag].node; n->name() == name)
-        return n;
-    return nullptr;
   }
 
   // Operands are looked up once the node is read, after prefetching each one's index slot as
@@ -293,7 +262,7 @@ class JsonReader : public TreeBuilder {
   bool directNodeRef(FastSax& s, Arg& out) {
     std::string_view name;
     if (!s.stringToken(name) || !inText(name)) return false;  // kept in pending_ as a view
-    recent_.prefetch(name, [&](std::string_view n) { g_->prefetchName(n); });
+    loader_.expectOperand(name);
     pending_.push_back(name);
     out = Arg::ofNode(nullptr);
     return true;
@@ -304,10 +273,7 @@ class JsonReader : public TreeBuilder {
     size_t i = first;
     bool ok = true;
     auto resolve = [&](Node*& ref) {
-      ref = recent_.find(pending_[i++], [&](std::string_view s) {
-        Node* found = g_->findNode(s);
-        return found ? found : unclaimedNamed(s);
-      });
+      ref = loader_.resolve(pending_[i++]);
       ok = ok && ref != nullptr;
     };
     for (auto& a : args) {
@@ -324,7 +290,7 @@ class JsonReader : public TreeBuilder {
     switch (s.peek()) {
       case '"':
         if (!s.stringToken(str)) return false;
-        out = Arg::ofStr(symbols_.intern(str));
+        out = Arg::ofStr(loader_.symbol(str));
         return true;
       case 't':
         out = Arg::ofBool(true);
@@ -365,13 +331,13 @@ class JsonReader : public TreeBuilder {
       out = Arg::ofDtype(*t);
     } else if (key == "device") {
       if (!s.stringToken(str)) return false;
-      out = Arg::ofDevice(symbols_.intern(str));
+      out = Arg::ofDevice(loader_.symbol(str));
     } else if (key == "layout") {
       if (!s.stringToken(str)) return false;
-      out = Arg::ofLayout(symbols_.intern(str));
+      out = Arg::ofLayout(loader_.symbol(str));
     } else if (key == "memory_format") {
       if (!s.stringToken(str)) return false;
-      out = Arg::ofMemoryFormat(symbols_.intern(str));
+      out = Arg::ofMemoryFormat(loader_.symbol(str));
     } else if (key == "float") {
       if (!s.stringToken(str)) return false;
       if (str == "inf")
@@ -409,7 +375,7 @@ class JsonReader : public TreeBuilder {
   bool directKwargs(FastSax& s, Kwargs& out) {
     kwargs_buffer_.clear();
     const bool ok = directObject(s, [&](std::string_view key) {
-      const Symbol k = symbols_.intern(key);
+      const Symbol k = loader_.symbol(key);
       if (!kwargs_buffer_.empty() && !(kwargs_buffer_.back().first.str() < k.str())) return false;
       return directArg(s, kwargs_buffer_.emplace_back(k, Arg()).second, 0);
     });
@@ -442,7 +408,7 @@ class JsonReader : public TreeBuilder {
                                  // Nodes of one module come together: most FQNs are the last
                                  // node's. The others have a cache of their own: thousands of
                                  // them would evict the few targets and devices every node has.
-                                 if (str != last_fqn_.str()) last_fqn_ = fqn_symbols_.intern(str);
+                                 if (str != last_fqn_.str()) last_fqn_ = loader_.moduleFqn(str);
                                  m.module_fqn = last_fqn_;
                                  return true;
                                }) &&
@@ -551,8 +517,7 @@ class JsonReader : public TreeBuilder {
           if (!s.stringToken(str)) return false;
           // A graph's tensors mostly share one device and a few dtypes: the last one is
           // compared before anything is hashed or searched.
-          if (last_device_.empty() || str != last_device_.str())
-            last_device_ = symbols_.intern(str);
+          if (last_device_.empty() || str != last_device_.str()) last_device_ = loader_.symbol(str);
           t.device = last_device_;
           return true;
         case 1: {
@@ -831,9 +796,9 @@ class JsonReader : public TreeBuilder {
       Scope at(this, "name");
       std::string_view name =
           str(present(k.at[3], "name", "every node has a name"), "the node name");
-      if (name.empty()) fail("empty node name");
+      loader_.checkName(name, static_cast<uint32_t>(node_index_));
       node_name_ = name;
-      g_->prefetchName(name);
+      loader_.announce(node_name_);
     }
     if (bad_ref_) {
       // An earlier node referred to a name not yet defined: only look for where it is defined.
@@ -848,18 +813,9 @@ class JsonReader : public TreeBuilder {
     std::vector<Arg> args = nodeArgs(k.at[0]);
     Kwargs kwargs = nodeKwargs(k.at[1]);
     if (bad_ref_) return;
-    if ((op == OpKind::Placeholder || op == OpKind::GetAttr) &&
-        (!args.empty() || !kwargs.empty())) {
-      Scope at(this, args.empty() ? "kwargs" : "args");
-      fail("a " + std::string(opKindName(op)) + " takes no arguments");
-    }
-
-    Node* n = g_->create(op, target, std::move(args), std::move(kwargs), node_name_);
-    if (n->name() != node_name_) {  // create() renames a taken name; here that is an error
-      Scope at(this, "name");
-      fail("duplicate node name " + quoteForMessage(node_name_));
-    }
-    recent_.add(n);
+    const auto pos = static_cast<uint32_t>(node_index_);
+    loader_.checkNoArguments(op, !args.empty(), !kwargs.empty(), pos);
+    Node* n = loader_.define(op, target, std::move(args), std::move(kwargs), node_name_, pos);
     if (JView m = k.at[2]) {
       Scope at(this, "meta");
       meta(m, n);
@@ -881,11 +837,9 @@ class JsonReader : public TreeBuilder {
   Symbol nodeTarget(JView target, OpKind op) {
     Scope at(this, "target");
     std::string_view s = str(present(target, "target", "the op's target"), "the target");
-    if (op == OpKind::Output && s != "output")
-      fail("the output node's target must be \"output\", got " + quoteForMessage(s));
-    if (op == OpKind::CallFunction && s.empty()) fail("empty call_function target");
+    loader_.checkTarget(op, s, static_cast<uint32_t>(node_index_));
     // A placeholder's target is its own name: caching it would only evict the op targets.
-    return op == OpKind::CallFunction ? symbols_.intern(s) : Symbol::intern(s);
+    return op == OpKind::CallFunction ? loader_.symbol(s) : Symbol::intern(s);
   }
 
   std::vector<Arg> nodeArgs(JView a) {
@@ -909,7 +863,7 @@ class JsonReader : public TreeBuilder {
     kwargs.reserve(kw.size());
     for (JView m : sortedMembers(kw)) {  // the IR keeps kwargs sorted, as the printers do
       Scope k(this, m.key());
-      kwargs.emplace_back(symbols_.intern(m.key()), arg(m));
+      kwargs.emplace_back(loader_.symbol(m.key()), arg(m));
     }
     return kwargs;
   }
@@ -923,7 +877,7 @@ class JsonReader : public TreeBuilder {
       if (!item.isObject() || item.size() != 1) return;
       JView v = *item.begin();
       if (v.key() != "node" || !v.isString()) return;
-      recent_.prefetch(v.str(), [&](std::string_view name) { g_->prefetchName(name); });
+      loader_.expectOperand(v.str());
     };
     for (JView item : args) {
       if (item.isArray())  // a list of tensors (cat, stack, a bucket's split)
@@ -975,8 +929,7 @@ class JsonReader : public TreeBuilder {
     Scope at(this, key);
     if (key == "node") {
       std::string_view name = str(v, "a node name");
-      if (Node* ref = recent_.find(name, [&](std::string_view s) { return g_->findNode(s); }))
-        return Arg::ofNode(ref);
+      if (Node* ref = loader_.resolve(name)) return Arg::ofNode(ref);
       // Not defined yet: keep reading to learn whether it is defined later (a forward reference
       // or cycle) or nowhere (dangling), and report the first one at the end.
       if (!bad_ref_) {
@@ -1138,7 +1091,7 @@ class JsonReader : public TreeBuilder {
     }
     if (JView d = k.at[0]) {
       Scope at(this, "device");
-      t.device = symbols_.intern(str(d, "a device"));
+      t.device = loader_.symbol(str(d, "a device"));
     }
     return t;
   }
@@ -1183,7 +1136,7 @@ class JsonReader : public TreeBuilder {
       } else if (key == "custom" && v.isObject() && v.find("module_fqn")) {
         {
           Scope f(this, "module_fqn");
-          m.module_fqn = symbols_.intern(str(v.find("module_fqn"), "the module FQN"));
+          m.module_fqn = loader_.symbol(str(v.find("module_fqn"), "the module FQN"));
         }
         if (m.module_fqn.empty()) {
           // An empty FQN is not typed (empty means absent); carry it verbatim instead.
@@ -1354,16 +1307,9 @@ class JsonReader : public TreeBuilder {
 
   [[noreturn]] void badReference() {
     const BadRef& b = *bad_ref_;
-    std::string msg;
-    if (bad_ref_defined_at_ && *bad_ref_defined_at_ == b.node_index)
-      msg = "node " + quoteForMessage(b.target) + " refers to itself (a cycle)";
-    else if (bad_ref_defined_at_)
-      msg = "node " + quoteForMessage(b.target) + " is used before its definition at /nodes/" +
-            std::to_string(*bad_ref_defined_at_) +
-            " (a forward reference or cycle: nodes must be in topological order)";
-    else
-      msg = "dangling reference to undefined node " + quoteForMessage(b.target);
-    throw JfxError(b.loc, msg);
+    std::optional<uint32_t> later;
+    if (bad_ref_defined_at_) later = static_cast<uint32_t>(*bad_ref_defined_at_);
+    loader_.unresolved(b.target, b.loc, later, later && *later == b.node_index);
   }
 
   struct BadRef {
@@ -1375,7 +1321,8 @@ class JsonReader : public TreeBuilder {
 
   std::string_view text_;
   const std::string& filename_;
-  std::unique_ptr<Graph> g_;
+  GraphLoader loader_;
+  Graph* g_;
   uint32_t nodes_array_ = kNone;  // index of the open "nodes" array
   uint32_t node_start_ = 0;       // where the node being read starts in the tree
   uint32_t node_chars_ = 0;
@@ -1384,18 +1331,12 @@ class JsonReader : public TreeBuilder {
   std::deque<std::vector<JView>> members_pool_;  // sortedMembers' buffers (a deque: they stay put)
   size_t members_depth_ = 0;                     // how many are lent out
   std::string node_name_;
-  uint64_t node_name_hash_ = 0;  // Graph::nameHash(node_name_), on the direct path
   size_t node_index_ = 0;
-  std::array<Unclaimed, kClaimLag> unclaimed_;
-  size_t unclaimed_first_ = 0, unclaimed_count_ = 0;
   std::optional<BadRef> bad_ref_;
   std::optional<size_t> bad_ref_defined_at_;
-  RecentNames<Node> recent_;
-  SymbolCache symbols_;
   std::vector<std::string_view> pending_;  // operands read directly, not yet looked up
   std::string target_buf_;
   Symbol last_fqn_;
-  SymbolCache fqn_symbols_;
   Symbol last_device_;                             // directTensor's last device,
   ScalarType last_dtype_ = ScalarType::Undefined;  // dtype
   std::string_view last_dtype_name_;               // and its name (dtypeName's, or empty)
