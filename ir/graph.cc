@@ -756,6 +756,7 @@ std::unique_ptr<Graph> Graph::copy() const {
   c.output_specs_ = output_specs_;
   c.constants_ = constants_;
   c.extra_json_ = extra_json_;
+  c.sources_ = sources_;
   c.next_suffix_ = next_suffix_;
   c.generation_ = generation_;
   c.revision_ = revision_;
@@ -829,6 +830,7 @@ void Graph::takeContents(Graph&& from) {
   std::swap(output_specs_, from.output_specs_);
   std::swap(constants_, from.constants_);
   std::swap(extra_json_, from.extra_json_);
+  std::swap(sources_, from.sources_);
   std::swap(placeholder_ids_, from.placeholder_ids_);
   std::swap(collective_ids_, from.collective_ids_);
   std::swap(input_fqns_, from.input_fqns_);
@@ -1150,6 +1152,31 @@ void Graph::dropTouched() {
   for (uint32_t id : touched_)
     touched_mark_[id] = false;
   touched_.clear();
+}
+
+SourceLocation Graph::location(const Node* n) const {
+  SourceLocation loc = SourceLocation::atNode(std::string(n->name()));
+  const NodeSources& s = sources_;
+  auto read = [&](uint32_t id) { return id >= s.first && id - s.first < s.count; };
+  uint32_t id = n->id();
+  // A copy a pass made of a node that was read is where that node was.
+  if (!read(id) && n->origin() != Node::kNoOrigin && read(n->origin()) &&
+      n->origin() < nodes_.size())
+    id = n->origin();
+  if (s.kind == SourceKind::None || !read(id)) return loc;
+  loc.file = s.file;
+  switch (s.kind) {
+    case SourceKind::Text:
+      if (id - s.first < s.lines.size()) loc.line = static_cast<int>(s.lines[id - s.first]);
+      break;
+    case SourceKind::Json:
+      loc.json_pointer = "/nodes/" + std::to_string(id - s.first + s.base);
+      break;
+    case SourceKind::Fx:
+    case SourceKind::None:
+      break;
+  }
+  return loc;
 }
 
 Node* Graph::findNode(std::string_view name) const {

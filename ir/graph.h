@@ -50,6 +50,7 @@
 #include "ir/arg.h"
 #include "ir/attributes.h"
 #include "ir/compact_string.h"
+#include "ir/error.h"
 #include "ir/name_arena.h"
 #include "ir/name_index.h"
 #include "ir/op_info.h"
@@ -445,6 +446,22 @@ struct OutputSpec {
   friend bool operator==(const OutputSpec&, const OutputSpec&) = default;
 };
 
+// What a graph's nodes were read from, for Graph::location. The loader (ir/loader.h) fills it.
+enum class SourceKind : uint8_t {
+  None,  // built in memory
+  Text,  // `lines[id - first]` is node id's line of `file`
+  Json,  // node id is element id - first + base of the document's "nodes"
+  Fx,    // the torch.fx node of the same name
+};
+struct NodeSources {
+  SourceKind kind = SourceKind::None;
+  std::string file;
+  uint32_t first = 0;  // the first node id read
+  uint32_t count = 0;  // how many ids from `first` were read
+  uint32_t base = 0;   // JSON: the element of "nodes" node `first` was
+  std::vector<uint32_t> lines;
+};
+
 class Graph {
  public:
   Graph();
@@ -473,19 +490,6 @@ class Graph {
   // unique from `name` (or from the target's op name). Operands must already be in this graph.
   Node* create(OpKind op, Symbol target, std::vector<Arg> args, Kwargs kwargs = {},
                std::string_view name = "", Node* before = nullptr);
-  // A reader's create(): `name` is not claimed in the index yet, so findNode() does not see the
-  // node and the name may be taken. The reader claims it with claimName() a few nodes later,
-  // before anything else reads the graph; meanwhile the index slot's cache miss overlaps with
-  // reading those nodes (on a large graph the miss was a large part of create()'s own time at load;
-  // bench/README.md, "Figures behind the code"). Not while recording undo.
-  Node* createUnclaimed(OpKind op, Symbol target, std::vector<Arg> args, Kwargs kwargs,
-                        std::string_view name);
-  // Claims `n`'s name, hashed to `name_hash` (nameHash()): false, leaving `n` out of the index,
-  // when another node has it.
-  bool claimName(Node* n, uint64_t name_hash) {
-    return by_name_.insertOrFind(n, name_hash) == nullptr;
-  }
-  static uint64_t nameHash(std::string_view name) { return NameIndex<Node>::hashOf(name); }
   Node* createCall(std::string_view target, std::vector<Arg> args, Kwargs kwargs = {},
                    Node* before = nullptr, std::string_view name = "") {
     return create(OpKind::CallFunction, Symbol::intern(target), std::move(args), std::move(kwargs),
@@ -563,14 +567,16 @@ class Graph {
   // A hint that about `n` nodes are coming (readers call it): sizes the name index once instead
   // of rehashing it as it grows.
   void reserve(size_t n) { by_name_.reserve(n); }
-  // A hint that a node named `name` is about to be created (NameIndex::prefetch).
-  void prefetchName(std::string_view name) const { by_name_.prefetch(name); }
-  void prefetchNameHash(uint64_t name_hash) const { by_name_.prefetchHash(name_hash); }
 
   // ---- queries
   Node* first() const { return head_; }
   Node* last() const { return tail_; }
   Node* outputNode() const { return tail_ && tail_->op_ == OpKind::Output ? tail_ : nullptr; }
+  // Where `n` was read from (docs/architecture.md, "Errors"): its file and line (text format),
+  // the JSON pointer of its element of "nodes" (JSON), the torch.fx node (the Python bridge);
+  // for a node a pass copied from one that was read (cloneBefore), that node's place. Always
+  // names `n`; a node built in memory has no other place.
+  SourceLocation location(const Node* n) const;
   Node* findNode(std::string_view name) const;
   Node* nodeById(uint32_t id) const { return id < nodes_.size() ? &nodes_[id] : nullptr; }
   size_t size() const { return live_; }
@@ -593,7 +599,23 @@ class Graph {
   }
 
  private:
-  friend class Node;  // reads input_fqns_
+  friend class Node;         // reads input_fqns_
+  friend class GraphLoader;  // builds nodes with late name claims and records their places
+  // The loader's create(): `name` is not claimed in the index yet, so findNode() does not see the
+  // node and the name may be taken. The loader claims it with claimName() a few nodes later,
+  // before anything else reads the graph; meanwhile the index slot's cache miss overlaps with
+  // reading those nodes (bench/README.md, "Figures behind the code"). Not while recording undo.
+  Node* createUnclaimed(OpKind op, Symbol target, std::vector<Arg> args, Kwargs kwargs,
+                        std::string_view name);
+  // Claims `n`'s name, hashed to `name_hash` (nameHash()): false, leaving `n` out of the index,
+  // when another node has it.
+  bool claimName(Node* n, uint64_t name_hash) {
+    return by_name_.insertOrFind(n, name_hash) == nullptr;
+  }
+  static uint64_t nameHash(std::string_view name) { return NameIndex<Node>::hashOf(name); }
+  // A hint that a node named `name` is about to be created (NameIndex::prefetch).
+  void prefetchName(std::string_view name) const { by_name_.prefetch(name); }
+  void prefetchNameHash(uint64_t name_hash) const { by_name_.prefetchHash(name_hash); }
   // `record`: add an entry to the undo log while recording (callers that record the step in an
   // entry of their own pass false).
   void link(Node* n, Node* before, bool record = true);
@@ -668,6 +690,7 @@ class Graph {
   std::vector<OutputSpec> output_specs_;
   std::vector<ConstantInfo> constants_;
   std::string extra_json_;
+  NodeSources sources_;
 };
 
 inline std::string_view Node::inputFqn() const {

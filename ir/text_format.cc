@@ -6,12 +6,14 @@
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <span>
 #include <utility>
 #include <vector>
 
 #include "ir/error.h"
 #include "ir/json_format.h"
+#include "ir/loader.h"
 
 namespace jfx {
 namespace {
@@ -408,18 +410,19 @@ Symbol mostCommonDevice(const Graph& g) {
 
 // A hand-written recursive-descent parser over the whole buffer: no per-line copies, strings
 // are views into the text unless they hold escapes.
-class Parser {
+class Parser : public NodeSite {
  public:
   Parser(std::string_view text, const std::string& filename)
       : p_(text.data()),
         end_(text.data() + text.size()),
         line_start_(text.data()),
         filename_(filename),
-        g_(std::make_unique<Graph>()) {}
+        loader_(SourceKind::Text, filename, *this),
+        g_(&loader_.graph()) {}
 
   std::unique_ptr<Graph> parse() {
     // Node names are hashed once per definition and once per use: size the table up front.
-    g_->reserve(static_cast<size_t>(std::count(p_, end_, '\n')) + 1);
+    loader_.expectNodes(static_cast<size_t>(std::count(p_, end_, '\n')) + 1);
     bool seen_magic = false;
     bool in_nodes = false;
     while (p_ < end_) {
@@ -445,7 +448,17 @@ class Parser {
       skipLine();
     }
     if (!seen_magic) fail("expected the header line 'jointfx.graph 1'");
-    return std::move(g_);
+    return loader_.finish();
+  }
+
+  // NodeSite: the line of the node at `pos`, and the column of its name on the line being read.
+  SourceLocation at(uint32_t pos, NodePart part) const override {
+    SourceLocation loc;
+    loc.file = filename_;
+    loc.line = static_cast<int>(pos);
+    if (part == NodePart::Name && static_cast<int>(pos) == line_) loc.column = column(name_at_);
+    loc.node = node_name_;
+    return loc;
   }
 
  private:
@@ -453,13 +466,16 @@ class Parser {
 
   int column(const char* at) const { return static_cast<int>(at - line_start_) + 1; }
 
-  [[noreturn]] void failAt(const char* at, const std::string& message) const {
+  SourceLocation locationAt(const char* at) const {
     SourceLocation loc;
     loc.file = filename_;
     loc.line = line_;
     loc.column = column(at);
     loc.node = node_name_;
-    throw JfxError(loc, message);
+    return loc;
+  }
+  [[noreturn]] void failAt(const char* at, const std::string& message) const {
+    throw JfxError(locationAt(at), message);
   }
 
   std::string found() const {
@@ -892,10 +908,10 @@ class Parser {
 
   void nodeLine() {
     ++p_;  // '%'
-    const char* name_at = p_;
+    name_at_ = p_;
     std::string scratch;
     node_name_ = std::string(nodeName(scratch));
-    g_->prefetchName(node_name_);
+    loader_.announce(node_name_);
     skipSpaces();
     ValueMeta val;
     if (accept(':')) {
@@ -928,7 +944,7 @@ class Parser {
         target = Symbol::intern("output");
         argList(args, kwargs);
       } else {
-        target = symbols_.intern(w);
+        target = loader_.symbol(w);
         argList(args, kwargs);
       }
     }
@@ -936,19 +952,12 @@ class Parser {
     MetaFields meta;
     if (peek('{')) metaBlock(meta, op);
 
-    Node* n = g_->create(op, target, std::move(args), std::move(kwargs), node_name_);
-    if (n->name() != node_name_) {  // create() renames a taken name; here that is an error
-      failAt(name_at, "duplicate node name %" + clipForMessage(node_name_) +
-                          " (first defined at line " +
-                          std::to_string(def_line_[g_->findNode(node_name_)->id()]) + ")");
-    }
-    recent_.add(n);
+    Node* n = loader_.define(op, target, std::move(args), std::move(kwargs), node_name_,
+                             static_cast<uint32_t>(line_));
     n->val() = std::move(val);
     n->meta() = std::move(meta.meta);
     if (meta.input_kind != InputKind::None || !meta.input_fqn.empty())
       n->setInputInfo(meta.input_kind, std::move(meta.input_fqn));
-    if (def_line_.size() <= n->id()) def_line_.resize(n->id() + 1);
-    def_line_[n->id()] = line_;
   }
 
   ValueMeta type(int depth) {
@@ -1014,11 +1023,11 @@ class Parser {
       if (accept('@')) {
         if (peek('"')) {
           std::string scratch;
-          t.device = symbols_.intern(string(scratch));
+          t.device = loader_.symbol(string(scratch));
         } else {
           std::string_view d = word(isDeviceChar);
           if (d.empty()) fail("expected a device after '@' (cuda:0, or \"...\")");
-          t.device = symbols_.intern(d);
+          t.device = loader_.symbol(d);
         }
       }
     }
@@ -1057,7 +1066,7 @@ class Parser {
       if (is_key) {
         ++p_;  // '='
         skipSpaces();
-        Symbol k = symbols_.intern(key);
+        Symbol k = loader_.symbol(key);
         for (const auto& kv : kwargs)
           if (kv.first == k) failAt(item_at, "duplicate keyword argument " + quoteForMessage(key));
         kwargs.emplace_back(k, arg(0));
@@ -1153,15 +1162,12 @@ class Parser {
     const char* at = p_ - 1;
     std::string scratch;
     std::string_view name = nodeName(scratch);
-    if (Node* n = recent_.find(name, [&](std::string_view s) { return g_->findNode(s); }))
-      return Arg::ofNode(n);
+    if (Node* n = loader_.resolve(name)) return Arg::ofNode(n);
     std::string ref(name);
-    if (ref == node_name_) failAt(at, "%" + clipForMessage(ref) + " refers to itself (a cycle)");
-    if (int later = definitionLineAfterThisOne(ref))
-      failAt(at, "%" + clipForMessage(ref) + " is used before its definition at line " +
-                     std::to_string(later) +
-                     " (a forward reference or cycle: nodes must be in topological order)");
-    failAt(at, "undefined node %" + clipForMessage(ref) + " (dangling reference)");
+    std::optional<uint32_t> later;
+    if (ref != node_name_)
+      if (int line = definitionLineAfterThisOne(ref)) later = static_cast<uint32_t>(line);
+    loader_.unresolved(ref, locationAt(at), later, ref == node_name_);
   }
 
   // For error messages only: scans the rest of the file for a line defining %name.
@@ -1225,7 +1231,7 @@ class Parser {
           m.seq_nr = optionalInteger("seq_nr");
           break;
         case 4:
-          m.module_fqn = symbols_.intern(string(scratch));
+          m.module_fqn = loader_.symbol(string(scratch));
           break;
         case 5:
           if (op != OpKind::Placeholder) failAt(key_at, "input= is only valid on a placeholder");
@@ -1336,15 +1342,14 @@ class Parser {
   const char* line_start_;
   int line_ = 1;
   const std::string& filename_;
-  std::unique_ptr<Graph> g_;
-  RecentNames<Node> recent_;
-  SymbolCache symbols_;
-  std::string node_name_;  // the node being parsed, for error messages
+  GraphLoader loader_;
+  Graph* g_;
+  std::string node_name_;          // the node being parsed, for error messages
+  const char* name_at_ = nullptr;  // where its name starts
   Symbol default_device_;
   bool seen_outputs_ = false;
   bool seen_meta_ = false;
   bool seen_default_device_ = false;
-  std::vector<int> def_line_;  // by node id
 };
 
 }  // namespace

@@ -23,6 +23,7 @@ std::string VerifyIssue::str() const {
   std::string s = node.empty()                 ? ""
                   : plain && node.size() <= 80 ? "node '" + node + "': "
                                                : "node " + quotedForMessage(node) + ": ";
+  if (!where.empty()) s = where + ": " + s;
   return s + "[" + rule + "] " + message;
 }
 
@@ -205,8 +206,14 @@ class Verifier {
 
   void add(const Node* n, std::string rule, std::string message) {
     if (full()) return;
-    issues_.push_back(
-        {n ? std::string(n->name()) : std::string(), std::move(rule), std::move(message)});
+    std::string where;
+    if (n) {
+      SourceLocation loc = g_.location(n);
+      loc.node.clear();
+      where = loc.str();
+    }
+    issues_.push_back({n ? std::string(n->name()) : std::string(), std::move(rule),
+                       std::move(message), std::move(where)});
   }
 
   // The list links and positions everything else relies on (isBefore). A broken list stops the

@@ -14,7 +14,10 @@ struct VerifyIssue {
   std::string node;  // node name ("" for graph-level problems)
   std::string rule;  // e.g. "topological-order", "collective-wait-pairing"
   std::string message;
-  std::string str() const;  // "node 'x': [rule] message"
+  // Where the node was read (Graph::location without the node): "g.jfx:12", "g.json at
+  // /nodes/3", "torch.fx graph"; "" for a node made in memory and for graph-level problems.
+  std::string where;
+  std::string str() const;  // "g.jfx:12: node 'x': [rule] message"
 };
 
 struct VerifyOptions {

@@ -6,7 +6,8 @@
 namespace jfx {
 
 SourceLocation locationOf(const Node* n) {
-  return n ? SourceLocation::atNode(std::string(n->name())) : SourceLocation{};
+  if (!n) return {};
+  return n->graph() ? n->graph()->location(n) : SourceLocation::atNode(std::string(n->name()));
 }
 
 InFlightError::InFlightError(SourceLocation loc)

@@ -17,8 +17,8 @@
 
 namespace jfx {
 
-// Where an error about `n` points: the node's name today; the node's own source location (the
-// line of the text IR, the JSON pointer, the FX node) once nodes carry one.
+// Where an error about `n` points: the place it was read from (Graph::location: the line of the
+// text IR, the JSON pointer, the FX node) and its name.
 SourceLocation locationOf(const Node* n);
 
 // A message being built; thrown as a JfxError when the statement that built it ends. Not thrown

@@ -23,6 +23,7 @@
 
 #include "ir/error.h"
 #include "ir/json_format.h"
+#include "ir/loader.h"
 
 namespace py = pybind11;
 
@@ -670,15 +671,25 @@ class TensorShim {
   size_t next_ = 0;
 };
 
-class GraphBuilder {
+// Builds through the loader (ir/loader.h), which records each node's place as the torch.fx node
+// of its name and reports a taken name there.
+class GraphBuilder : public jfx::NodeSite {
  public:
   GraphBuilder(const Hooks& h, bool include_stack_trace, size_t nodes, TensorShim& shim)
       : h_(h),
         stack_(include_stack_trace),
         shim_(shim),
-        g_(std::make_unique<jfx::Graph>()),
+        loader_(jfx::SourceKind::Fx, kFxGraph, *this),
         built_(nodes) {
-    g_->reserve(nodes);
+    loader_.expectNodes(nodes);
+  }
+
+  // NodeSite: a node the bridge builds is where the torch.fx node of its name is.
+  jfx::SourceLocation at(uint32_t, jfx::NodePart) const override {
+    jfx::SourceLocation loc;
+    loc.file = kFxGraph;
+    loc.node = node_name_;
+    return loc;
   }
 
   // `phase` nullptr: the node's own meta["phase"] (export_graph's rule 1), which every
@@ -696,14 +707,14 @@ class GraphBuilder {
 
   std::unique_ptr<jfx::Graph> finish(std::string_view head_text) {
     // The header, with no nodes, applied to the nodes built.
-    g_ = jfx::readJsonInto(head_text, kFile, std::move(g_));
-    return std::move(g_);
+    return jfx::readJsonInto(head_text, kFile, loader_.lend());
   }
 
   size_t direct_count = 0, json_count = 0;
 
  private:
   static inline const std::string kFile = "<python>";
+  static inline const std::string kFxGraph = "torch.fx graph";
 
   const AttrNames n_;
 
@@ -725,8 +736,10 @@ class GraphBuilder {
     w.text() = R"({"format":"jointfx.graph","version":1,"nodes":[)";
     w.node(node, phase);
     w.text() += "]}";
-    g_ = jfx::readJsonInto(w.text(), kFile, std::move(g_));
-    remember(node, g_->nodeById(g_->maxId() - 1));
+    loader_.takeBack(jfx::readJsonInto(w.text(), kFile, loader_.lend()), position_);
+    jfx::Graph& g = loader_.graph();
+    remember(node, g.nodeById(g.maxId() - 1));
+    ++position_;
     ++json_count;
   }
 
@@ -785,7 +798,7 @@ class GraphBuilder {
               [](const auto& a, const auto& b) { return a.first.str() < b.first.str(); });
     if ((op == jfx::OpKind::Placeholder || op == jfx::OpKind::GetAttr) &&
         (!args.empty() || !kwargs.empty()))
-      return false;
+      return false;  // the reader reports it
 
     jfx::NodeMeta meta;
     jfx::ValueMeta val;
@@ -794,10 +807,9 @@ class GraphBuilder {
     std::optional<jfx::Symbol> target = this->target(node, op);
     if (!target) return false;
 
-    jfx::Node* n = g_->create(op, *target, std::move(args), std::move(kwargs), name);
-    // create() renames a taken name; the reader rejects it, and so does the caller's fallback.
-    if (n->name() != name)
-      throw jfx::JfxError({}, "duplicate node name " + jfx::quoteForMessage(name));
+    node_name_ = name;
+    jfx::Node* n =
+        loader_.define(op, *target, std::move(args), std::move(kwargs), name, position_++);
     n->meta() = std::move(meta);
     n->val() = std::move(val);
     remember(node, n);
@@ -815,8 +827,8 @@ class GraphBuilder {
     py::object s = call(h_.target_name, node);
     if (!PyUnicode_Check(s.ptr())) return std::nullopt;
     const std::string_view text = utf8(s.ptr());
-    if (op == jfx::OpKind::CallFunction && text.empty()) return std::nullopt;
-    if (op == jfx::OpKind::Output && text != "output") return std::nullopt;
+    // A node that breaks a rule goes the JSON way, whose reader reports it.
+    if (!jfx::GraphLoader::followsRules(op, text, false, false)) return std::nullopt;
     const jfx::Symbol sym = jfx::Symbol::intern(text);
     if (op == jfx::OpKind::CallFunction) targets_.emplace(t.ptr(), sym);
     return sym;
@@ -1120,9 +1132,11 @@ class GraphBuilder {
   const Hooks& h_;
   const bool stack_;
   TensorShim& shim_;  // FakeTensor metadata for the nodes being built
-  std::unique_ptr<jfx::Graph> g_;
+  jfx::GraphLoader loader_;
   BuiltNodes built_;
-  PyObject* mode_ = nullptr;  // the FakeTensorMode last seen (held by mode_ref_)
+  std::string_view node_name_;  // the node being defined (its fx.Node holds the text)
+  uint32_t position_ = 0;       // its index in graph.nodes
+  PyObject* mode_ = nullptr;    // the FakeTensorMode last seen (held by mode_ref_)
   py::object mode_ref_;
   bool mode_in_kernel_ = false;
   std::unordered_map<PyObject*, jfx::Symbol> targets_;  // call_function target -> name
@@ -1189,7 +1203,18 @@ void registerFxExport(py::module_& m) {
             if (!g.graph) throw py::value_error("FxGraph: already taken by an EditScript");
             return py::bytes(jfx::writeJsonGraph(*g.graph));
           },
-          "The canonical JSON document (writeJsonGraph), for tests.");
+          "The canonical JSON document (writeJsonGraph), for tests.")
+      .def(
+          "location",
+          [](const FxGraph& g, const std::string& name) -> py::object {
+            if (!g.graph) throw py::value_error("FxGraph: already taken by an EditScript");
+            const jfx::Node* n = g.graph->findNode(name);
+            if (n == nullptr) return py::none();
+            return py::str(g.graph->location(n).str());
+          },
+          py::arg("name"),
+          "Where the node named `name` was read from, as errors about it name it (None: no such "
+          "node), for tests.");
   m.def("graph_from_fx", &graphFromFx, py::arg("nodes"), py::arg("phases"),
         py::arg("include_stack_trace"), py::arg("hooks"), py::arg("head"),
         "The graph readJsonGraph makes of export_text's document, built from `nodes` "

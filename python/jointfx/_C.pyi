@@ -23,6 +23,9 @@ class FxGraph:
     via_json: int  # nodes read as JSON (the output node, extra meta, opaque values, ...)
     def json(self) -> bytes:
         """The canonical JSON document (writeJsonGraph), for tests."""
+    def location(self, name: str) -> str | None:
+        """Where the node named `name` was read from, as errors about it name it (None: no
+        such node), for tests."""
 
 def graph_from_fx(nodes: Sequence[Any], phases: Sequence[str | None], include_stack_trace: bool,
                   hooks: dict[str, Any], head: bytes) -> FxGraph:

@@ -1639,7 +1639,7 @@ def import_graph(doc: Mapping[str, Any]) -> fx.GraphModule:
 
 
 def _import_header(doc: Mapping[str, Any]) -> dict[str, Any]:
-    """The header's process groups, inputs, outputs and graph meta, checked (ir/json_format.cc
+    """The header's process groups, inputs, outputs and graph meta, checked (ir/json/reader.cc
     reads the same rules), for gm.meta["jointfx"]. Constants are checked where they are used."""
 
     def records(key: str, what: str, keys: tuple[str, ...], check: Any) -> list[dict[str, Any]]:
@@ -2154,7 +2154,7 @@ def _block(items: Sequence[Any], at: str) -> str:
 
 
 def dumps_graph(doc: Mapping[str, Any]) -> str:
-    """Canonical JSON text, byte for byte what the C++ writer (ir/json_format.cc) emits.
+    """Canonical JSON text, byte for byte what the C++ writer (ir/json/writer.cc) emits.
 
     Header keys in format order, each on its own line; each process group, input, output and
     node on its own line; object keys sorted; no spaces; shortest round-trip floats; "outputs"

@@ -201,3 +201,15 @@ def test_tensor_metadata_through_the_stable_c_abi(monkeypatch: pytest.MonkeyPatc
         monkeypatch.setattr(export, "_tensor_shim", lambda shim=shim: shim)
         for path, (gm, want) in graphs.items():
             assert export_native(gm, extension=ext).graph.json() == want, path.stem
+
+
+def test_nodes_remember_their_fx_node() -> None:
+    """Every node the bridge builds, from the FX objects or through its JSON, is located at the
+    torch.fx node of its name (Graph::location), which errors about the node name."""
+    gm = _all_kinds_graph()
+    built = export_native(gm, extension=ext)
+    assert built.graph is not None
+    assert built.graph.direct > 0 and built.graph.via_json > 0  # both ways are checked
+    for n in gm.graph.nodes:
+        assert built.graph.location(n.name) == f"torch.fx graph (node '{n.name}')"
+    assert built.graph.location("no_such_node") is None

@@ -264,5 +264,10 @@ TEST_CASE("errors: a registered pass's error names the pass and the node", "[ins
     CHECK(
         e.message().starts_with("pass 'remat' (#1) failed: cannot recompute 'drop' "
                                 "(aten.native_dropout.default): it draws random numbers"));
+    // The node's place in the file it was read from (Graph::location).
+    CHECK(e.location().file.ends_with("/tests/golden/remat/random_error.jfx"));
+    CHECK(e.location().line == 10);
+    CHECK(std::string(e.what()).find("random_error.jfx:10 (node 'drop'): error: pass 'remat'") !=
+          std::string::npos);
   }
 }

@@ -141,7 +141,8 @@ TEST_CASE("sizes: the verifier reports sizes of graphs built in memory", "[sizes
   x->val() = v;
   auto issues = verifyGraph(*g);
   REQUIRE(issues.size() == 1);
-  CHECK(issues[0].str() == "node 'x': [tensor-size] dimension 0 of shape [-4, 8] is negative");
+  CHECK(issues[0].str() ==
+        "g.jfx:2: node 'x': [tensor-size] dimension 0 of shape [-4, 8] is negative");
   // The analyses stay defined on it: the negative tensor counts as empty, not -128 B.
   PhaseInfo phases = computePhases(*g);
   MemoryProfile mem = analyzeMemory(*g, phases, {});

@@ -91,10 +91,12 @@ TEST_CASE("verifier: a well-formed FSDP graph has no issues", "[verifier]") {
 }
 
 TEST_CASE("verifier: issue text names node and rule", "[verifier]") {
-  VerifyIssue a{"mm", "arity", "too many"};
+  VerifyIssue a{"mm", "arity", "too many", ""};
   CHECK(a.str() == "node 'mm': [arity] too many");
-  VerifyIssue b{"", "single-output", "none"};
+  VerifyIssue b{"", "single-output", "none", ""};
   CHECK(b.str() == "[single-output] none");
+  VerifyIssue c{"mm", "arity", "too many", "g.jfx:12"};  // a node read from a file
+  CHECK(c.str() == "g.jfx:12: node 'mm': [arity] too many");
 }
 
 TEST_CASE("verifier: topological-order", "[verifier]") {

@@ -354,8 +354,8 @@ std::unique_ptr<Graph> loadVerified(const AnalyzeArgs& args, int& rc) {
   if (!g) return nullptr;
   auto issues = args.no_verify ? std::vector<VerifyIssue>{} : verifyGraph(*g);
   if (issues.empty()) return g;
-  for (const auto& issue : issues)
-    std::cerr << args.input << ": " << issue.str() << "\n";
+  for (const auto& issue : issues)  // an issue about a read node names its place itself
+    std::cerr << (issue.where.empty() ? args.input + ": " : "") << issue.str() << "\n";
   printError("analyze", args.input + ": the graph fails verification (" +
                             std::to_string(issues.size()) + " issue" +
                             (issues.size() == 1 ? "" : "s") + "); analyses need a valid graph");

@@ -38,8 +38,8 @@ void addVerifyCommand(CLI::App& app, int& exit_code) {
     opts.one_gather_per_param_per_phase = args->one_gather;
     opts.max_issues = args->max_issues;
     auto issues = verifyGraph(*g, opts);
-    for (const auto& issue : issues)
-      std::cout << args->input << ": " << issue.str() << "\n";
+    for (const auto& issue : issues)  // an issue about a read node names its place itself
+      std::cout << (issue.where.empty() ? args->input + ": " : "") << issue.str() << "\n";
     if (!issues.empty()) {
       std::cout << args->input << ": " << issues.size()
                 << (issues.size() == opts.max_issues ? "+" : "") << " issue"
