@@ -268,27 +268,36 @@ class Verifier {
       add(n, "node-list", "next link does not point at the next node");
   }
 
+  // Whether use `u` of `n` names a live user of this graph that reads `n` in that operand slot;
+  // an issue when not. The touched-node check (checkUsesOf) and the whole-graph one
+  // (checkUseLists) share it.
+  bool checkUse(const Node* n, const Use& u) {
+    const Node* user = u.user;
+    if (user == nullptr || user->graph() != &g_ || user->isDead()) {
+      add(n, "use-list", "use list names a deleted or foreign user");
+      return false;
+    }
+    if (u.index == Operand::kNotASlot) {
+      add(n, "use-list", "use list names a slot outside " + quoted(user) + "'s operands");
+      return false;
+    }
+    if (u.index >= user->inputs().size() || user->inputs()[u.index] != n) {
+      add(n, "use-list",
+          "use list says " + quoted(user) + " reads it as operand " + std::to_string(u.index) +
+              ", but it does not");
+      return false;
+    }
+    return true;
+  }
+
   // Every use of `n` names a live user that reads `n` in that slot, after `n`, once; and every
   // operand slot of `n` is in its producer's use list.
   void checkUsesOf(const Node* n) {
     std::vector<std::pair<uint32_t, uint32_t>>& seen = seen_uses_;  // reused: no allocation a node
     seen.clear();
     for (const Use& u : n->uses()) {
+      if (!checkUse(n, u)) continue;
       const Node* user = u.user;
-      if (user == nullptr || user->graph() != &g_ || user->isDead()) {
-        add(n, "use-list", "use list names a deleted or foreign user");
-        continue;
-      }
-      if (u.index == Operand::kNotASlot) {
-        add(n, "use-list", "use list names a slot outside " + quoted(user) + "'s operands");
-        continue;
-      }
-      if (u.index >= user->inputs().size() || user->inputs()[u.index] != n) {
-        add(n, "use-list",
-            "use list says " + quoted(user) + " reads it as operand " + std::to_string(u.index) +
-                ", but it does not");
-        continue;
-      }
       // A touched user reports its own operands (checkOperandsOf): once is enough.
       if (!n->isBefore(user) && !(user->id() < touched_.size() && touched_[user->id()]))
         add(user, "topological-order",
@@ -396,21 +405,8 @@ class Verifier {
       size_t listed = 0;  // counted by walking the links, which a broken count cannot hide
       for (const Use& u : n->uses()) {
         ++listed;
+        if (!checkUse(n, u)) continue;
         const Node* user = u.user;
-        if (user == nullptr || user->graph() != &g_ || user->isDead()) {
-          add(n, "use-list", "use list names a deleted or foreign user");
-          continue;
-        }
-        if (u.index == Operand::kNotASlot) {
-          add(n, "use-list", "use list names a slot outside " + quoted(user) + "'s operands");
-          continue;
-        }
-        if (u.index >= user->inputs().size() || user->inputs()[u.index] != n) {
-          add(n, "use-list",
-              "use list says " + quoted(user) + " reads it as operand " + std::to_string(u.index) +
-                  ", but it does not");
-          continue;
-        }
         size_t slot = first_slot[user->id()] + u.index;
         if (slot_seen[slot])
           add(n, "use-list",

@@ -564,7 +564,7 @@ class BuiltNodes {
 // reads. A traced graph's build is bound by memory, not by calls: each node's objects are far
 // apart. Handles are made for a chunk of nodes' FakeTensors at once, just before the chunk is
 // built, which brings their TensorImpls into the cache together; dtype, shape and stride are then
-// plain loads (llama3-8b synthetic graph: 37 -> 31 ms to build). `spec`
+// plain loads (bench/README.md, "boundary"). `spec`
 // (jointfx.export._tensor_shim): the function making handles of a list of tensors, the addresses
 // of aoti_torch_get_dim, _get_sizes, _get_strides, _get_dtype and _delete_tensor_object, and
 // {dtype code: torch.dtype}; None where that torch lacks them (then every tensor is read through
