@@ -14,9 +14,8 @@ from typing import Any
 
 import pytest
 import torch
-from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
-from conftest import fixture_variant, traced_fixture_paths
+from conftest import fixture_variant, propagate_fake, traced_fixture_paths
 from jointfx.export import import_graph
 
 PATHS = traced_fixture_paths()
@@ -83,7 +82,7 @@ def test_dce_then_convert_roundtrips(jfx_bin: Path, path: Path, tmp_path: Path) 
     check_ok(run_cli(jfx_bin, "convert", text, "-o", back))
     assert back.read_bytes() == out.read_bytes()
     check_ok(run_cli(jfx_bin, "verify", out))
-    _fake_propagate(after)
+    propagate_fake(import_graph(after))
 
 
 def _refs(node: dict[str, Any]) -> list[str]:
@@ -103,18 +102,6 @@ def _refs(node: dict[str, Any]) -> list[str]:
     walk(node["args"])
     walk(node["kwargs"])
     return found
-
-
-def _fake_propagate(doc: dict[str, Any]) -> None:
-    from torch._subclasses.fake_tensor import FakeTensorMode
-
-    gm = import_graph(doc)
-    mode = FakeTensorMode(allow_non_fake_inputs=True)
-    with mode:
-        inputs = [torch.empty_strided(n.meta["val"].shape, n.meta["val"].stride(),
-                                      dtype=n.meta["val"].dtype)
-                  for n in gm.graph.nodes if n.op == "placeholder"]
-    FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*inputs)
 
 
 @pytest.mark.parametrize("path", PATHS, ids=IDS)
