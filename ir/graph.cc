@@ -329,8 +329,8 @@ struct Graph::UndoLog {
                    // does, not one per step: bucket creates and moves a large part of a graph's
                    // nodes)
     Renamed,       // `node` was called names[payload]
-    Erased,        // `node` was erased (Note [Undo of an erase]): its `count` operands, its
-                   // place before `before` and its trees[payload]
+    Erased,        // `node` was erased (Note [Undo of an erase]): its `count` operands and its
+                   // place before `before` (its trees stay in it until the log ends)
     ArgsReplaced,  // `node`'s args and kwargs were trees[payload]
     SlotsReplaced  // `node`'s slot array was slot_arrays[payload]
   };
@@ -347,10 +347,7 @@ struct Graph::UndoLog {
       Operand* prev;           // UseUnlinked
       Node** ref;              // RefSet (the old value is `node`)
     };
-    union {
-      Operand* next = nullptr;  // UseUnlinked
-      uint32_t payload;         // Erased
-    };
+    Operand* next = nullptr;  // UseUnlinked
   };
   static_assert(sizeof(Entry) == 32);
   struct SlotArray {
@@ -384,6 +381,12 @@ struct Graph::UndoLog {
       return *new (chunks_.back() + used_++) Entry();
     }
     Entry& back() { return chunks_.back()[used_ - 1]; }
+    template <typename F>
+    void forEach(F&& f) {
+      for (size_t c = 0; c < chunks_.size(); ++c)
+        for (size_t i = 0, n = c + 1 == chunks_.size() ? used_ : kPerChunk; i < n; ++i)
+          f(chunks_[c][i]);
+    }
     void pop_back() {
       if (--used_ == 0) {
         ::munmap(chunks_.back(), kChunkBytes);
@@ -457,6 +460,10 @@ void Graph::beginUndo() {
 }
 
 void Graph::commitUndo() {
+  // The erases stand: their nodes' trees, kept for a rollback (Note [Undo of an erase]), go now.
+  undo_->entries.forEach([](const UndoLog::Entry& e) {
+    if (e.kind == UndoLog::Kind::Erased) dropTrees(e.node);
+  });
   undo_.reset();
 }
 
@@ -569,8 +576,6 @@ void Graph::UndoLog::unerase(Graph& g, const Entry& e) {
   Node* n = e.node;
   g.by_name_.insert(n);
   n->dead_ = false;
-  n->args_ = std::move(trees[e.payload].first);
-  n->kwargs_ = std::move(trees[e.payload].second);
   ++g.live_;
   g.link(n, e.before);
   n->num_ops_ = e.n;
@@ -1061,7 +1066,9 @@ void Graph::erase(Node* n) {
 // when it reaches the entry those neighbours are in place again and the slots go back between
 // them. eraseAll detaches every doomed node before it retires any, so it retires them in the
 // order it detached them: a rollback then puts back the uses of two doomed nodes that read the
-// same producer in the reverse order of their unlinking.
+// same producer in the reverse order of their unlinking. Its argument trees stay in it too (its
+// slots point into them), until commitUndo drops them: a side vector of moved trees was one more
+// table, of an entry per erased node, at bucket's peak.
 void Graph::detachUses(Node* n) {
   for (uint32_t k = 0; k < n->num_ops_; ++k) {
     Operand& s = n->ops_[k];
@@ -1074,16 +1081,18 @@ void Graph::retire(Node* n) {
   if (undo_) {
     UndoLog::Entry& e = undo_->add(UndoLog::Kind::Erased, n, n->num_ops_);
     e.before = n->next_;
-    e.payload = static_cast<uint32_t>(undo_->trees.size());
-    undo_->trees.emplace_back(std::move(n->args_), n->kwargs_.take());
   }
   n->num_ops_ = 0;
   unlink(n, /*record=*/false);
   by_name_.erase(n->name());
   n->dead_ = true;
-  n->args_.clear();
-  n->kwargs_.clear();
+  if (!undo_) dropTrees(n);
   --live_;
+}
+
+void Graph::dropTrees(Node* n) {
+  std::vector<Arg>().swap(n->args_);
+  n->kwargs_.clear();
 }
 
 void Graph::eraseAll(const std::vector<Node*>& dead) {

@@ -643,6 +643,7 @@ class Graph {
                  std::string_view name);
   void addNode(Node& n, Node* before);
   void retire(Node* n);
+  static void dropTrees(Node* n);  // an erased node's args and kwargs, freed
   struct UndoLog;
   void undoOne(UndoLog& log);
   void touch(Node* n) {

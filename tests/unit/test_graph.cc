@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstring>
 #include <filesystem>
@@ -548,6 +549,43 @@ TEST_CASE("graph: a log longer than one of its chunks rolls back and commits", "
       CHECK(printTextGraph(g) == text);
     }
     CHECK(!g.recordingUndo());
+  }
+}
+
+TEST_CASE("graph: an erase keeps the node's trees for a rollback until commitUndo", "[ir][undo]") {
+  // 70,000 erased nodes: their entries span two chunks of the log, and commitUndo frees the trees
+  // of every one; a rollback gives every node its arguments back.
+  for (bool commit : {false, true}) {
+    INFO("commit " << commit);
+    Graph g;
+    Node* x = placeholder(g, "x");
+    Node* neg = g.createCall("aten.neg.default", {Arg::ofNode(x)});
+    Node* last = neg;
+    std::vector<Node*> chain;
+    for (int i = 0; i < 70000; ++i)
+      chain.push_back(last = g.createCall("aten.add.Tensor", {Arg::ofNode(last), Arg::ofNode(x)},
+                                          {{Symbol::intern("alpha"), Arg::ofInt(2)}}));
+    g.create(OpKind::Output, Symbol::intern("output"), {Arg::ofList({Arg::ofNode(last)})}, {},
+             "output");
+    const std::string text = printTextGraph(g);
+    g.beginUndo();
+    g.replaceInput(g.outputNode(), 0, neg);
+    std::reverse(chain.begin(), chain.end());  // users first
+    g.eraseAll(chain);
+    CHECK(chain.back()->isDead());
+    CHECK(chain.back()->args().size() == 2);  // still there: the rollback needs them
+    if (commit) {
+      g.commitUndo();
+      for (const Node* n : chain)
+        REQUIRE((n->isDead() && n->args().empty() && n->kwargs().empty()));
+      CHECK(g.size() == 3);
+      CHECK(verifyGraph(g).empty());
+    } else {
+      g.rollback();
+      CHECK(printTextGraph(g) == text);
+      CHECK(chain.front()->kwarg("alpha")->toInt() == 2);
+      CHECK(verifyGraph(g).empty());
+    }
   }
 }
 
