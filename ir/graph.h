@@ -241,16 +241,6 @@ class Node {
   size_t numArgs() const { return args_.size(); }
   // Node operand k (args then kwargs, depth first). input(0) is usually the data input.
   InputRange inputs() const { return InputRange(ops_, num_ops_); }
-  // For walks over a list of scattered nodes (the collectives; Note [Walk prefetch]): the first
-  // starts loading this node's head (links, position, id, kind, operand and use slots), the
-  // second, called some steps later, its operands' and users' heads.
-  void prefetchHead() const;
-  void prefetchNeighbourHeads() const;
-  // For a walk that reads its operands' names (InputNamePrefetcher): called on a node some
-  // steps ahead, the first starts loading its operands' name fields, and called a few steps
-  // later, the second the names themselves, so both are there when the walk arrives.
-  void prefetchInputNameFields() const;
-  void prefetchInputNames() const;
   size_t numInputs() const { return num_ops_; }
   Node* input(size_t k) const { return k < num_ops_ ? ops_[k].value : nullptr; }
   // Operand slot k and its links in its producer's use list: what the verifier reads to check a
@@ -311,6 +301,17 @@ class Node {
   friend class Graph;
   friend struct Operand;
   friend struct UseListSurgery;  // tests that corrupt use lists on purpose (verifier tests)
+  friend struct WalkPrefetch;    // the walks of ir/walk.h that fetch ahead
+  // For walks over a list of scattered nodes (the collectives; Note [Walk prefetch]): the first
+  // starts loading this node's head (links, position, id, kind, operand and use slots), the
+  // second, called some steps later, its operands' and users' heads.
+  void prefetchHead() const;
+  void prefetchNeighbourHeads() const;
+  // For a walk that reads its operands' names (forEachReadingInputNames): called on a node some
+  // steps ahead, the first starts loading its operands' name fields, and called a few steps
+  // later, the second the names themselves, so both are there when the walk arrives.
+  void prefetchInputNameFields() const;
+  void prefetchInputNames() const;
   // Note [Walk prefetch]. A walk over the node list is a chain of dependent loads, one node at a
   // time: a cache miss a node once the graph is larger than the cache, even though the nodes lie
   // next to each other (a loaded graph's list order is the arena's for nearly all of its nodes, and
@@ -377,37 +378,6 @@ inline void Node::prefetchInputNames() const {
     if (const Node* p = ops_[k].value) __builtin_prefetch(p->name_);
 #endif
 }
-
-// Keeps a walk over the node list fed with its operands' names (Note [Walk prefetch]). The
-// writers read every operand's name, at random for a backward node that reads an activation
-// from far back: a cache miss for the operand's node and one for its name. Each step() fetches
-// the name fields of the operands of the node 8 on, and the names of those of the node 4 on
-// (bench/README.md, "Figures behind the code").
-class InputNamePrefetcher {
- public:
-  explicit InputNamePrefetcher(const Node* first)
-      : fields_(advance(first, 8)), names_(advance(first, 4)) {}
-  // Once per node of the walk, in list order.
-  void step() {
-    if (fields_) {
-      fields_->prefetchInputNameFields();
-      fields_ = fields_->next();
-    }
-    if (names_) {
-      names_->prefetchInputNames();
-      names_ = names_->next();
-    }
-  }
-
- private:
-  static const Node* advance(const Node* n, int steps) {
-    for (; n && steps > 0; --steps)
-      n = n->next();
-    return n;
-  }
-  const Node* fields_;
-  const Node* names_;
-};
 
 inline void Node::prefetchHead() const {
 #if defined(__GNUC__)

@@ -14,6 +14,7 @@
 #include "ir/error.h"
 #include "ir/json_format.h"
 #include "ir/loader.h"
+#include "ir/walk.h"
 
 namespace jfx {
 namespace {
@@ -1363,12 +1364,10 @@ std::string printTextGraph(const Graph& g) {
   out.reserve(256 + g.size() * 160);
   Printer printer(out, mostCommonDevice(g));
   printer.header(g);
-  InputNamePrefetcher ahead(g.first());
-  for (Node* n = g.first(); n; n = n->next()) {
-    ahead.step();
+  forEachReadingInputNames(g, [&](const Node* n) {
     printer.node(*n);
     out += '\n';
-  }
+  });
   return out;
 }
 
@@ -1377,16 +1376,14 @@ void printTextGraph(const Graph& g, const ChunkSink& sink) {
   out.reserve(kSinkChunkBytes + kSinkChunkBytes / 4);
   Printer printer(out, mostCommonDevice(g));
   printer.header(g);
-  InputNamePrefetcher ahead(g.first());
-  for (Node* n = g.first(); n; n = n->next()) {
-    ahead.step();
+  forEachReadingInputNames(g, [&](const Node* n) {
     printer.node(*n);
     out += '\n';
     if (out.size() >= kSinkChunkBytes) {
       sink(out);
       out.clear();
     }
-  }
+  });
   if (!out.empty()) sink(out);
 }
 

@@ -1,6 +1,7 @@
 // The JSON writer: canonical JSON v1 (docs/graph-format.md), and the canonical spellings
 // ir/json_format.h declares.
 #include "ir/json/tokenizer.h"
+#include "ir/walk.h"
 
 namespace jfx {
 
@@ -304,14 +305,12 @@ class JsonWriter {
   void nodes(const Graph& g) {
     out_ += ",\n\"nodes\":[";
     bool first = true;
-    InputNamePrefetcher ahead(g.first());
-    for (Node* n = g.first(); n; n = n->next()) {
-      ahead.step();
+    forEachReadingInputNames(g, [&](const Node* n) {
       out_ += first ? "\n"sv : ",\n"sv;
       first = false;
       node(*n);
       maybeFlush();
-    }
+    });
     out_ += first ? "]\n}\n"sv : "\n]\n}\n"sv;
   }
 
