@@ -113,7 +113,7 @@ Bucketer::Bucketer(Graph& g, const BucketOptions& opts, PassContext& ctx,
       written_(ctx.analyses.get<WrittenStorage>(g)),
       blocks_(opts.plan == BucketOptions::Plan::Blocks ? &ctx.analyses.get<BlockAnalysis>(g)
                                                        : nullptr) {
-  builder_.onCreate([this](Node* n) { staged_.emplace_back(n, anchor_); });
+  builder_.onCreate([this](Node* n) { noteTouched(n); });
 }
 
 bool Bucketer::run() {
@@ -427,18 +427,13 @@ void Bucketer::retire(const Member& m) {
   g_.erase(m.coll);
 }
 
-void Bucketer::flush() {
-  for (size_t i = 0; i < staged_.size();) {
-    size_t j = i;
-    std::vector<Node*> run;
-    while (j < staged_.size() && staged_[j].second == staged_[i].second)
-      run.push_back(staged_[j++].first);
-    g_.placeBefore(run, staged_[i].second);
-    i = j;
-  }
-  for (const auto& [n, anchor] : staged_)
-    touched_.emplace_back(n, bucket_members_.empty() ? 0 : bucket_members_.size() - 1);
-  staged_.clear();
+void Bucketer::noteTouched(const Node* n) {
+  touched_.emplace_back(n, bucket_members_.empty() ? 0 : bucket_members_.size() - 1);
+}
+
+void Bucketer::moveBefore(Node* n, Node* anchor) {
+  g_.moveBefore(n, anchor);
+  noteTouched(n);
 }
 
 void Bucketer::finalize(Bucket& b) {
@@ -468,7 +463,7 @@ void Bucketer::finalizeGather(Bucket& b, const KeyTuple& key) {
   std::sort(hoist.begin(), hoist.end(),
             [](const Node* a, const Node* c) { return a->isBefore(c); });
   for (Node* x : hoist)
-    staged_.emplace_back(x, first);
+    moveBefore(x, first);
   ctx_.stat(stats_.hoisted, static_cast<int64_t>(hoist.size()));
 
   const std::vector<Member> payload = payloadOrder(b.members);
@@ -504,7 +499,6 @@ void Bucketer::finalizeGather(Bucket& b, const KeyTuple& key) {
   // copies it into the gathered layout.
   unpack(rows, 1, sizes, payload, w0, wait_meta, key.phase, "ag_bucket_split", /*copy=*/true,
          [&](const Member& m, Node* full) { g_.replaceAllUsesWith(m.wait, full); });
-  flush();
   for (const Member& m : b.members)
     retire(m);
 }
@@ -579,13 +573,12 @@ void Bucketer::finalizeData(Bucket& b, const KeyTuple& key) {
            if (anchor == last) moveUsersBelow(m.wait, last);
            g_.replaceAllUsesWith(m.wait, shaped);
          });
-  flush();
   for (const Member& m : b.members)
     retire(m);
 }
 
 void Bucketer::moveUsersBelow(Node* wait, Node* last) {
-  // In program order, staged before `last` (the new wait's anchor).
+  // In program order, moved before `last` (the new wait's anchor).
   std::vector<Node*> movers;
   std::vector<Node*> work{wait};
   while (!work.empty()) {
@@ -601,7 +594,7 @@ void Bucketer::moveUsersBelow(Node* wait, Node* last) {
   std::sort(movers.begin(), movers.end(),
             [](const Node* a, const Node* c) { return a->isBefore(c); });
   for (Node* u : movers)
-    staged_.emplace_back(u, last);
+    moveBefore(u, last);
   ctx_.stat(stats_.moved_down, static_cast<int64_t>(movers.size()));
 }
 

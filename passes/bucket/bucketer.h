@@ -147,21 +147,22 @@ class Bucketer {
                  const NodeMeta& shared, std::vector<int64_t>& sizes);
   // Pure users of a member's old wait that ran before the bucket's launch `last` move below it.
   void moveUsersBelow(Node* wait, Node* last);
-  // The builder, set to give the next nodes `meta` and to stage them before `anchor`.
+  // The builder, set to give the next nodes `meta` and to make them before `anchor`.
   OpBuilder& at(Node* anchor, const NodeMeta& meta) {
-    anchor_ = anchor;
+    builder_.setInsertionPoint(anchor);
     builder_.setMeta(meta);
     return builder_;
   }
   // Splits a bucket's waited value `packed` along `dim` into `sizes` and gives each payload
   // member its piece in the member's own shape (`copy`: reshape, for pieces that are not
-  // contiguous; otherwise view), staged before `anchor`. `done(member, value)` runs after each.
+  // contiguous; otherwise view), made before `anchor`. `done(member, value)` runs after each.
   void unpack(Node* packed, int64_t dim, const std::vector<int64_t>& sizes,
               const std::vector<Member>& payload, Node* anchor, const NodeMeta& wait_meta,
               Phase phase, std::string_view split_name, bool copy,
               const std::function<void(const Member&, Node*)>& done);
-  // Moves every staged node before its anchor; consecutive nodes with one anchor keep their order.
-  void flush();
+  // Every node the rewrite makes or moves is recorded in touched_ with its bucket.
+  void noteTouched(const Node* n);
+  void moveBefore(Node* n, Node* anchor);
   // `base` + `suffix` in a buffer the next call reuses (a new node's name, copied by the graph):
   // a std::string per member node was a heap block each, names being longer than 15 bytes.
   std::string_view named(std::string_view base, std::string_view suffix) {
@@ -179,10 +180,9 @@ class Bucketer {
   const BucketOptions& opts_;
   PassContext& ctx_;
   const BucketStatistics& stats_;
-  // New nodes are made at the end of the graph and put in place by flush() (see
-  // Graph::placeBefore()).
+  // New nodes are made in place, before the anchor at() was given: made at the end and moved
+  // into place afterwards, each was a move more in the undo log of a bounded rewrite.
   OpBuilder builder_{g_};
-  Node* anchor_ = nullptr;
   // Of the graph before this pass edits it (cached along the pipeline, or followed to a copy).
   const PhaseInfo& phases_;
   const FsdpAnalysis& fsdp_;
@@ -193,9 +193,8 @@ class Bucketer {
   std::map<KeyTuple, size_t> key_index_;
   std::unordered_map<std::string, int64_t> param_ordinal_by_fqn_;  // lookups only
   NodeMap<int32_t> param_ordinal_;                                 // placeholder ordinal, or -1
-  NodeMap<int32_t> grad_chain_;                  // a reduce-scatter's index in fsdp_.grads, or -1
-  std::vector<std::pair<Node*, Node*>> staged_;  // (node, place before it)
-  std::string name_buf_;                         // named()'s
+  NodeMap<int32_t> grad_chain_;  // a reduce-scatter's index in fsdp_.grads, or -1
+  std::string name_buf_;         // named()'s
 };
 
 }  // namespace jfx
