@@ -784,6 +784,9 @@ std::unique_ptr<Graph> Graph::copy() const {
     n.graph_ = &c;
     n.prev_ = map(n.prev_);
     n.next_ = map(n.next_);
+    // An erase that this graph may still undo keeps the node's trees (Note [Undo of an erase]);
+    // the copy cannot undo it, so its erased nodes have none, and no operands.
+    if (n.dead_) dropTrees(&n);
     for (Arg& a : n.args_)
       a.forEachNode(remap);
     for (auto& kv : n.kwargs_)

@@ -574,6 +574,14 @@ TEST_CASE("graph: an erase keeps the node's trees for a rollback until commitUnd
     g.eraseAll(chain);
     CHECK(chain.back()->isDead());
     CHECK(chain.back()->args().size() == 2);  // still there: the rollback needs them
+    {
+      // A copy cannot undo the erases: its erased nodes have no trees and no operands.
+      const std::unique_ptr<Graph> c = g.copy();
+      const Node* dead = c->nodeById(chain.back()->id());
+      CHECK((dead->isDead() && dead->args().empty() && dead->numInputs() == 0));
+      CHECK(printTextGraph(*c) == printTextGraph(g));
+      CHECK(verifyGraph(*c).empty());
+    }
     if (commit) {
       g.commitUndo();
       for (const Node* n : chain)
