@@ -101,11 +101,6 @@ struct WalkPrefetch {
   static void neighbourHeads(const Node* n) { n->prefetchNeighbourHeads(); }
   static void inputNameFields(const Node* n) { n->prefetchInputNameFields(); }
   static void inputNames(const Node* n) { n->prefetchInputNames(); }
-  static const Node* advance(const Node* n, int steps) {
-    for (; n && steps > 0; --steps)
-      n = n->next();
-    return n;
-  }
 };
 
 // f(node) for each node in program order, for a walk that reads every operand's name (the
@@ -115,8 +110,14 @@ struct WalkPrefetch {
 // code").
 template <class F>
 void forEachReadingInputNames(const Graph& g, F&& f) {
-  const Node* fields = WalkPrefetch::advance(g.first(), 8);
-  const Node* names = WalkPrefetch::advance(g.first(), 4);
+  auto ahead = [&](int steps) {
+    const Node* n = g.first();
+    for (; n && steps > 0; --steps)
+      n = n->next();
+    return n;
+  };
+  const Node* fields = ahead(8);
+  const Node* names = ahead(4);
   for (Node* n = g.first(); n; n = n->next()) {
     if (fields) {
       WalkPrefetch::inputNameFields(fields);
