@@ -13,10 +13,6 @@ namespace jfx {
 // Parses a JSON document. Throws JfxError naming `filename` and the JSON pointer / node name of
 // the first problem. Never crashes on malformed input.
 std::unique_ptr<Graph> readJsonGraph(std::string_view text, const std::string& filename);
-// The same with nlohmann's tokenizer alone (readJsonGraph tokenizes well-formed JSON itself and
-// hands anything else to nlohmann): for tests that check both read every document alike.
-std::unique_ptr<Graph> readJsonGraphWithNlohmann(std::string_view text,
-                                                 const std::string& filename);
 // readJsonGraph with `g`'s nodes ahead of the document's: the nodes are appended to `g` and the
 // header applies to the whole graph. For callers that build most nodes another way (the in-process
 // bridge builds them from torch.fx objects) and hand the rest, and the header, over as JSON.
@@ -24,9 +20,6 @@ std::unique_ptr<Graph> readJsonInto(std::string_view text, const std::string& fi
                                     std::unique_ptr<Graph> g);
 // Whether readJsonGraph's own tokenizer reads `text` as JSON by itself (for tests).
 bool fastJsonTokenizerAccepts(std::string_view text);
-// How many of `text`'s nodes readJsonGraph reads straight from the tokens rather than through its
-// JSON tree (for tests); throws as readJsonGraph does.
-size_t jsonNodesReadDirectly(std::string_view text);
 // Canonical JSON: header keys in a fixed order, one node per line, sorted object keys.
 std::string writeJsonGraph(const Graph& g);
 // The same document, handed to `sink` in pieces of about kSinkChunkBytes as it is written.

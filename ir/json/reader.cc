@@ -1,5 +1,5 @@
 // The JSON reader (docs/graph-format.md): nodes are read as the tokenizer delivers them.
-#include "ir/json/tokenizer.h"
+#include "ir/json/token_reader.h"
 #include "ir/loader.h"
 
 namespace jfx {
@@ -12,15 +12,21 @@ namespace {
 // Reads the document with nlohmann's SAX parser into a JsonTree and turns each element of
 // "nodes" into a Node as soon as it is complete, then drops it from the tree: memory stays
 // proportional to one node, not to the file. The header is small and read at the end.
-class JsonReader : public TreeBuilder, public NodeSite {
+class JsonReader : public TreeBuilder, public NodeSite, public TokenReader {
+  using TokenReader::filename_;
+  using TokenReader::text_;
+  // The header's accessors (on the tree) beside the nodes' (on the tokens).
+  using TokenReader::integer;
+  using TokenReader::ints;
+  using TokenReader::str;
+
  public:
   // `into`: a graph whose nodes were built already (readJsonInto); the document's nodes are
   // appended to it and its header applies to all of them.
-  JsonReader(std::string_view text, const std::string& filename, Tokenizer tokenizer,
+  JsonReader(std::string_view text, const std::string& filename,
              std::unique_ptr<Graph> into = nullptr)
-      : TreeBuilder(tokenizer, /*restartable=*/false),
-        text_(text),
-        filename_(filename),
+      : TreeBuilder(Tokenizer::Fast, /*restartable=*/false),
+        TokenReader(text, filename),
         // Module FQNs grow with the model (a large one has more than a fixed 8192-slot cache holds,
         // and its backward revisits them in reverse, missing such a cache on most nodes).
         loader_(SourceKind::Json, filename, *this, std::move(into),
@@ -70,16 +76,12 @@ class JsonReader : public TreeBuilder, public NodeSite {
     if (stack_.size() == 1 && tree_.values[index].type == JView::Type::Array &&
         JView(&tree_, index).key() == "nodes") {
       nodes_array_ = index;
-      direct_parent_ = index;
-    } else if (stack_.size() == 2 && stack_[1] == nodes_array_) {
-      // A new element of "nodes": remember where it starts so it can be dropped once read.
-      node_start_ = index;
-      node_chars_ = static_cast<uint32_t>(tree_.chars.size());
+      direct_parent_ = index;  // its elements are read by readDirect
     }
   }
 
   // Format and version are checked as soon as they are read, so a wrong version is reported
-  // before any node; a node is read as soon as it is complete, then dropped from the tree.
+  // before any node.
   void completed(uint32_t index) override {
     if (index == nodes_array_) {
       loader_.claimPending();
@@ -88,184 +90,335 @@ class JsonReader : public TreeBuilder, public NodeSite {
     } else if (stack_.size() == 1) {
       JView v(&tree_, index);
       if (v.key() == "format" || v.key() == "version") checkFormat(v.key(), v);
-    } else if (stack_.size() == 2 && stack_[1] == nodes_array_) {
-      Scope nodes(this, "nodes");
-      Scope at(this, node_index_);
-      node(JView(&tree_, index));
-      node_name_.clear();
-      ++node_index_;
-      truncate(node_start_, node_chars_);
     }
   }
 
-  // ---- nodes read straight from the text
+  // ---- nodes
   //
-  // A node in the shape the writer gives it (and PyTorch's graphs have: operands, scalars,
-  // lists, dtypes, devices, tensor metas, phase, seq_nr, module FQN) is read from the tokens,
-  // without the tree: the tree and the lookups in it were a large part of loading a graph
-  // (bench/README.md, "Figures behind the code"). On anything else (another key, an escaped name,
-  // an error of any kind) readDirect gives up before changing the graph and the tree reads the node
-  // as before, so every error message and every unusual node is the tree path's. Both paths give
-  // the same graph: the fuzzer and the tokenizer tests compare them with the nlohmann tokenizer's,
-  // which never reads directly.
+  // Every element of "nodes" is read from the tokens as the tokenizer reaches it, by the rules
+  // below; no tree is built for it. Members are read in the file's order, but an error found in
+  // one is held until its object is read, and then the first in the format's check order is
+  // raised (a node: name, keys, op, target, args, kwargs, meta; kwargs and meta: a repeated key,
+  // then by key; a tensor meta: keys, dtype, shape, stride, size, device), so the error a file
+  // gets does not depend on the order of its keys.
 
   bool readDirect(FastSax& s) override {
-    if (bad_ref_) return false;  // the tree path then only looks for the name's definition
-    const char* start = s.pos();
-    pending_.clear();
-    const bool read = directNode(s);
-    node_name_.clear();
-    if (!read) {
-      s.rewind(start);
-      loader_.claimPending();  // the tree path reads this node against the whole index
-      return false;
+    try {
+      node(s);
+    } catch (const TooDeep&) {
+      loader_.claimPending();
+      SourceLocation loc;
+      loc.file = filename_;
+      throw JfxError(loc, "JSON nested more than " + std::to_string(kMaxNesting) + " levels deep");
+    } catch (const Malformed&) {
+      loader_.claimPending();  // a repeated name before the bad text is reported first
+      throw ReadAgainWithNlohmann{};
     }
+    node_name_.clear();
     ++node_index_;
-    ++direct_nodes_;
     return true;
   }
 
-  // Reads "{...}": f(key) reads each member's value; false from f gives up.
-  template <class F>
-  static bool directObject(FastSax& s, F&& f) {
-    if (!s.eat('{')) return false;
-    if (s.peek() == '}') return s.advance();
-    for (;;) {
-      std::string_view key;
-      if (!s.stringToken(key) || !s.eat(':') || !f(key)) return false;
-      const char c = s.take();
-      if (c == '}') return true;
-      if (c != ',') return false;
+  void node(FastSax& s) {
+    Scope nodes(this, "nodes");
+    Scope at(this, node_index_);
+    if (s.peek() != '{') {
+      const std::string got = describeNext(s);
+      skip(s);
+      loader_.claimPending();
+      fail("expected a node object, got " + got);
     }
-  }
-  // Reads "{...}" whose keys are some of `keys`, each once (bit i of `seen`): f(i) reads the
-  // value of keys[i], f(-1) is called for any other key. The writer sorts keys, so the key after
-  // the last one seen is tried first, against the text itself.
-  template <size_t N, class F>
-  static bool directMembers(FastSax& s, const std::array<std::string_view, N>& keys, unsigned& seen,
-                            F&& f) {
-    if (!s.eat('{')) return false;
-    if (s.peek() == '}') return s.advance();
-    for (;;) {
-      const auto next = static_cast<size_t>(std::bit_width(seen));
-      int i = -1;
-      if (next < N && s.quotedKey(keys[next])) {
-        seen |= 1u << next;
-        i = static_cast<int>(next);
-      } else {
-        std::string_view key;
-        if (!s.stringToken(key)) return false;
-        i = directKey(key, keys, seen);
-      }
-      if (!s.eat(':') || !f(i)) return false;
-      const char c = s.take();
-      if (c == '}') return true;
-      if (c != ',') return false;
+    const char* start = s.pos();
+    NodeParts p;
+    readNode(s, p);
+    try {
+      defineNode(s, start, p);
+    } catch (const JfxError&) {
+      loader_.claimPending();  // names defined before this node are claimed (and checked) first
+      throw;
     }
-  }
-  // Reads "[...]": f() reads each element.
-  template <class F>
-  static bool directArray(FastSax& s, F&& f) {
-    if (!s.eat('[')) return false;
-    if (s.peek() == ']') return s.advance();
-    for (;;) {
-      if (!f()) return false;
-      const char c = s.take();
-      if (c == ']') return true;
-      if (c != ',') return false;
-    }
-  }
-  // Which of `keys` `key` is, once each (bit i of `seen`), or -1. The writer sorts keys, so the
-  // search starts after the last key seen.
-  template <size_t N>
-  static int directKey(std::string_view key, const std::array<std::string_view, N>& keys,
-                       unsigned& seen) {
-    const size_t next = static_cast<size_t>(std::bit_width(seen));
-    for (size_t j = 0; j < N; ++j) {
-      const size_t i = (next + j) % N;
-      if (keys[i].size() != key.size() || keys[i][0] != key[0] ||
-          !std::equal(key.begin(), key.end(), keys[i].begin()))
-        continue;
-      if (seen & (1u << i)) return -1;
-      seen |= 1u << i;
-      return static_cast<int>(i);
-    }
-    return -1;
-  }
-  // `v` (a token just read) as it stays valid: the text's own bytes, or a copy in `buf`.
-  bool inText(std::string_view v) const {
-    const auto p = reinterpret_cast<uintptr_t>(v.data());
-    const auto b = reinterpret_cast<uintptr_t>(text_.data());
-    return p >= b && p - b <= text_.size() && v.size() <= text_.size() - (p - b);
-  }
-  std::string_view kept(std::string_view v, std::string& buf) const {
-    if (inText(v)) return v;
-    buf.assign(v);
-    return buf;
   }
 
-  bool directNode(FastSax& s) {
-    static constexpr std::array<std::string_view, 6> kKeys = {"args", "kwargs", "meta",
-                                                              "name", "op",     "target"};
+  // What a node's members read to, in the file's order.
+  struct NodeParts {
+    std::array<Slot, 7> held;  // kNodeKeys' errors, then the first unknown or repeated key's
+    unsigned seen = 0;         // bit i: kNodeKeys[i] was present
     std::vector<Arg> args;
     Kwargs kwargs;
+    bool kwargs_sorted = true;
     ValueMeta val;
     NodeMeta meta;
+    std::string extra;  // extra meta, canonical
     std::optional<OpKind> op;
     std::string_view target;
-    unsigned seen = 0;                      // bit i: kKeys[i] was read
     size_t args_refs = 0, kwargs_refs = 0;  // where their operands' names start in pending_
-    const bool ok = directMembers(s, kKeys, seen, [&](int key) {
-      std::string_view str;
-      switch (key) {
-        case 0:
-          args_refs = pending_.size();
-          return directList(s, args, 0);
-        case 1:
-          kwargs_refs = pending_.size();
-          return directKwargs(s, kwargs);
-        case 2:
-          return directMeta(s, meta, val);
-        case 3:
-          if (!s.stringToken(str) || str.empty()) return false;
-          node_name_ = str;
-          loader_.announce(node_name_);
-          return true;
-        case 4:
-          return s.stringToken(str) && (op = opKindFromName(str)).has_value();
-        case 5:
-          if (!s.stringToken(str)) return false;
-          target = kept(str, target_buf_);
-          return true;
-        default:
-          return false;
-      }
-    });
-    constexpr unsigned kRequired = 1u << 3 | 1u << 4 | 1u << 5;  // name, op, target
-    if (!ok || (seen & kRequired) != kRequired) return false;
-    // Operands are looked up once the whole node is read: their index slots, prefetched as
-    // their names were read, have had the meta's reading to arrive.
-    if (!resolvePending(args, args_refs) || !resolvePending(kwargs, kwargs_refs)) return false;
-    // A node that breaks a rule is left to the tree path, which reports it.
-    if (!GraphLoader::followsRules(*op, target, !args.empty(), !kwargs.empty())) return false;
-    const Symbol sym =
-        *op == OpKind::CallFunction ? loader_.symbol(target) : Symbol::intern(target);
-    Node* n = loader_.define(*op, sym, std::move(args), std::move(kwargs), node_name_,
-                             static_cast<uint32_t>(node_index_), GraphLoader::Claim::Late);
-    n->val() = std::move(val);
-    n->meta() = std::move(meta);
-    return true;
+  };
+  static constexpr std::array<std::string_view, 6> kNodeKeys = {"args", "kwargs", "meta",
+                                                                "name", "op",     "target"};
+
+  void readNode(FastSax& s, NodeParts& p) {
+    pending_.clear();
+    kept_names_.clear();
+    p.seen = members(s, kNodeKeys, "a node", p.held, [&](int key) {
+               switch (key) {
+                 case 0:
+                   p.args_refs = pending_.size();
+                   if (s.peek() != '[')
+                     fail("expected args to be an array, got " + describeNext(s));
+                   list(s, p.args);
+                   return;
+                 case 1:
+                   p.kwargs_refs = pending_.size();
+                   p.kwargs_sorted = readKwargs(s, p.kwargs);
+                   return;
+                 case 2:
+                   readMeta(s, p.meta, p.val, p.extra);
+                   return;
+                 case 3:
+                   node_name_ = str(s, "the node name");
+                   loader_.announce(node_name_);
+                   return;
+                 case 4: {
+                   const std::string_view op = str(s, "the op kind");
+                   p.op = opKindFromName(op);
+                   if (!p.op)
+                     fail("unknown op kind " + quoteForMessage(op) +
+                          " (expected placeholder, call_function, get_attr, output)");
+                   return;
+                 }
+                 default:
+                   p.target = kept(str(s, "the target"), target_buf_);
+               }
+             }).seen;
   }
 
-  // Operands are looked up once the node is read, after prefetching each one's index slot as
-  // it is read (prefetchOperands does the same on the tree path).
-  bool directNodeRef(FastSax& s, Arg& out) {
-    std::string_view name;
-    if (!s.stringToken(name) || !inText(name)) return false;  // kept in pending_ as a view
+  // The node's checks in the format's order, then the node itself.
+  void defineNode(FastSax& s, const char* start, NodeParts& p) {
+    const auto pos = static_cast<uint32_t>(node_index_);
+    raise(p.held[3]);
+    if (!(p.seen & 8u)) missing("name", "every node has a name");
+    loader_.checkName(node_name_, pos);
+    if (bad_ref_) {
+      // An earlier node referred to a name not yet defined: only look for where it is defined.
+      if (!bad_ref_defined_at_ && node_name_ == bad_ref_->target) bad_ref_defined_at_ = node_index_;
+      return;
+    }
+    raise(p.held[6]);
+    raise(p.held[4]);
+    if (!(p.seen & 16u)) missing("op", "placeholder, call_function, get_attr or output");
+    raise(p.held[5]);
+    if (!(p.seen & 32u)) missing("target", "the op's target");
+    loader_.checkTarget(*p.op, p.target, pos);
+    raise(p.held[0]);
+    raise(p.held[1]);
+    // Operands are looked up once the whole node is read: their index slots, prefetched as
+    // their names were read, have had the rest of the node's reading to arrive.
+    if (!resolvePending(p.args, p.args_refs) || !resolvePending(p.kwargs, p.kwargs_refs)) {
+      findBadReference(s, start);
+      loader_.claimPending();
+      return;
+    }
+    if (!p.kwargs_sorted)  // the IR keeps kwargs sorted by key, as the printers do
+      std::stable_sort(p.kwargs.begin(), p.kwargs.end(),
+                       [](const auto& a, const auto& b) { return a.first.str() < b.first.str(); });
+    loader_.checkNoArguments(*p.op, !p.args.empty(), !p.kwargs.empty(), pos);
+    const Symbol sym =
+        *p.op == OpKind::CallFunction ? loader_.symbol(p.target) : Symbol::intern(p.target);
+    Node* n = loader_.define(*p.op, sym, std::move(p.args), std::move(p.kwargs), node_name_, pos,
+                             GraphLoader::Claim::Late);
+    raise(p.held[2]);
+    n->val() = std::move(p.val);
+    n->meta() = std::move(p.meta);
+    if (!p.extra.empty()) {
+      liftAttrs(p.extra, n->meta().attrs);
+      n->meta().extra_json = std::move(p.extra);
+    }
+  }
+
+  // A reference to a name not defined (yet): the node is read again with each operand looked up
+  // as it is read, so the first such operand's place is known; it is reported once the whole
+  // document is read, as a forward reference, a cycle or a dangling one.
+  void findBadReference(FastSax& s, const char* start) {
+    const char* end = s.pos();
+    s.rewind(start);
+    resolve_now_ = true;
+    bad_refs_.clear();
+    NodeParts again;
+    readNode(s, again);
+    resolve_now_ = false;
+    s.rewind(end);
+    // The format's order: args before kwargs, kwargs by key.
+    const BadRefAt* first = nullptr;
+    for (const BadRefAt& b : bad_refs_)
+      if (!first || (first->in_kwargs && (!b.in_kwargs || b.kwarg.str() < first->kwarg.str())))
+        first = &b;
+    if (!first) throw std::logic_error("JSON reader: an operand resolved on the second reading");
+    bad_ref_ = BadRef{first->loc, first->target, node_index_};
+    bad_ref_->loc.node = node_name_;
+    if (first->target == node_name_) bad_ref_defined_at_ = node_index_;
+  }
+
+  // ---- arguments
+
+  void arg(FastSax& s, Arg& out) {
+    std::string_view str;
+    FastSax::Number num;
+    switch (s.peek()) {
+      case '"':
+        if (!s.stringToken(str)) throw Malformed{};
+        out = Arg::ofStr(loader_.symbol(str));
+        return;
+      case 't':
+        if (!s.wordToken("true")) throw Malformed{};
+        out = Arg::ofBool(true);
+        return;
+      case 'f':
+        if (!s.wordToken("false")) throw Malformed{};
+        out = Arg::ofBool(false);
+        return;
+      case 'n':
+        if (!s.wordToken("null")) throw Malformed{};
+        out = Arg::none();
+        return;
+      case '[': {
+        std::vector<Arg> items;
+        list(s, items);
+        out = Arg::ofList(std::move(items));
+        return;
+      }
+      case '{':
+        boxed(s, out);
+        return;
+      default:
+        if (!s.numberToken(num)) throw Malformed{};
+        if (num.type == JView::Type::Int)
+          out = Arg::ofInt(num.i);
+        else if (num.type == JView::Type::Unsigned)
+          integerOf(num, "an integer");
+        else  // no op takes an integer past 64 bits: the double it reads as
+          out = Arg::ofFloat(num.f);
+    }
+  }
+
+  // A list of arguments, gathered in a buffer of the reader's (one per depth) so the list is
+  // allocated once, at its size.
+  void list(FastSax& s, std::vector<Arg>& out) {
+    if (list_depth_ == arg_buffers_.size()) arg_buffers_.emplace_back();
+    std::vector<Arg>& items = arg_buffers_[list_depth_++];
+    items.clear();
+    struct Leave {
+      size_t& depth;
+      ~Leave() { --depth; }
+    } leave{list_depth_};
+    array(s, [&](size_t i) {
+      Scope at(this, i);
+      arg(s, items.emplace_back());
+    });
+    out.reserve(items.size());
+    std::move(items.begin(), items.end(), std::back_inserter(out));
+  }
+
+  // {"node": ...}, {"float": ...}, {"dtype": ...}, ...: exactly one key.
+  void boxed(FastSax& s, Arg& out) {
+    static constexpr std::string_view kExpected =
+        "(expected one of {\"node\": ...}, {\"float\": ...}, {\"dtype\": ...}, {\"device\": ...}, "
+        "{\"layout\": ...}, {\"memory_format\": ...}, {\"tuple\": [...]}, {\"opaque\": ...})";
+    size_t count = 0;
+    Slot held;
+    object(s, [&](std::string_view key) {
+      if (count++ > 0) {
+        skip(s);
+        return;
+      }
+      Scope at(this, key);
+      hold(s, held, [&] { boxedValue(s, key, out); });
+    });
+    if (count != 1)
+      fail("expected an argument object with exactly one key, got " + std::to_string(count) +
+           " keys " + std::string(kExpected));
+    if (held) throw JfxError(held->loc, held->message);
+  }
+
+  void boxedValue(FastSax& s, std::string_view key, Arg& out) {
+    static constexpr std::string_view kExpected =
+        "(expected one of {\"node\": ...}, {\"float\": ...}, {\"dtype\": ...}, {\"device\": ...}, "
+        "{\"layout\": ...}, {\"memory_format\": ...}, {\"tuple\": [...]}, {\"opaque\": ...})";
+    if (key == "node") {
+      nodeRef(s, out);
+    } else if (key == "float") {
+      out = Arg::ofFloat(special(s));
+    } else if (key == "dtype") {
+      out = Arg::ofDtype(dtype(s));
+    } else if (key == "device") {
+      out = Arg::ofDevice(loader_.symbol(str(s, "a device")));
+    } else if (key == "layout") {
+      out = Arg::ofLayout(loader_.symbol(str(s, "a layout")));
+    } else if (key == "memory_format") {
+      out = Arg::ofMemoryFormat(loader_.symbol(str(s, "a memory format")));
+    } else if (key == "tuple") {
+      if (s.peek() != '[') fail("expected the tuple's items (an array), got " + describeNext(s));
+      std::vector<Arg> items;
+      list(s, items);
+      out = Arg::ofTuple(std::move(items));
+    } else if (key == "opaque") {
+      out = opaque(s);
+    } else {
+      fail("unknown argument object key " + quoteForMessage(key) + " " + std::string(kExpected));
+    }
+  }
+
+  // "inf", "-inf" or "nan".
+  double special(FastSax& s) {
+    const std::string_view v = str(s, "\"inf\", \"-inf\" or \"nan\"");
+    if (v == "inf") return std::numeric_limits<double>::infinity();
+    if (v == "-inf") return -std::numeric_limits<double>::infinity();
+    if (v == "nan") return std::numeric_limits<double>::quiet_NaN();
+    fail("expected \"inf\", \"-inf\" or \"nan\", got " + quoteForMessage(v));
+  }
+
+  ScalarType dtype(FastSax& s) {
+    const std::string_view name = str(s, "a dtype name");
+    // A graph's tensors mostly share a few dtypes: the last one is compared before anything is
+    // looked up. Canonical names only: an alias ("torch.float", "half") is looked up each time.
+    if (last_dtype_name_.empty() || name != last_dtype_name_) {
+      const auto d = dtypeFromName(name);
+      if (!d) fail("unknown dtype " + quoteForMessage(name));
+      last_dtype_ = *d;
+      last_dtype_name_ = name == dtypeName(*d) ? dtypeName(*d) : std::string_view();
+    }
+    return last_dtype_;
+  }
+
+  Arg opaque(FastSax& s) {
+    static constexpr std::array<std::string_view, 2> kKeys = {"repr", "type"};
+    if (s.peek() != '{') fail("expected {\"repr\": ..., \"type\": ...}, got " + describeNext(s));
+    std::array<Slot, 3> held;
+    std::string repr, type;
+    const Read r = members(s, kKeys, "an opaque value", held, [&](int key) {
+      (key == 0 ? repr : type) = str(s, key == 0 ? "the repr" : "the type name");
+    });
+    raise(held[2]);
+    raise(held[0]);
+    if (!(r.seen & 1u)) missing("repr", "the value's repr");
+    raise(held[1]);
+    if (!(r.seen & 2u)) missing("type", "the value's type name");
+    return Arg::ofOpaque(type, repr);
+  }
+
+  // An operand: looked up once the node is read (resolvePending), after prefetching its index
+  // slot now; or at once, when the node is read again to find a bad reference.
+  void nodeRef(FastSax& s, Arg& out) {
+    std::string_view name = str(s, "a node name");
+    if (!inText(name)) name = kept_names_.emplace_back(name);
+    if (resolve_now_) {
+      Node* ref = loader_.resolve(name);
+      if (!ref) bad_refs_.push_back({where(), std::string(name), in_kwargs_, kwarg_});
+      out = Arg::ofNode(ref);
+      return;
+    }
     loader_.expectOperand(name);
     pending_.push_back(name);
     out = Arg::ofNode(nullptr);
-    return true;
   }
   // Points the node references in `args` at the nodes named by pending_[first...], in order.
   template <class Args>
@@ -282,349 +435,359 @@ class JsonReader : public TreeBuilder, public NodeSite {
       else
         a.second.forEachNode(resolve);
     }
-    return ok;  // an undefined operand: the tree path reports it
+    return ok;
   }
 
-  bool directArg(FastSax& s, Arg& out, int depth) {
-    std::string_view str;
-    switch (s.peek()) {
-      case '"':
-        if (!s.stringToken(str)) return false;
-        out = Arg::ofStr(loader_.symbol(str));
-        return true;
-      case 't':
-        out = Arg::ofBool(true);
-        return s.wordToken("true");
-      case 'f':
-        out = Arg::ofBool(false);
-        return s.wordToken("false");
-      case 'n':
-        out = Arg::none();
-        return s.wordToken("null");
-      case '[': {
-        std::vector<Arg> items;
-        if (!directList(s, items, depth + 1)) return false;
-        out = Arg::ofList(std::move(items));
-        return true;
+  // Kwargs as the file gives them; returns whether they are sorted by key (as the writer gives
+  // them). Errors: a repeated key first, then the first by key.
+  bool readKwargs(FastSax& s, Kwargs& out) {
+    if (s.peek() != '{') fail("expected kwargs to be an object, got " + describeNext(s));
+    kwargs_buffer_.clear();
+    bool sorted = true;
+    std::vector<std::pair<Symbol, Held>> errors;
+    in_kwargs_ = true;
+    object(s, [&](std::string_view key) {
+      const Symbol k = loader_.symbol(key);
+      if (!kwargs_buffer_.empty() && !(kwargs_buffer_.back().first.str() < k.str())) sorted = false;
+      Scope at(this, k.str());
+      kwarg_ = k;
+      Slot held;
+      hold(s, held, [&] { arg(s, kwargs_buffer_.emplace_back(k, Arg()).second); });
+      if (held) errors.emplace_back(k, std::move(*held));
+    });
+    in_kwargs_ = false;
+    if (!sorted) {
+      std::vector<std::string_view> keys;
+      for (const auto& [k, a] : kwargs_buffer_)
+        keys.push_back(k.str());
+      if (auto dup = repeated(keys)) {
+        Scope at(this, *dup);
+        fail("duplicate key " + quoteForMessage(*dup));
       }
-      case '{':
-        return directBoxed(s, out, depth);
-      default: {
-        FastSax::Number num;
-        if (!s.numberToken(num) || num.type == JView::Type::Unsigned) return false;
-        out = num.type == JView::Type::Float ? Arg::ofFloat(num.f) : Arg::ofInt(num.i);
-        return true;
+    }
+    if (!errors.empty()) {
+      const auto first = std::min_element(errors.begin(), errors.end(), [](auto& a, auto& b) {
+        return a.first.str() < b.first.str();
+      });
+      throw JfxError(first->second.loc, first->second.message);
+    }
+    out.reserve(kwargs_buffer_.size());
+    std::move(kwargs_buffer_.begin(), kwargs_buffer_.end(), std::back_inserter(out));
+    return sorted;
+  }
+
+  // The smallest key `keys` holds twice, if any (sorts `keys`).
+  static std::optional<std::string_view> repeated(std::vector<std::string_view>& keys) {
+    std::sort(keys.begin(), keys.end());
+    for (size_t i = 1; i < keys.size(); ++i)
+      if (keys[i] == keys[i - 1]) return keys[i];
+    return std::nullopt;
+  }
+
+  // ---- meta
+
+  static constexpr std::array<std::string_view, 7> kMetaKeys = {
+      "ac_graph_id", "custom", "phase", "recompute", "seq_nr", "stack_trace", "val"};
+
+  // Typed keys into `m` and `val`; any other key, and a typed key's value that its field cannot
+  // hold, into `extra` as canonical JSON, sorted by key. Errors: a repeated key first, then the
+  // first by key.
+  void readMeta(FastSax& s, NodeMeta& m, ValueMeta& val, std::string& extra) {
+    if (s.peek() != '{') fail("expected meta to be an object, got " + describeNext(s));
+    meta_keys_.clear();
+    extras_.clear();
+    std::vector<std::pair<std::string_view, Held>> errors;
+    bool sorted = true;
+    object(s, [&](std::string_view key) {
+      const int i = keyIndex(key, kMetaKeys);
+      if (i >= 0) key = kMetaKeys[static_cast<size_t>(i)];
+      if (!meta_keys_.empty() && !(meta_keys_.back() < key)) sorted = false;
+      meta_keys_.push_back(key);
+      Scope at(this, key);
+      Slot held;
+      hold(s, held, [&] { metaMember(s, i, key, m, val); });
+      if (held) errors.emplace_back(key, std::move(*held));
+    });
+    if (!sorted) {
+      if (auto dup = repeated(meta_keys_)) {
+        Scope at(this, *dup);
+        fail("duplicate key " + quoteForMessage(*dup));
       }
+    }
+    if (!errors.empty()) {
+      const auto first = std::min_element(errors.begin(), errors.end(),
+                                          [](auto& a, auto& b) { return a.first < b.first; });
+      throw JfxError(first->second.loc, first->second.message);
+    }
+    if (extras_.empty()) return;
+    std::sort(extras_.begin(), extras_.end());
+    for (const auto& [key, value] : extras_) {
+      extra += extra.empty() ? "{" : ",";
+      appendJsonString(extra, key);
+      extra += ':';
+      extra += value;
+    }
+    extra += '}';
+  }
+
+  void metaMember(FastSax& s, int key, std::string_view name, NodeMeta& m, ValueMeta& val) {
+    switch (key) {
+      case 0:  // ac_graph_id
+      case 4:  // seq_nr
+        if (FastSax::Number num; typedInteger(s, num, key == 0 ? "the ac_graph_id" : "the seq_nr"))
+          (key == 0 ? m.ac_graph_id : m.seq_nr) = num.i;
+        else
+          extras_.emplace_back(name, numberText(num));
+        return;
+      case 1:
+        custom(s, m);
+        return;
+      case 2: {
+        const std::string_view p = str(s, "a phase");
+        const auto phase = phaseFromName(p);
+        if (!phase || *phase == Phase::Unknown)
+          fail("unknown phase " + quoteForMessage(p) + " (expected forward, loss or backward)");
+        m.phase = *phase;
+        return;
+      }
+      case 3: {
+        const int64_t r = integer(s, "a CheckpointPolicy value 0..3");
+        if (r < 0 || r > 3)
+          fail("recompute must be 0..3 (CheckpointPolicy), got " + std::to_string(r));
+        m.recompute = static_cast<Recompute>(r);
+        return;
+      }
+      case 5:
+        m.stack_trace = str(s, "the stack trace");
+        return;
+      case 6:
+        readVal(s, val);
+        return;
+      default:
+        extras_.emplace_back(std::string(name), canonicalValue(s));
     }
   }
 
-  // Every boxed argument but {"opaque": ...}, which is left to the tree path.
-  bool directBoxed(FastSax& s, Arg& out, int depth) {
-    std::string_view key, str;
-    if (!s.eat('{') || !s.stringToken(key) || !s.eat(':')) return false;
-    if (key == "node") {
-      if (!directNodeRef(s, out)) return false;
-    } else if (key == "dtype") {
-      if (!s.stringToken(str)) return false;
-      const auto t = dtypeFromName(str);
-      if (!t) return false;
-      out = Arg::ofDtype(*t);
-    } else if (key == "device") {
-      if (!s.stringToken(str)) return false;
-      out = Arg::ofDevice(loader_.symbol(str));
-    } else if (key == "layout") {
-      if (!s.stringToken(str)) return false;
-      out = Arg::ofLayout(loader_.symbol(str));
-    } else if (key == "memory_format") {
-      if (!s.stringToken(str)) return false;
-      out = Arg::ofMemoryFormat(loader_.symbol(str));
-    } else if (key == "float") {
-      if (!s.stringToken(str)) return false;
-      if (str == "inf")
-        out = Arg::ofFloat(std::numeric_limits<double>::infinity());
-      else if (str == "-inf")
-        out = Arg::ofFloat(-std::numeric_limits<double>::infinity());
-      else if (str == "nan")
-        out = Arg::ofFloat(std::numeric_limits<double>::quiet_NaN());
-      else
-        return false;
-    } else if (key == "tuple") {
-      std::vector<Arg> items;
-      if (!directList(s, items, depth + 1)) return false;
-      out = Arg::ofTuple(std::move(items));
-    } else {
+  // An integer for an OptionalInt64 field (true), or one past what the field holds (false: seq_nr
+  // is 2^64-1 on nodes autograd numbers as "none", e.g. a chunked loss's backward), which rides
+  // along as extra meta, unchanged: jointfx reads neither beyond its value.
+  bool typedInteger(FastSax& s, FastSax::Number& num, std::string_view what) {
+    const char c = s.peek();
+    if (c != '-' && (c < '0' || c > '9'))
+      fail("expected " + std::string(what) + " (an integer), got " + describeNext(s));
+    if (!s.numberToken(num)) throw Malformed{};
+    if (num.type == JView::Type::Unsigned || num.type == JView::Type::BigInt ||
+        (num.type == JView::Type::Int && num.i == OptionalInt64::kReserved))
       return false;
-    }
-    return s.eat('}');  // exactly one key
-  }
-
-  // A list of arguments `depth` lists deep, gathered in a buffer of the reader's so the list
-  // is allocated once, at its size (a vector grown item by item made loading exceed three heap
-  // allocations per node).
-  bool directList(FastSax& s, std::vector<Arg>& out, int depth) {
-    if (depth >= kDirectDepth) return false;
-    std::vector<Arg>& items = arg_buffers_[static_cast<size_t>(depth)];
-    items.clear();
-    if (!directArray(s, [&] { return directArg(s, items.emplace_back(), depth); })) return false;
-    out.reserve(items.size());
-    std::move(items.begin(), items.end(), std::back_inserter(out));
+    integerOf(num, what);
     return true;
   }
 
-  // Kwargs in the IR's order (sorted by key, as the writer gives them); others go the tree path.
-  bool directKwargs(FastSax& s, Kwargs& out) {
-    kwargs_buffer_.clear();
-    const bool ok = directObject(s, [&](std::string_view key) {
-      const Symbol k = loader_.symbol(key);
-      if (!kwargs_buffer_.empty() && !(kwargs_buffer_.back().first.str() < k.str())) return false;
-      return directArg(s, kwargs_buffer_.emplace_back(k, Arg()).second, 0);
-    });
-    if (!ok) return false;
-    out.reserve(kwargs_buffer_.size());
-    std::move(kwargs_buffer_.begin(), kwargs_buffer_.end(), std::back_inserter(out));
-    return true;  // its operands are resolved with the node's (directNode)
-  }
-
-  bool directMeta(FastSax& s, NodeMeta& m, ValueMeta& val) {
-    static constexpr std::array<std::string_view, 7> kKeys = {
-        "ac_graph_id", "custom", "phase", "recompute", "seq_nr", "stack_trace", "val"};
-    unsigned seen = 0;
-    return directMembers(s, kKeys, seen, [&](int key) {
-      std::string_view str;
-      FastSax::Number num;
-      switch (key) {
-        case 0:
-          if (!s.numberToken(num) || num.type != JView::Type::Int ||
-              num.i == OptionalInt64::kReserved)
-            return false;  // the tree path says why
-          m.ac_graph_id = num.i;
-          return true;
-        case 1: {  // {"module_fqn": "..."} alone; anything more is extra meta
-          unsigned custom_seen = 0;
-          static constexpr std::array<std::string_view, 1> kFqn = {"module_fqn"};
-          return directMembers(s, kFqn, custom_seen,
-                               [&](int k) {
-                                 if (k != 0 || !s.stringToken(str) || str.empty()) return false;
-                                 // Nodes of one module come together: most FQNs are the last
-                                 // node's. The others have a cache of their own: thousands of
-                                 // them would evict the few targets and devices every node has.
-                                 if (str != last_fqn_.str()) last_fqn_ = loader_.moduleFqn(str);
-                                 m.module_fqn = last_fqn_;
-                                 return true;
-                               }) &&
-                 custom_seen == 1;
-        }
-        case 2: {
-          if (!s.stringToken(str)) return false;
-          const auto p = phaseFromName(str);
-          if (!p || *p == Phase::Unknown) return false;
-          m.phase = *p;
-          return true;
-        }
-        case 3:
-          if (!s.numberToken(num) || num.type != JView::Type::Int || num.i < 0 || num.i > 3)
-            return false;
-          m.recompute = static_cast<Recompute>(num.i);
-          return true;
-        case 4:
-          if (!s.numberToken(num) || num.type != JView::Type::Int ||
-              num.i == OptionalInt64::kReserved)
-            return false;
-          m.seq_nr = num.i;
-          return true;
-        case 5:
-          if (!s.stringToken(str)) return false;
-          m.stack_trace = str;
-          return true;
-        case 6:
-          return directVal(s, val, 0);
-        default:
-          return false;
+  // "custom": its "module_fqn" is typed; the rest (or all of it, when the FQN is empty) is extra.
+  void custom(FastSax& s, NodeMeta& m) {
+    const char* start = s.pos();
+    if (s.peek() != '{') {
+      extras_.emplace_back("custom", canonicalValue(s));
+      return;
+    }
+    std::string_view fqn;
+    std::string fqn_buf;
+    bool has_fqn = false;
+    Slot held;
+    size_t count = 0;
+    object(s, [&](std::string_view key) {
+      ++count;
+      if (key != "module_fqn" || has_fqn) {
+        skip(s);
+        return;
       }
+      has_fqn = true;
+      Scope at(this, "module_fqn");
+      hold(s, held, [&] { fqn = kept(str(s, "the module FQN"), fqn_buf); });
     });
+    const std::string_view text(start, static_cast<size_t>(s.pos() - start));
+    if (!has_fqn) {
+      extras_.emplace_back("custom", canonicalText(text));
+      return;
+    }
+    raise(held);
+    if (fqn.empty()) {  // not typed (empty means absent): carried verbatim instead
+      extras_.emplace_back("custom", canonicalText(text));
+      return;
+    }
+    // Nodes of one module come together: most FQNs are the last node's. The others have a cache
+    // of their own: thousands of them would evict the few targets and devices every node has.
+    if (fqn != last_fqn_.str()) last_fqn_ = loader_.moduleFqn(fqn);
+    m.module_fqn = last_fqn_;
+    if (count == 1) return;
+    std::string rest = "{";
+    JView v = parseObject(span_tree_, text);
+    for (JView c : sortedMembers(v)) {
+      if (c.key() == "module_fqn") continue;
+      Scope k(this, c.key());
+      if (rest.size() > 1) rest += ',';
+      appendJsonString(rest, c.key());
+      rest += ':';
+      canonical(rest, c);
+    }
+    extras_.emplace_back("custom", rest + "}");
   }
 
-  bool directVal(FastSax& s, ValueMeta& v, int depth) {
+  // The next value as canonical JSON.
+  std::string canonicalValue(FastSax& s) {
+    const char* start = s.pos();
+    skip(s);
+    return canonicalText(std::string_view(start, static_cast<size_t>(s.pos() - start)));
+  }
+  std::string canonicalText(std::string_view text) {
+    static const std::string kNoFile;
+    span_tree_.parse(text, kNoFile);
+    std::string out;
+    canonical(out, span_tree_.root());
+    return out;
+  }
+
+  // ---- value meta
+
+  void readVal(FastSax& s, ValueMeta& v) {
     FastSax::Number num;
     switch (s.peek()) {
       case 'n':
+        if (!s.wordToken("null")) throw Malformed{};
         v.kind = ValueMeta::Kind::None;
-        return s.wordToken("null");
+        return;
       case 't':
       case 'f':
         v.kind = ValueMeta::Kind::Bool;
         v.i = s.peek() == 't';
-        return s.wordToken(v.i ? "true" : "false");
+        if (!s.wordToken(v.i ? "true" : "false")) throw Malformed{};
+        return;
       case '[': {
-        if (depth >= kDirectDepth) return false;
         v.kind = ValueMeta::Kind::List;
-        std::vector<ValueMeta>& items = val_buffers_[static_cast<size_t>(depth)];
+        if (val_depth_ == val_buffers_.size()) val_buffers_.emplace_back();
+        std::vector<ValueMeta>& items = val_buffers_[val_depth_++];
         items.clear();
-        if (!directArray(s, [&] { return directVal(s, items.emplace_back(), depth + 1); }))
-          return false;
+        struct Leave {
+          size_t& depth;
+          ~Leave() { --depth; }
+        } leave{val_depth_};
+        array(s, [&](size_t i) {
+          Scope at(this, i);
+          readVal(s, items.emplace_back());
+        });
         v.items.reserve(items.size());
         std::move(items.begin(), items.end(), std::back_inserter(v.items));
-        return true;
+        return;
       }
       case '{':
-        v.kind = ValueMeta::Kind::Tensor;
-        return cachedTensor(s, v.tensor);
+        tensorOrFloat(s, v);
+        return;
       case '"':
-        return false;
+        fail("expected a value meta (tensor object, array, null or scalar), got a string");
       default:
-        if (!s.numberToken(num) || num.type == JView::Type::Unsigned) return false;
-        if (num.type == JView::Type::Float) {
-          v.kind = ValueMeta::Kind::Float;
-          v.f = num.f;
-        } else {
+        if (!s.numberToken(num)) throw Malformed{};
+        if (num.type == JView::Type::Int) {
           v.kind = ValueMeta::Kind::Int;
           v.i = num.i;
+        } else if (num.type == JView::Type::Unsigned) {
+          integerOf(num, "an integer");
+        } else {  // as for arguments
+          v.kind = ValueMeta::Kind::Float;
+          v.f = num.f;
         }
-        return true;
     }
   }
 
   // A tensor meta whose text was read before is not parsed again: a graph repeats a few shapes,
-  // strides, dtypes and devices (formatting their numbers was a large part of reading a value;
-  // bench/README.md, "Figures behind the code"). The key is the text up to the first '}', which
-  // ends a tensor's object unless a string in it holds one: then it is a prefix, which no earlier
-  // object's whole text equals (it would end inside a string), so it misses, and a hit is the same
-  // bytes, so the same meta.
-  bool cachedTensor(FastSax& s, TensorMeta& t) {
-    const char* start = s.pos();  // at '{' (directVal peeked it)
+  // strides, dtypes and devices. The key is the text up to the first '}', which ends a tensor's
+  // object unless a string in it holds one: then it is a prefix, which no earlier object's whole
+  // text equals (it would end inside a string), so it misses, and a hit is the same bytes, so
+  // the same meta. {"float": ...} alone is a float.
+  void tensorOrFloat(FastSax& s, ValueMeta& v) {
+    const char* start = s.pos();  // at '{' (readVal peeked it)
     const auto* close =
         static_cast<const char*>(std::memchr(start, '}', static_cast<size_t>(s.end() - start)));
-    if (!close) return directTensor(s, t);
-    const std::string_view text(start, static_cast<size_t>(close + 1 - start));
-    TensorEntry& e = tensor_cache_[std::hash<std::string_view>()(text) % tensor_cache_.size()];
-    if (e.text == text) {
-      t = e.meta;
-      s.rewind(close + 1);
-      return true;
+    TensorEntry* e = nullptr;
+    if (close) {
+      const std::string_view text(start, static_cast<size_t>(close + 1 - start));
+      e = &tensor_cache_[std::hash<std::string_view>()(text) % tensor_cache_.size()];
+      if (e->text == text) {
+        v.kind = ValueMeta::Kind::Tensor;
+        v.tensor = e->meta;
+        s.rewind(close + 1);
+        return;
+      }
     }
-    if (!directTensor(s, t)) return false;
-    if (s.pos() == close + 1) e = {text, t};  // the input outlives the reader
+    std::optional<double> f;
+    if (tensor(s, v.tensor, f)) {
+      v.kind = ValueMeta::Kind::Tensor;
+      if (e && s.pos() == close + 1) *e = {std::string_view(start, s.pos() - start), v.tensor};
+    } else {
+      v.kind = ValueMeta::Kind::Float;
+      v.f = *f;
+    }
+  }
+
+  // A tensor meta (true), or {"float": ...} alone (false, the float in `f`).
+  bool tensor(FastSax& s, TensorMeta& t, std::optional<double>& f) {
+    static constexpr std::array<std::string_view, 4> kKeys = {"device", "dtype", "shape", "stride"};
+    std::array<Slot, 5> held;
+    Slot float_held;
+    size_t n = 0;              // members read so far
+    bool float_first = false;  // the first member is "float"
+    const Read r = members(
+        s, kKeys, "a tensor meta", held,
+        [&](int key) {
+          ++n;
+          switch (key) {
+            case 0: {
+              const std::string_view d = str(s, "a device");
+              if (last_device_.empty() || d != last_device_.str()) last_device_ = loader_.symbol(d);
+              t.device = last_device_;
+              return;
+            }
+            case 1:
+              t.dtype = dtype(s);
+              return;
+            case 2:
+              ints(s, t.shape, "the shape");
+              return;
+            default:
+              ints(s, t.stride, "the stride");
+          }
+        },
+        [&](std::string_view key) {
+          if (n++ != 0 || key != "float") return false;
+          float_first = true;
+          hold(s, float_held, [&] { f = special(s); });
+          return true;
+        });
+    if (r.count == 1 && float_first) {
+      raise(float_held);
+      return false;
+    }
+    raise(held[4]);
+    raise(held[1]);
+    if (!(r.seen & 2u)) missing("dtype", "a tensor meta needs a dtype");
+    raise(held[2]);
+    if (!(r.seen & 4u)) missing("shape", "a tensor meta needs a shape");
+    raise(held[3]);
+    if (r.seen & 8u) {
+      if (t.stride.size() != t.shape.size()) {
+        Scope at(this, "stride");
+        fail("stride has " + std::to_string(t.stride.size()) + " dimensions but shape has " +
+             std::to_string(t.shape.size()));
+      }
+    } else {
+      t.stride = TensorMeta::contiguousStride(t.shape);
+    }
+    if (std::string problem = t.sizeProblem(); !problem.empty()) {
+      Scope at(this, "shape");
+      fail(problem);
+    }
+    raise(held[0]);
     return true;
   }
-
-  bool directTensor(FastSax& s, TensorMeta& t) {
-    static constexpr std::array<std::string_view, 4> kKeys = {"device", "dtype", "shape", "stride"};
-    unsigned seen = 0;
-    const bool ok = directMembers(s, kKeys, seen, [&](int key) {
-      std::string_view str;
-      switch (key) {
-        case 0:
-          if (!s.stringToken(str)) return false;
-          // A graph's tensors mostly share one device and a few dtypes: the last one is
-          // compared before anything is hashed or searched.
-          if (last_device_.empty() || str != last_device_.str()) last_device_ = loader_.symbol(str);
-          t.device = last_device_;
-          return true;
-        case 1: {
-          if (!s.stringToken(str)) return false;
-          if (last_dtype_name_.empty() || str != last_dtype_name_) {
-            const auto d = dtypeFromName(str);
-            if (!d) return false;
-            last_dtype_ = *d;
-            // Canonical names only: an alias ("torch.float", "half") is looked up each time.
-            last_dtype_name_ = str == dtypeName(*d) ? dtypeName(*d) : std::string_view();
-          }
-          t.dtype = last_dtype_;
-          return true;
-        }
-        case 2:
-          return directInts(s, t.shape);
-        case 3:
-          return directInts(s, t.stride);
-        default:
-          return false;
-      }
-    });
-    // dtype and shape are required; a stride has the shape's rank.
-    if (!ok || (seen & 6u) != 6u) return false;
-    if (!(seen & 8u))
-      t.stride = TensorMeta::contiguousStride(t.shape);
-    else if (t.stride.size() != t.shape.size())
-      return false;
-    return t.sizeProblem().empty();
-  }
-
-  bool directInts(FastSax& s, Dims& out) {
-    DimsScratch dims;
-    const bool ok = directArray(s, [&] {
-      FastSax::Number num;
-      if (!s.numberToken(num) || num.type != JView::Type::Int) return false;
-      dims.push_back(num.i);
-      return true;
-    });
-    if (ok) out = Dims(dims);
-    return ok;
-  }
-
-  // Deeper nesting of argument lists or values than this is read by the tree path.
-  static constexpr int kDirectDepth = 16;
-
-  // ---- locations
-
-  // One step of the JSON pointer to the value being read, kept as a stack and only rendered when
-  // an error needs it.
-  struct Step {
-    std::string_view key;
-    size_t index = 0;
-    bool is_key = false;
-  };
-  class Scope {
-   public:
-    Scope(JsonReader* r, std::string_view key) : r_(r) { r_->push({key, 0, true}); }
-    Scope(JsonReader* r, size_t index) : r_(r) { r_->push({{}, index, false}); }
-    ~Scope() { --r_->depth_; }
-    Scope(const Scope&) = delete;
-    Scope& operator=(const Scope&) = delete;
-
-   private:
-    JsonReader* r_;
-  };
-
-  // A fixed array, not a vector: steps are pushed and popped a few dozen times per node, and a
-  // vector's emplace_back is an out-of-line call each time (bench/README.md, "Figures behind the
-  // code"). Steps past the array (deeper than any document may nest) are counted, not kept.
-  static constexpr size_t kMaxPath = kMaxNesting + 8;
-  void push(const Step& s) {
-    if (depth_ < kMaxPath) path_[depth_] = s;
-    ++depth_;
-  }
-
-  std::string pointer() const {
-    std::string p;
-    for (size_t i = 0; i < std::min(depth_, kMaxPath); ++i) {
-      const Step& s = path_[i];
-      p += '/';
-      if (!s.is_key) {
-        p += std::to_string(s.index);
-        continue;
-      }
-      for (char c : s.key) {  // RFC 6901 escaping
-        if (c == '~')
-          p += "~0";
-        else if (c == '/')
-          p += "~1";
-        else
-          p += c;
-      }
-    }
-    return p;
-  }
-
-  SourceLocation where() const {
-    SourceLocation loc;
-    loc.file = filename_;
-    loc.json_pointer = pointer();
-    if (loc.json_pointer.empty() && !loc.file.empty()) loc.json_pointer = "/";
-    loc.node = node_name_;
-    return loc;
-  }
-
-  [[noreturn]] void fail(const std::string& message) const { throw JfxError(where(), message); }
 
   void checkTopKey(std::string_view key) {
     static constexpr std::string_view kKeys[] = {"format",  "version",   "process_groups", "inputs",
@@ -666,8 +829,8 @@ class JsonReader : public TreeBuilder, public NodeSite {
     ~Members() { --r_->members_depth_; }
     Members(const Members&) = delete;
     Members& operator=(const Members&) = delete;
-    auto begin() const { return v_->begin(); }
-    auto end() const { return v_->end(); }
+    std::vector<JView>::const_iterator begin() const { return v_->begin(); }
+    std::vector<JView>::const_iterator end() const { return v_->end(); }
 
    private:
     JsonReader* r_;
@@ -702,15 +865,6 @@ class JsonReader : public TreeBuilder, public NodeSite {
     return j.integer();
   }
 
-  // An integer for an OptionalInt64 field, which cannot hold INT64_MIN.
-  int64_t optionalInteger(JView j, std::string_view what) {
-    const int64_t i = integer(j, what);
-    if (i == OptionalInt64::kReserved)
-      fail(std::string(what) + " " + std::to_string(i) +
-           " is out of range (INT64_MIN is reserved)");
-    return i;
-  }
-
   // Read into a DimsScratch and interned, so a shape or stride is read without a heap allocation.
   Dims ints(JView j, std::string_view what) {
     if (!j.isArray())
@@ -732,30 +886,6 @@ class JsonReader : public TreeBuilder, public NodeSite {
     return present(obj.find(key), key, what);
   }
 
-  // An object's members under a fixed list of keys, found in one pass: at[i] is the first member
-  // named keys[i] (or empty); `bad` says whether a member is one onlyKeys rejects. The caller reads
-  // members from `at` and calls onlyKeys where it always did if `bad` is set, so errors and their
-  // order stay as they were; a find() per key plus onlyKeys compared each key about 8 times.
-  template <size_t N>
-  struct Keyed {
-    std::array<JView, N> at{};
-    bool bad = false;
-  };
-  template <size_t N>
-  static Keyed<N> keyed(JView obj, const std::array<std::string_view, N>& keys) {
-    Keyed<N> out;
-    for (JView m : obj) {
-      const std::string_view k = m.key();
-      size_t i = 0;
-      while (i < N && keys[i] != k)
-        ++i;
-      if (i == N || out.at[i])
-        out.bad = true;
-      else
-        out.at[i] = m;
-    }
-    return out;
-  }
   // `m`, the member named `key` (from find or a Keyed), or the error for a missing key.
   JView present(JView m, std::string_view key, std::string_view what) const {
     if (!m) fail("missing key " + quoteForMessage(key) + " (" + std::string(what) + ")");
@@ -785,247 +915,7 @@ class JsonReader : public TreeBuilder, public NodeSite {
     }
   }
 
-  // ---- nodes
-
-  void node(JView j) {
-    if (!j.isObject()) fail("expected a node object, got " + std::string(describe(j)));
-    static constexpr std::array<std::string_view, 6> kKeys = {"args", "kwargs", "meta",
-                                                              "name", "op",     "target"};
-    const Keyed<6> k = keyed(j, kKeys);
-    {
-      Scope at(this, "name");
-      std::string_view name =
-          str(present(k.at[3], "name", "every node has a name"), "the node name");
-      loader_.checkName(name, static_cast<uint32_t>(node_index_));
-      node_name_ = name;
-      loader_.announce(node_name_);
-    }
-    if (bad_ref_) {
-      // An earlier node referred to a name not yet defined: only look for where it is defined.
-      if (!bad_ref_defined_at_ && node_name_ == bad_ref_->target) bad_ref_defined_at_ = node_index_;
-      return;
-    }
-    if (k.bad) onlyKeys(j, {"args", "kwargs", "meta", "name", "op", "target"}, "a node");
-    prefetchOperands(k.at[0]);
-
-    const OpKind op = nodeOp(k.at[4]);
-    const Symbol target = nodeTarget(k.at[5], op);
-    std::vector<Arg> args = nodeArgs(k.at[0]);
-    Kwargs kwargs = nodeKwargs(k.at[1]);
-    if (bad_ref_) return;
-    const auto pos = static_cast<uint32_t>(node_index_);
-    loader_.checkNoArguments(op, !args.empty(), !kwargs.empty(), pos);
-    Node* n = loader_.define(op, target, std::move(args), std::move(kwargs), node_name_, pos);
-    if (JView m = k.at[2]) {
-      Scope at(this, "meta");
-      meta(m, n);
-    }
-  }
-
-  // The kind named by the node's "op" member (`op`, empty when the node has none).
-  OpKind nodeOp(JView op) {
-    Scope at(this, "op");
-    std::string_view s =
-        str(present(op, "op", "placeholder, call_function, get_attr or output"), "the op kind");
-    auto k = opKindFromName(s);
-    if (!k)
-      fail("unknown op kind " + quoteForMessage(s) +
-           " (expected placeholder, call_function, get_attr, output)");
-    return *k;
-  }
-
-  Symbol nodeTarget(JView target, OpKind op) {
-    Scope at(this, "target");
-    std::string_view s = str(present(target, "target", "the op's target"), "the target");
-    loader_.checkTarget(op, s, static_cast<uint32_t>(node_index_));
-    // A placeholder's target is its own name: caching it would only evict the op targets.
-    return op == OpKind::CallFunction ? loader_.symbol(s) : Symbol::intern(s);
-  }
-
-  std::vector<Arg> nodeArgs(JView a) {
-    std::vector<Arg> args;
-    if (!a) return args;
-    Scope at(this, "args");
-    if (!a.isArray()) fail("expected args to be an array, got " + std::string(describe(a)));
-    args.reserve(a.size());
-    for (JView item : a) {
-      Scope k(this, args.size());
-      args.push_back(arg(item));
-    }
-    return args;
-  }
-
-  Kwargs nodeKwargs(JView kw) {
-    Kwargs kwargs;
-    if (!kw) return kwargs;
-    Scope at(this, "kwargs");
-    if (!kw.isObject()) fail("expected kwargs to be an object, got " + std::string(describe(kw)));
-    kwargs.reserve(kw.size());
-    for (JView m : sortedMembers(kw)) {  // the IR keeps kwargs sorted, as the printers do
-      Scope k(this, m.key());
-      kwargs.emplace_back(loader_.symbol(m.key()), arg(m));
-    }
-    return kwargs;
-  }
-
-  // Operands name nodes defined anywhere before (a backward node reads a forward activation
-  // from half a graph back), so resolving one is often a cache miss in the name index; starting
-  // them all before the arguments are read overlaps those misses with each other.
-  void prefetchOperands(JView args) {
-    if (!args || !args.isArray()) return;
-    auto one = [&](JView item) {
-      if (!item.isObject() || item.size() != 1) return;
-      JView v = *item.begin();
-      if (v.key() != "node" || !v.isString()) return;
-      loader_.expectOperand(v.str());
-    };
-    for (JView item : args) {
-      if (item.isArray())  // a list of tensors (cat, stack, a bucket's split)
-        for (JView inner : item)
-          one(inner);
-      else
-        one(item);
-    }
-  }
-
-  Arg arg(JView j) {
-    switch (j.type()) {
-      case JView::Type::Null:
-        return Arg::none();
-      case JView::Type::Bool:
-        return Arg::ofBool(j.boolean());
-      case JView::Type::Int:
-      case JView::Type::Unsigned:
-        return Arg::ofInt(integer(j, "an integer"));
-      case JView::Type::BigInt:  // no op takes an integer past 64 bits: the double it reads as
-      case JView::Type::Float:
-        return Arg::ofFloat(j.floating());
-      case JView::Type::String:
-        return Arg::ofStr(j.str());
-      case JView::Type::Array: {
-        std::vector<Arg> items;
-        items.reserve(j.size());
-        for (JView item : j) {
-          Scope at(this, items.size());
-          items.push_back(arg(item));
-        }
-        return Arg::ofList(std::move(items));
-      }
-      case JView::Type::Object:
-        return boxedArg(j);
-    }
-    fail("unexpected JSON value");
-  }
-
-  Arg boxedArg(JView j) {
-    static constexpr std::string_view kExpected =
-        "(expected one of {\"node\": ...}, {\"float\": ...}, {\"dtype\": ...}, {\"device\": ...}, "
-        "{\"layout\": ...}, {\"memory_format\": ...}, {\"tuple\": [...]}, {\"opaque\": ...})";
-    if (j.size() != 1)
-      fail("expected an argument object with exactly one key, got " + std::to_string(j.size()) +
-           " keys " + std::string(kExpected));
-    JView v = *j.begin();
-    std::string_view key = v.key();
-    Scope at(this, key);
-    if (key == "node") {
-      std::string_view name = str(v, "a node name");
-      if (Node* ref = loader_.resolve(name)) return Arg::ofNode(ref);
-      // Not defined yet: keep reading to learn whether it is defined later (a forward reference
-      // or cycle) or nowhere (dangling), and report the first one at the end.
-      if (!bad_ref_) {
-        bad_ref_ = BadRef{where(), std::string(name), node_index_};
-        if (name == node_name_) bad_ref_defined_at_ = node_index_;
-      }
-      return Arg::none();
-    }
-    if (key == "float") {
-      std::string_view s = str(v, "\"inf\", \"-inf\" or \"nan\"");
-      if (s == "inf") return Arg::ofFloat(std::numeric_limits<double>::infinity());
-      if (s == "-inf") return Arg::ofFloat(-std::numeric_limits<double>::infinity());
-      if (s == "nan") return Arg::ofFloat(std::numeric_limits<double>::quiet_NaN());
-      fail("expected \"inf\", \"-inf\" or \"nan\", got " + quoteForMessage(s));
-    }
-    if (key == "dtype") {
-      std::string_view s = str(v, "a dtype name");
-      auto t = dtypeFromName(s);
-      if (!t) fail("unknown dtype " + quoteForMessage(s));
-      return Arg::ofDtype(*t);
-    }
-    if (key == "device") return Arg::ofDevice(str(v, "a device"));
-    if (key == "layout") return Arg::ofLayout(str(v, "a layout"));
-    if (key == "memory_format") return Arg::ofMemoryFormat(str(v, "a memory format"));
-    if (key == "tuple") {
-      if (!v.isArray())
-        fail("expected the tuple's items (an array), got " + std::string(describe(v)));
-      std::vector<Arg> items;
-      items.reserve(v.size());
-      for (JView item : v) {
-        Scope k(this, items.size());
-        items.push_back(arg(item));
-      }
-      return Arg::ofTuple(std::move(items));
-    }
-    if (key == "opaque") {
-      if (!v.isObject())
-        fail("expected {\"repr\": ..., \"type\": ...}, got " + std::string(describe(v)));
-      onlyKeys(v, {"repr", "type"}, "an opaque value");
-      std::string_view repr, type;
-      {
-        Scope k(this, "repr");
-        repr = str(member(v, "repr", "the value's repr"), "the repr");
-      }
-      {
-        Scope k(this, "type");
-        type = str(member(v, "type", "the value's type name"), "the type name");
-      }
-      return Arg::ofOpaque(type, repr);
-    }
-    fail("unknown argument object key " + quoteForMessage(key) + " " + std::string(kExpected));
-  }
-
-  ValueMeta val(JView j) {
-    ValueMeta v;
-    switch (j.type()) {
-      case JView::Type::Null:
-        v.kind = ValueMeta::Kind::None;
-        return v;
-      case JView::Type::Bool:
-        v.kind = ValueMeta::Kind::Bool;
-        v.i = j.boolean() ? 1 : 0;
-        return v;
-      case JView::Type::Int:
-      case JView::Type::Unsigned:
-        v.kind = ValueMeta::Kind::Int;
-        v.i = integer(j, "an integer");
-        return v;
-      case JView::Type::BigInt:  // as for arguments
-      case JView::Type::Float:
-        v.kind = ValueMeta::Kind::Float;
-        v.f = j.floating();
-        return v;
-      case JView::Type::Array:
-        v.kind = ValueMeta::Kind::List;
-        v.items.reserve(j.size());
-        for (JView item : j) {
-          Scope at(this, v.items.size());
-          v.items.push_back(val(item));
-        }
-        return v;
-      case JView::Type::Object:
-        if (j.size() == 1 && j.find("float")) {
-          v.kind = ValueMeta::Kind::Float;
-          v.f = boxedArg(j).toFloat();
-          return v;
-        }
-        v.kind = ValueMeta::Kind::Tensor;
-        v.tensor = tensor(j);
-        return v;
-      case JView::Type::String:
-        break;
-    }
-    fail("expected a value meta (tensor object, array, null or scalar), got " +
-         std::string(describe(j)));
-  }
+  // ---- constants
 
   // {"name", "dtype", "shape", "device", "data"}: data is the contiguous little-endian bytes in
   // lower-case hex, exactly meta.bytes() of them.
@@ -1057,116 +947,6 @@ class JsonReader : public TreeBuilder, public NodeSite {
       fail("expected lower-case hex digits (two per byte)");
     if (std::string e = constantSizeProblem(info); !e.empty()) fail(e);
     return info;
-  }
-
-  TensorMeta tensor(JView j) {
-    static constexpr std::array<std::string_view, 4> kKeys = {"device", "dtype", "shape", "stride"};
-    const Keyed<4> k = keyed(j, kKeys);
-    if (k.bad) onlyKeys(j, {"device", "dtype", "shape", "stride"}, "a tensor meta");
-    TensorMeta t;
-    {
-      Scope at(this, "dtype");
-      std::string_view s =
-          str(present(k.at[1], "dtype", "a tensor meta needs a dtype"), "a dtype name");
-      auto d = dtypeFromName(s);
-      if (!d) fail("unknown dtype " + quoteForMessage(s));
-      t.dtype = *d;
-    }
-    {
-      Scope at(this, "shape");
-      t.shape = ints(present(k.at[2], "shape", "a tensor meta needs a shape"), "the shape");
-    }
-    if (JView s = k.at[3]) {
-      Scope at(this, "stride");
-      t.stride = ints(s, "the stride");
-      if (t.stride.size() != t.shape.size())
-        fail("stride has " + std::to_string(t.stride.size()) + " dimensions but shape has " +
-             std::to_string(t.shape.size()));
-    } else {
-      t.stride = TensorMeta::contiguousStride(t.shape);
-    }
-    if (std::string problem = t.sizeProblem(); !problem.empty()) {
-      Scope at(this, "shape");
-      fail(problem);
-    }
-    if (JView d = k.at[0]) {
-      Scope at(this, "device");
-      t.device = loader_.symbol(str(d, "a device"));
-    }
-    return t;
-  }
-
-  void meta(JView j, Node* n) {
-    if (!j.isObject()) fail("expected meta to be an object, got " + std::string(describe(j)));
-    NodeMeta& m = n->meta();
-    std::string extra;
-    auto extraKey = [&](std::string_view key) {
-      extra += extra.empty() ? "{" : ",";
-      appendJsonString(extra, key);
-      extra += ':';
-    };
-    for (JView v : sortedMembers(j)) {  // sorted, so `extra` comes out sorted
-      std::string_view key = v.key();
-      Scope at(this, key);
-      if (key == "val") {
-        n->val() = val(v);
-      } else if (key == "phase") {
-        std::string_view s = str(v, "a phase");
-        auto p = phaseFromName(s);
-        if (!p || *p == Phase::Unknown)
-          fail("unknown phase " + quoteForMessage(s) + " (expected forward, loss or backward)");
-        m.phase = *p;
-      } else if (key == "recompute") {
-        int64_t r = integer(v, "a CheckpointPolicy value 0..3");
-        if (r < 0 || r > 3)
-          fail("recompute must be 0..3 (CheckpointPolicy), got " + std::to_string(r));
-        m.recompute = static_cast<Recompute>(r);
-      } else if ((key == "ac_graph_id" || key == "seq_nr") && v.isWideInteger()) {
-        // Past what the typed field holds (seq_nr is 2^64-1 on nodes autograd numbers as
-        // "none", e.g. a chunked loss's backward): jointfx reads neither beyond its value, so
-        // the number rides along as extra meta, unchanged.
-        extraKey(key);
-        canonical(extra, v);
-      } else if (key == "ac_graph_id") {
-        m.ac_graph_id = optionalInteger(v, "the ac_graph_id");
-      } else if (key == "seq_nr") {
-        m.seq_nr = optionalInteger(v, "the seq_nr");
-      } else if (key == "stack_trace") {
-        m.stack_trace = str(v, "the stack trace");
-      } else if (key == "custom" && v.isObject() && v.find("module_fqn")) {
-        {
-          Scope f(this, "module_fqn");
-          m.module_fqn = loader_.symbol(str(v.find("module_fqn"), "the module FQN"));
-        }
-        if (m.module_fqn.empty()) {
-          // An empty FQN is not typed (empty means absent); carry it verbatim instead.
-          extraKey(key);
-          canonical(extra, v);
-        } else if (v.size() > 1) {
-          extraKey(key);
-          extra += '{';
-          bool first = true;
-          for (JView c : sortedMembers(v)) {
-            if (c.key() == "module_fqn") continue;
-            Scope k(this, c.key());
-            extra += first ? "" : ",";
-            first = false;
-            appendJsonString(extra, c.key());
-            extra += ':';
-            canonical(extra, c);
-          }
-          extra += '}';
-        }
-      } else {
-        extraKey(key);
-        canonical(extra, v);
-      }
-    }
-    if (!extra.empty()) {
-      extra += '}';
-      liftAttrs(extra, m.attrs);
-      m.extra_json = extra;
-    }
   }
 
   // ---- header
@@ -1319,41 +1099,45 @@ class JsonReader : public TreeBuilder, public NodeSite {
   };
   static constexpr uint32_t kNone = std::numeric_limits<uint32_t>::max();
 
-  std::string_view text_;
-  const std::string& filename_;
+  struct BadRefAt {  // findBadReference's operands not found, in the file's order
+    SourceLocation loc;
+    std::string target;
+    bool in_kwargs;
+    Symbol kwarg;
+  };
+
   GraphLoader loader_;
   Graph* g_;
-  uint32_t nodes_array_ = kNone;  // index of the open "nodes" array
-  uint32_t node_start_ = 0;       // where the node being read starts in the tree
-  uint32_t node_chars_ = 0;
-  std::array<Step, kMaxPath> path_;
-  size_t depth_ = 0;
+  uint32_t nodes_array_ = kNone;                 // index of the open "nodes" array
   std::deque<std::vector<JView>> members_pool_;  // sortedMembers' buffers (a deque: they stay put)
   size_t members_depth_ = 0;                     // how many are lent out
-  std::string node_name_;
   size_t node_index_ = 0;
   std::optional<BadRef> bad_ref_;
   std::optional<size_t> bad_ref_defined_at_;
-  std::vector<std::string_view> pending_;  // operands read directly, not yet looked up
+  std::vector<std::string_view> pending_;  // operands read, not yet looked up
+  bool resolve_now_ = false;               // findBadReference's second reading
+  std::vector<BadRefAt> bad_refs_;
+  bool in_kwargs_ = false;  // nodeRef is in kwargs,
+  Symbol kwarg_;            // under this key
   std::string target_buf_;
+  std::vector<std::string_view> meta_keys_;                  // readMeta's keys
+  std::vector<std::pair<std::string, std::string>> extras_;  // and its extra meta
+  TreeBuilder span_tree_;                                    // canonicalText's
   Symbol last_fqn_;
-  Symbol last_device_;                             // directTensor's last device,
+  Symbol last_device_;                             // tensor()'s last device,
   ScalarType last_dtype_ = ScalarType::Undefined;  // dtype
   std::string_view last_dtype_name_;               // and its name (dtypeName's, or empty)
   struct TensorEntry {
     std::string_view text;  // in the input
     TensorMeta meta;
   };
-  std::vector<TensorEntry> tensor_cache_ = std::vector<TensorEntry>(1024);  // cachedTensor's
-  size_t direct_nodes_ = 0;
-  // directList's and directVal's buffers, one per depth (references to them outlive deeper calls).
-  std::vector<std::vector<Arg>> arg_buffers_ = std::vector<std::vector<Arg>>(kDirectDepth);
-  std::vector<std::vector<ValueMeta>> val_buffers_ =
-      std::vector<std::vector<ValueMeta>>(kDirectDepth);
+  std::vector<TensorEntry> tensor_cache_ = std::vector<TensorEntry>(1024);  // tensorOrFloat's
+  // list's and readVal's buffers, one per depth (a deque: references to them outlive deeper calls).
+  std::deque<std::vector<Arg>> arg_buffers_;
+  size_t list_depth_ = 0;
+  std::deque<std::vector<ValueMeta>> val_buffers_;
+  size_t val_depth_ = 0;
   Kwargs kwargs_buffer_;
-
- public:
-  size_t directNodes() const { return direct_nodes_; }
 };
 
 }  // namespace
@@ -1361,18 +1145,31 @@ class JsonReader : public TreeBuilder, public NodeSite {
 
 using namespace json_detail;
 
-std::unique_ptr<Graph> readJsonGraph(std::string_view text, const std::string& filename) {
-  try {
-    return JsonReader(text, filename, Tokenizer::Fast).read();
-  } catch (const ReadAgainWithNlohmann&) {
-    // The fast tokenizer gave up part way (most likely on an error): nlohmann reads it all again
-    // and reports what is wrong exactly as it always has. A text ends just past its first NUL
-    // byte (readInputFile's rule; a mapped file is handed over whole, and the fast tokenizer
-    // always stops at a NUL byte).
-    if (const size_t nul = text.find('\0'); nul != std::string_view::npos)
-      text = text.substr(0, nul + 1);
-    return JsonReader(text, filename, Tokenizer::Nlohmann).read();
+namespace {
+
+// Reads a text the fast tokenizer stopped on with nlohmann's parser, only to report what is wrong
+// as nlohmann says it (its message and byte offset). Each value two containers deep (a node) is
+// dropped once read, so memory stays proportional to one node.
+class SyntaxCheck : public TreeBuilder {
+ public:
+  SyntaxCheck() : TreeBuilder(Tokenizer::Nlohmann) { hook_depth_ = 2; }
+
+ private:
+  void added(uint32_t index) override {
+    if (stack_.size() != 2) return;
+    start_ = index;
+    chars_ = static_cast<uint32_t>(tree_.chars.size());
   }
+  void completed(uint32_t index) override {
+    if (stack_.size() == 2 && index == start_) truncate(start_, chars_);
+  }
+  uint32_t start_ = 0, chars_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<Graph> readJsonGraph(std::string_view text, const std::string& filename) {
+  return readJsonInto(text, filename, nullptr);
 }
 
 bool fastJsonTokenizerAccepts(std::string_view text) {
@@ -1384,27 +1181,19 @@ bool fastJsonTokenizerAccepts(std::string_view text) {
   }
 }
 
-size_t jsonNodesReadDirectly(std::string_view text) {
-  static const std::string kFile = "<test>";
-  JsonReader r(text, kFile, Tokenizer::Fast);
-  try {
-    r.read();
-  } catch (const ReadAgainWithNlohmann&) {
-    return 0;
-  }
-  return r.directNodes();
-}
-
 std::unique_ptr<Graph> readJsonInto(std::string_view text, const std::string& filename,
                                     std::unique_ptr<Graph> g) {
-  // nlohmann's tokenizer reads every document alone; the fast one may hand a document back to be
-  // read again, which would need the graph as it was.
-  return JsonReader(text, filename, Tokenizer::Nlohmann, std::move(g)).read();
-}
-
-std::unique_ptr<Graph> readJsonGraphWithNlohmann(std::string_view text,
-                                                 const std::string& filename) {
-  return JsonReader(text, filename, Tokenizer::Nlohmann).read();
+  try {
+    return JsonReader(text, filename, std::move(g)).read();
+  } catch (const ReadAgainWithNlohmann&) {
+    // The fast tokenizer stopped on text it does not accept: nlohmann says what is wrong, as it
+    // always has. A text ends just past its first NUL byte (readInputFile's rule; a mapped file
+    // is handed over whole, and the fast tokenizer always stops at a NUL byte).
+    if (const size_t nul = text.find('\0'); nul != std::string_view::npos)
+      text = text.substr(0, nul + 1);
+    SyntaxCheck().parse(text, filename);
+    throw std::logic_error("JSON reader: nlohmann accepts a text the fast tokenizer does not");
+  }
 }
 
 }  // namespace jfx

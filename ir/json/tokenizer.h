@@ -249,8 +249,8 @@ class TreeBuilder : public nlohmann::json_sax<json> {
   void parse(std::string_view text, const std::string& filename);
   JView root() const { return JView(&tree_, 0); }
 
-  // The fast tokenizer asks this before each '{' two containers deep: true when a subclass read
-  // the whole object from the text itself (readDirect), building no tree for it.
+  // The fast tokenizer asks this before each value two containers deep: true when a subclass read
+  // the whole value from the text itself (readDirect), building no tree for it.
   bool tryDirect(FastSax& sax) {
     if (stack_.empty() || stack_.back() != direct_parent_ || !readDirect(sax)) return false;
     ++tree_.values[direct_parent_].size;
@@ -491,10 +491,11 @@ class FastSax {
     return word(w);
   }
   struct Number {
-    JsonTree::Type type;  // Int, Unsigned (past int64) or Float
+    JsonTree::Type type = JsonTree::Type::Int;  // Int, Unsigned (past int64), BigInt or Float
     int64_t i = 0;
     uint64_t u = 0;
-    double f = 0;
+    double f = 0;           // Float, and BigInt's nearest double
+    std::string_view text;  // BigInt's digits
   };
   bool numberToken(Number& out) {
     skipSpace();
@@ -510,7 +511,7 @@ class FastSax {
       // A value.
       skipSpace();
       if (p_ == end_) return false;
-      if (open.size() == 2 && *p_ == '{' && b_.tryDirect(*this)) {
+      if (open.size() == 2 && b_.tryDirect(*this)) {
         // read by the builder straight from the text
       } else if (*p_ == '{' || *p_ == '[') {
         const char c = *p_++;
@@ -761,14 +762,16 @@ class FastSax {
   }
 
   // RFC 8259 number: -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?, classified as nlohmann does:
-  // an integer that fits int64 (or, without '-', uint64), else a double. Overflow of either
-  // kind is left to nlohmann (a double out of range is its error to report).
+  // an integer that fits int64 (or, without '-', uint64), else a double (an integer past 64 bits:
+  // a BigInt, its digits kept). A double out of range is left to nlohmann, whose error it is.
   bool number() {
     Number n;
     if (!scanNumber(n)) return false;
     if (n.type == JsonTree::Type::Float) {
       static const std::string kNoText;
       b_.number_float(n.f, kNoText);
+    } else if (n.type == JsonTree::Type::BigInt) {
+      b_.number_float(n.f, std::string(n.text));  // as nlohmann hands an integer past 64 bits
     } else if (n.type == JsonTree::Type::Int && n.i < 0) {
       b_.number_integer(n.i);
     } else {
@@ -818,30 +821,50 @@ class FastSax {
       if (negative) {
         int64_t v = 0;
         auto r = std::from_chars(start, p_, v);
-        if (r.ec != std::errc() || r.ptr != p_) return false;
-        out.type = JsonTree::Type::Int;
-        out.i = v;
+        if (r.ec == std::errc() && r.ptr == p_) {
+          out.type = JsonTree::Type::Int;
+          out.i = v;
+          return true;
+        }
       } else {
         uint64_t v = 0;
         auto r = std::from_chars(start, p_, v);
-        if (r.ec != std::errc() || r.ptr != p_) return false;
-        // As the tree keeps it (number_unsigned): an int64 when it fits.
-        if (v <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-          out.type = JsonTree::Type::Int;
-          out.i = static_cast<int64_t>(v);
-        } else {
-          out.type = JsonTree::Type::Unsigned;
-          out.u = v;
+        if (r.ec == std::errc() && r.ptr == p_) {
+          // As the tree keeps it (number_unsigned): an int64 when it fits.
+          if (v <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+            out.type = JsonTree::Type::Int;
+            out.i = static_cast<int64_t>(v);
+          } else {
+            out.type = JsonTree::Type::Unsigned;
+            out.u = v;
+          }
+          return true;
         }
       }
+      // Past 64 bits: the nearest double, and the digits (a BigInt).
+      double f = 0;
+      if (!toDouble(start, f)) return false;
+      out.type = JsonTree::Type::BigInt;
+      out.f = f;
+      out.text = std::string_view(start, static_cast<size_t>(p_ - start));
       return true;
     }
     double f = 0;
-    auto r = std::from_chars(start, p_, f);
-    if (r.ec != std::errc() || r.ptr != p_ || !std::isfinite(f)) return false;
+    if (!toDouble(start, f)) return false;
     out.type = JsonTree::Type::Float;
     out.f = f;
     return true;
+  }
+
+  // The number from `start` to p_ as a double, as nlohmann reads it: one that underflows is
+  // the nearest (0 or a subnormal); one that overflows is not read (nlohmann's error).
+  bool toDouble(const char* start, double& f) const {
+    auto r = std::from_chars(start, p_, f);
+    if (r.ec == std::errc::result_out_of_range)
+      f = std::strtod(std::string(start, p_).c_str(), nullptr);
+    else if (r.ec != std::errc() || r.ptr != p_)
+      return false;
+    return std::isfinite(f);
   }
 
   const char* p_;
