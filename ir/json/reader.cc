@@ -498,10 +498,11 @@ class JsonReader : public TreeBuilder, public NodeSite, public TokenReader {
     extras_.clear();
     std::vector<std::pair<std::string_view, Held>> errors;
     bool sorted = true;
-    object(s, [&](std::string_view key) {
-      const int i = keyIndex(key, kMetaKeys);
-      if (i >= 0) key = kMetaKeys[static_cast<size_t>(i)];
-      if (!meta_keys_.empty() && !(meta_keys_.back() < key)) sorted = false;
+    int last = -1;  // the last key's index in kMetaKeys (which is sorted), or -1
+    keyedObject(s, kMetaKeys, [&](int i, std::string_view key) {
+      if (!meta_keys_.empty() && !(i >= 0 && last >= 0 ? last < i : meta_keys_.back() < key))
+        sorted = false;
+      last = i;
       meta_keys_.push_back(key);
       Scope at(this, key);
       Slot held;
@@ -595,9 +596,10 @@ class JsonReader : public TreeBuilder, public NodeSite, public TokenReader {
     bool has_fqn = false;
     Slot held;
     size_t count = 0;
-    object(s, [&](std::string_view key) {
+    static constexpr std::array<std::string_view, 1> kFqn = {"module_fqn"};
+    keyedObject(s, kFqn, [&](int i, std::string_view) {
       ++count;
-      if (key != "module_fqn" || has_fqn) {
+      if (i != 0 || has_fqn) {
         skip(s);
         return;
       }

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <deque>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -22,15 +23,18 @@ class TokenReader {
   // One step of the JSON pointer to the value being read, kept as a stack and only rendered when
   // an error needs it.
   struct Step {
-    std::string_view key;
-    size_t index = 0;
-    bool is_key = false;
+    const char* key;  // nullptr: an array index
+    size_t n;         // the key's length, or the index
   };
+  // Pushed for every member and element read, so kept inline: a call each was a visible part of
+  // reading a graph (bench/README.md, "One JSON decoder path").
   class Scope {
    public:
-    Scope(TokenReader* r, std::string_view key) : r_(r) { r_->push({key, 0, true}); }
-    Scope(TokenReader* r, size_t index) : r_(r) { r_->push({{}, index, false}); }
-    ~Scope() { --r_->depth_; }
+    [[gnu::always_inline]] Scope(TokenReader* r, std::string_view key) : r_(r) {
+      r_->push(key.data() ? key.data() : "", key.size());
+    }
+    [[gnu::always_inline]] Scope(TokenReader* r, size_t index) : r_(r) { r_->push(nullptr, index); }
+    [[gnu::always_inline]] ~Scope() { --r_->depth_; }
     Scope(const Scope&) = delete;
     Scope& operator=(const Scope&) = delete;
 
@@ -42,8 +46,8 @@ class TokenReader {
   // vector's emplace_back is an out-of-line call each time (bench/README.md, "Figures behind the
   // code"). Steps past the array (deeper than any document may nest) are counted, not kept.
   static constexpr size_t kMaxPath = kMaxNesting + 8;
-  void push(const Step& s) {
-    if (depth_ < kMaxPath) path_[depth_] = s;
+  [[gnu::always_inline]] void push(const char* key, size_t n) {
+    if (depth_ < kMaxPath) path_[depth_] = Step{key, n};
     ++depth_;
   }
 
@@ -52,11 +56,11 @@ class TokenReader {
     for (size_t i = 0; i < std::min(depth_, kMaxPath); ++i) {
       const Step& s = path_[i];
       p += '/';
-      if (!s.is_key) {
-        p += std::to_string(s.index);
+      if (!s.key) {
+        p += std::to_string(s.n);
         continue;
       }
-      for (char c : s.key) {  // RFC 6901 escaping
+      for (char c : std::string_view(s.key, s.n)) {  // RFC 6901 escaping
         if (c == '~')
           p += "~0";
         else if (c == '/')
@@ -90,15 +94,21 @@ class TokenReader {
     SourceLocation loc;
     std::string message;
   };
-  using Slot = std::optional<Held>;
+  // Empty until an error is held: a slot is made for every member read, and an empty pointer
+  // costs a store where an empty std::optional<Held> was 144 bytes zeroed (bench/README.md, "One
+  // JSON decoder path").
+  using Slot = std::unique_ptr<Held>;
 
   // Throws the error held in `slot`, if any, naming the node (its name may come after the
   // member in the file).
   void raise(const Slot& slot) const {
-    if (!slot) return;
-    SourceLocation loc = slot->loc;
+    if (slot) [[unlikely]]
+      raiseHeld(*slot);
+  }
+  [[noreturn, gnu::noinline]] void raiseHeld(const Held& held) const {
+    SourceLocation loc = held.loc;
     if (loc.node.empty()) loc.node = node_name_;
-    throw JfxError(loc, slot->message);
+    throw JfxError(loc, held.message);
   }
   [[noreturn]] void missing(std::string_view key, std::string_view what) {
     Scope at(this, key);
@@ -114,7 +124,7 @@ class TokenReader {
     try {
       read();
     } catch (const JfxError& e) {
-      if (!slot) slot = Held{e.location(), e.message()};
+      if (!slot) slot = std::make_unique<Held>(Held{e.location(), e.message()});
       s.rewind(start);
       skip(s);
     }
@@ -175,6 +185,41 @@ class TokenReader {
     }
   }
 
+  // Reads "{...}": f(i, key) reads each member's value; i is the index of its key in `keys`, or -1.
+  // `key` lasts until the node is read. The writer sorts keys: the key after the last one found
+  // in `keys` is tried first, against the text itself.
+  template <size_t N, class F>
+  void keyedObject(FastSax& s, const std::array<std::string_view, N>& keys, F&& f) {
+    Open open(this);
+    if (!s.eat('{')) throw Malformed{};
+    if (s.peek() == '}') {
+      s.advance();
+      return;
+    }
+    size_t next = 0;
+    for (;;) {
+      int i = -1;
+      std::string_view key;
+      if (next < N && s.quotedKey(keys[next])) {
+        i = static_cast<int>(next);
+      } else {
+        if (!s.stringToken(key)) throw Malformed{};
+        i = keyIndex(key, keys);
+      }
+      if (!s.eat(':')) throw Malformed{};
+      if (i >= 0) {
+        key = keys[static_cast<size_t>(i)];
+        next = static_cast<size_t>(i) + 1;
+      } else {
+        key = keptKey(key);
+      }
+      f(i, key);
+      const char c = s.take();
+      if (c == '}') return;
+      if (c != ',') throw Malformed{};
+    }
+  }
+
   // Reads "{...}" whose keys are some of `keys`: read(i) reads the first value of keys[i] (its
   // error held in held[i]); other(key) may read a value under any other key (true) or leave it
   // to be skipped. The first unknown or repeated key's error is held in held[N].
@@ -185,45 +230,22 @@ class TokenReader {
   template <size_t N, class F, class G>
   Read members(FastSax& s, const std::array<std::string_view, N>& keys, std::string_view what,
                std::array<Slot, N + 1>& held, F&& read, G&& other) {
-    Open open(this);
     Read r;
-    if (!s.eat('{')) throw Malformed{};
-    if (s.peek() == '}') {
-      s.advance();
-      return r;
-    }
-    for (;; ++r.count) {
-      // The writer sorts keys: the key after the last one seen is tried first, on the text.
-      const auto next = static_cast<size_t>(std::bit_width(r.seen));
-      int i = -1;
-      std::string_view key;
-      if (next < N && s.quotedKey(keys[next])) {
-        i = static_cast<int>(next);
-      } else {
-        if (!s.stringToken(key)) throw Malformed{};
-        i = keyIndex(key, keys);
-      }
-      if (!s.eat(':')) throw Malformed{};
-      if (i >= 0 && !(r.seen & (1u << i))) {
-        r.seen |= 1u << i;
-        Scope at(this, keys[static_cast<size_t>(i)]);
+    keyedObject(s, keys, [&](int i, std::string_view key) {
+      ++r.count;
+      const unsigned bit = i >= 0 ? 1u << i : 0u;
+      Scope at(this, key);
+      if (bit && !(r.seen & bit)) {
+        r.seen |= bit;
         hold(s, held[static_cast<size_t>(i)], [&] { read(i); });
-      } else {
-        if (i >= 0) key = keys[static_cast<size_t>(i)];
-        key = keptKey(key);
-        Scope at(this, key);
-        if (!held[N])
-          held[N] = here(i >= 0 ? "duplicate key " + quoteForMessage(key)
-                                : unexpectedKey(key, keys, what));
-        if (!other(key)) skip(s);
+        return;
       }
-      const char c = s.take();
-      if (c == '}') {
-        ++r.count;
-        return r;
-      }
-      if (c != ',') throw Malformed{};
-    }
+      if (!held[N])
+        held[N] = std::make_unique<Held>(
+            here(bit ? "duplicate key " + quoteForMessage(key) : unexpectedKey(key, keys, what)));
+      if (!other(key)) skip(s);
+    });
+    return r;
   }
   template <size_t N, class F>
   Read members(FastSax& s, const std::array<std::string_view, N>& keys, std::string_view what,
