@@ -1,4 +1,6 @@
-// The JSON reader (docs/graph-format.md): nodes are read as the tokenizer delivers them.
+// The JSON reader (docs/graph-format.md): one decoder of the format. Nodes are read from the
+// tokens by the rules below (the values' helpers are in token_reader.h); the small header goes
+// through a JsonTree.
 #include "ir/json/token_reader.h"
 #include "ir/loader.h"
 
@@ -9,9 +11,11 @@ namespace {
 
 // ------------------------------------------------------------------------------------ reader
 
-// Reads the document with nlohmann's SAX parser into a JsonTree and turns each element of
-// "nodes" into a Node as soon as it is complete, then drops it from the tree: memory stays
-// proportional to one node, not to the file. The header is small and read at the end.
+// FastSax drives the document through a TreeBuilder, which keeps the header as a JsonTree and
+// hands each element of "nodes" to readDirect as the tokenizer reaches it: the node is read from
+// the tokens and made at once, and no tree is built for it, so memory stays proportional to one
+// node, not to the file. The header is read at the end. On text FastSax does not accept, nlohmann's
+// parser reads the document again only to say what is wrong (readJsonInto).
 class JsonReader : public TreeBuilder, public NodeSite, public TokenReader {
   using TokenReader::filename_;
   using TokenReader::text_;

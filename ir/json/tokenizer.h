@@ -231,12 +231,12 @@ SourceLocation locate(std::string_view text, size_t offset, const std::string& f
 // here, so everything that walks a tree may recurse freely. Subclasses watch values arrive.
 // Which tokenizer feeds a TreeBuilder. Fast (FastSax, below) reads well-formed JSON without a
 // string per token; whatever it does not accept (a syntax error, a number out of range, invalid
-// UTF-8, anything unusual) is read again by nlohmann's SAX parser, so every error keeps
-// nlohmann's message, byte offset and order. Nlohmann alone is for tests that compare the two.
+// UTF-8) is read again by nlohmann's SAX parser, so every syntax error keeps nlohmann's message
+// and byte offset.
 enum class Tokenizer { Fast, Nlohmann };
 
-// Thrown by TreeBuilder::parse when the fast tokenizer gives up on a builder that has already
-// acted on its events (a JsonReader made nodes): the caller starts over with Nlohmann.
+// Thrown by TreeBuilder::parse when the fast tokenizer stops on a builder that has already acted
+// on its events (a JsonReader made nodes): the caller has nlohmann report the error.
 struct ReadAgainWithNlohmann {};
 class FastSax;
 
@@ -335,8 +335,8 @@ class TreeBuilder : public nlohmann::json_sax<json> {
   virtual void completed(uint32_t index) {}  // a value is complete (a container: closed)
   virtual void keyRead(std::string_view key) {}
   size_t hook_depth_ = 0;
-  // Reads an element of the array at `direct_parent_` from the tokens, or leaves `sax` where it
-  // was and returns false for the tree to take it.
+  // Reads an element of the array at `direct_parent_` from the tokens (true), or leaves `sax`
+  // where it was and returns false for the tree to take it.
   virtual bool readDirect(FastSax& sax) { return false; }
   static constexpr uint32_t kNoDirect = std::numeric_limits<uint32_t>::max();
   uint32_t direct_parent_ = kNoDirect;
@@ -437,8 +437,9 @@ class TreeBuilder : public nlohmann::json_sax<json> {
 // SAX parser would send, copying each string once into the tree (nlohmann builds a std::string a
 // byte at a time per token). It accepts exactly RFC 8259 JSON as nlohmann does (a UTF-8 BOM
 // skipped, strings well-formed UTF-8 without raw control characters, numbers classified as
-// int64, uint64 or double the same way); on anything else it stops and returns false, and the
-// caller lets nlohmann read the text to report it.
+// int64, uint64 or double the same way, an integer past 64 bits as nlohmann's double with its
+// digits); on anything else it stops and returns false, and the caller lets nlohmann read the
+// text to report it.
 class FastSax {
  public:
   FastSax(std::string_view text, TreeBuilder& b)

@@ -624,6 +624,68 @@ TEST_CASE("json: forward references and cycles are rejected", "[format]") {
   CHECK(e.find("refers to itself") != std::string::npos);
 }
 
+TEST_CASE("json: a node's first error is the format's first check, not the file's first key",
+          "[format][tokenizer]") {
+  // Members are read in the file's order; errors are raised in the order the format checks them
+  // (name, keys, op, target, args, kwargs, meta) and name the node, whose name the file may give
+  // after the bad member.
+  const std::string x = kX;
+  auto errorAt = [&](const std::string& node) { return errorOf(doc(x + ",\n" + node)); };
+  std::string e = errorAt(R"({"args":5,"meta":{"phase":"sideways"},"name":3,"op":"?"})");
+  INFO(e);
+  CHECK(e.find("at /nodes/1/name") != std::string::npos);
+  CHECK(e.find("expected the node name (a string), got an integer") != std::string::npos);
+  e = errorAt(R"({"args":5,"meta":{"phase":"sideways"},"name":"y","op":"?","target":"f"})");
+  CHECK(e.find("at /nodes/1/op") != std::string::npos);
+  CHECK(e.find("node 'y'") != std::string::npos);
+  e = errorAt(R"({"args":[1,{"dtype":"float33"}],"name":"y","op":"call_function","target":"f"})");
+  CHECK(e.find("at /nodes/1/args/1/dtype") != std::string::npos);
+  CHECK(e.find("node 'y'") != std::string::npos);  // read after the args
+  CHECK(e.find("unknown dtype 'float33'") != std::string::npos);
+  // An unexpected key is raised after the name, before the op, wherever it is.
+  e = errorAt(R"({"zz":1,"op":"?","name":"y","target":"f"})");
+  CHECK(e.find("at /nodes/1/zz") != std::string::npos);
+  CHECK(e.find("unexpected key 'zz' in a node") != std::string::npos);
+  // kwargs and meta: a repeated key first, then the first error by key.
+  e = errorAt(
+      R"({"kwargs":{"b":{"dtype":"no"},"a":{"float":"x"}},"name":"y","op":"call_function","target":"f"})");
+  CHECK(e.find("at /nodes/1/kwargs/a/float") != std::string::npos);
+  e = errorAt(
+      R"({"kwargs":{"b":{"dtype":"no"},"a":1,"b":2},"name":"y","op":"call_function","target":"f"})");
+  CHECK(e.find("at /nodes/1/kwargs/b") != std::string::npos);
+  CHECK(e.find("duplicate key 'b'") != std::string::npos);
+  e = errorAt(
+      R"({"meta":{"seq_nr":"1","phase":"up"},"name":"y","op":"call_function","target":"f"})");
+  CHECK(e.find("at /nodes/1/meta/phase") != std::string::npos);
+  // A tensor meta: dtype before shape, whatever the order.
+  e = errorAt(
+      R"({"meta":{"val":{"shape":[1.5],"dtype":"no"}},"name":"y","op":"call_function","target":"f"})");
+  CHECK(e.find("at /nodes/1/meta/val/dtype") != std::string::npos);
+  // A reference not defined yet: the first in args, then kwargs by key, wherever they are.
+  e = errorAt(
+      R"({"kwargs":{"k":{"node":"q"}},"args":[{"node":"x"},{"node":"r"}],"name":"y","op":"call_function","target":"f"})");
+  CHECK(e.find("at /nodes/1/args/1/node") != std::string::npos);
+  CHECK(e.find("node 'y'") != std::string::npos);
+  CHECK(e.find("'r'") != std::string::npos);
+  // Malformed JSON inside a node is nlohmann's error, even after a bad member; nesting past the
+  // limit is the tree's.
+  e = errorAt(R"({"args":5,"name":3,"op":"?" "target":"f"})");
+  CHECK(e.find("JSON syntax error at byte") != std::string::npos);
+  e = errorAt(R"({"name":"y","op":"call_function","target":"f","args":[)" + std::string(300, '[') +
+              std::string(300, ']') + "]}");
+  CHECK(e.find("JSON nested more than 200 levels deep") != std::string::npos);
+  // An integer past 64 bits is read as the nearest double (an argument) or kept digit for digit
+  // (extra meta), as nlohmann reads it.
+  const auto g = readJsonGraph(
+      doc(x + ",\n" +
+          R"({"args":[123456789012345678901234567890],"meta":{"seq_nr":123456789012345678901234567890},"name":"y","op":"call_function","target":"f"})"),
+      "g.json");
+  const Node* y = g->findNode("y");
+  REQUIRE(y != nullptr);
+  CHECK(y->arg(0).toFloat() == 1.2345678901234568e29);
+  CHECK(y->meta().extra_json == R"({"seq_nr":123456789012345678901234567890})");
+}
+
 TEST_CASE("json: hostile input is an error, not a crash", "[format]") {
   std::string deep(100000, '[');
   std::string e =
