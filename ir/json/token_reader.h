@@ -93,6 +93,7 @@ class TokenReader {
   struct Held {
     SourceLocation loc;
     std::string message;
+    std::string key;  // the unexpected or repeated key it is about (members), else empty
   };
   // Empty until an error is held: a slot is made for every member read, and an empty pointer
   // costs a store where an empty std::optional<Held> was 144 bytes zeroed (bench/README.md, "One
@@ -114,7 +115,7 @@ class TokenReader {
     Scope at(this, key);
     fail("missing key " + quoteForMessage(key) + " (" + std::string(what) + ")");
   }
-  Held here(const std::string& message) const { return Held{where(), message}; }
+  Held here(const std::string& message) const { return Held{where(), message, {}}; }
 
   // Reads a value with `read`; an error it throws is held in `slot` (the first one) and the
   // rest of the value is skipped.
@@ -124,7 +125,7 @@ class TokenReader {
     try {
       read();
     } catch (const JfxError& e) {
-      if (!slot) slot = std::make_unique<Held>(Held{e.location(), e.message()});
+      if (!slot) slot = std::make_unique<Held>(Held{e.location(), e.message(), {}});
       s.rewind(start);
       skip(s);
     }
@@ -222,7 +223,7 @@ class TokenReader {
 
   // Reads "{...}" whose keys are some of `keys`: read(i) reads the first value of keys[i] (its
   // error held in held[i]); other(key) may read a value under any other key (true) or leave it
-  // to be skipped. The first unknown or repeated key's error is held in held[N].
+  // to be skipped. The smallest unknown or repeated key's error is held in held[N].
   struct Read {
     unsigned seen = 0;  // bit i: keys[i] was present
     size_t count = 0;   // members, repeated ones too
@@ -240,9 +241,12 @@ class TokenReader {
         hold(s, held[static_cast<size_t>(i)], [&] { read(i); });
         return;
       }
-      if (!held[N])
+      // The smallest such key, so the error does not depend on the order of the keys.
+      if (!held[N] || key < held[N]->key) {
         held[N] = std::make_unique<Held>(
             here(bit ? "duplicate key " + quoteForMessage(key) : unexpectedKey(key, keys, what)));
+        held[N]->key = key;
+      }
       if (!other(key)) skip(s);
     });
     return r;
