@@ -304,19 +304,25 @@ class JsonReader : public TreeBuilder, public NodeSite, public TokenReader {
     }
   }
 
-  // A list of arguments, gathered in a buffer of the reader's (one per depth) so the list is
-  // allocated once, at its size.
+  // A list of arguments.
   void list(FastSax& s, std::vector<Arg>& out) {
-    if (list_depth_ == arg_buffers_.size()) arg_buffers_.emplace_back();
-    std::vector<Arg>& items = arg_buffers_[list_depth_++];
+    gather(s, arg_buffers_, list_depth_, out, [&](Arg& a) { arg(s, a); });
+  }
+
+  // Reads "[...]" into `out` through a buffer of the reader's, one per depth (a deque: references
+  // to them outlive deeper calls), so `out` is allocated once, at its size.
+  template <class T, class Out, class F>
+  void gather(FastSax& s, std::deque<std::vector<T>>& buffers, size_t& depth, Out& out, F&& read) {
+    if (depth == buffers.size()) buffers.emplace_back();
+    std::vector<T>& items = buffers[depth++];
     items.clear();
     struct Leave {
       size_t& depth;
       ~Leave() { --depth; }
-    } leave{list_depth_};
+    } leave{depth};
     array(s, [&](size_t i) {
       Scope at(this, i);
-      arg(s, items.emplace_back());
+      read(items.emplace_back());
     });
     out.reserve(items.size());
     std::move(items.begin(), items.end(), std::back_inserter(out));
@@ -670,19 +676,7 @@ class JsonReader : public TreeBuilder, public NodeSite, public TokenReader {
         return;
       case '[': {
         v.kind = ValueMeta::Kind::List;
-        if (val_depth_ == val_buffers_.size()) val_buffers_.emplace_back();
-        std::vector<ValueMeta>& items = val_buffers_[val_depth_++];
-        items.clear();
-        struct Leave {
-          size_t& depth;
-          ~Leave() { --depth; }
-        } leave{val_depth_};
-        array(s, [&](size_t i) {
-          Scope at(this, i);
-          readVal(s, items.emplace_back());
-        });
-        v.items.reserve(items.size());
-        std::move(items.begin(), items.end(), std::back_inserter(v.items));
+        gather(s, val_buffers_, val_depth_, v.items, [&](ValueMeta& item) { readVal(s, item); });
         return;
       }
       case '{':
@@ -1138,7 +1132,7 @@ class JsonReader : public TreeBuilder, public NodeSite, public TokenReader {
     TensorMeta meta;
   };
   std::vector<TensorEntry> tensor_cache_ = std::vector<TensorEntry>(1024);  // tensorOrFloat's
-  // list's and readVal's buffers, one per depth (a deque: references to them outlive deeper calls).
+  // gather's buffers for list and readVal.
   std::deque<std::vector<Arg>> arg_buffers_;
   size_t list_depth_ = 0;
   std::deque<std::vector<ValueMeta>> val_buffers_;

@@ -148,25 +148,11 @@ class TokenReader {
     TokenReader* r_;
   };
 
-  // Reads "{...}": f(key) reads each member's value. `key` lasts until the value is read.
+  // Reads "{...}": f(key) reads each member's value. `key` lasts until the node is read.
   template <class F>
   void object(FastSax& s, F&& f) {
-    Open open(this);
-    if (!s.eat('{')) throw Malformed{};
-    if (s.peek() == '}') {
-      s.advance();
-      return;
-    }
-    for (;;) {
-      std::string_view key;
-      if (!s.stringToken(key)) throw Malformed{};
-      key = keptKey(key);
-      if (!s.eat(':')) throw Malformed{};
-      f(key);
-      const char c = s.take();
-      if (c == '}') return;
-      if (c != ',') throw Malformed{};
-    }
+    static constexpr std::array<std::string_view, 0> kAnyKey{};
+    keyedObject(s, kAnyKey, [&](int, std::string_view key) { f(key); });
   }
 
   // Reads "[...]": f(i) reads element i.
