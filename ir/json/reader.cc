@@ -145,8 +145,8 @@ class JsonReader : public TreeBuilder, public NodeSite, public TokenReader {
 
   // What a node's members read to, in the file's order.
   struct NodeParts {
-    std::array<Slot, 7> held;  // kNodeKeys' errors, then the first unknown or repeated key's
-    unsigned seen = 0;         // bit i: kNodeKeys[i] was present
+    std::array<Slot, 7> held;  // kNodeKeys' errors, then the unknown or repeated key's
+    Read read;
     std::vector<Arg> args;
     Kwargs kwargs;
     bool kwargs_sorted = true;
@@ -159,62 +159,59 @@ class JsonReader : public TreeBuilder, public NodeSite, public TokenReader {
   };
   static constexpr std::array<std::string_view, 6> kNodeKeys = {"args", "kwargs", "meta",
                                                                 "name", "op",     "target"};
+  enum NodeKey : size_t { kArgs, kKwargs, kMeta, kName, kOp, kTarget };
 
   void readNode(FastSax& s, NodeParts& p) {
     pending_.clear();
     kept_names_.clear();
-    p.seen = members(s, kNodeKeys, "a node", p.held, [&](int key) {
-               switch (key) {
-                 case 0:
-                   p.args_refs = pending_.size();
-                   if (s.peek() != '[')
-                     fail("expected args to be an array, got " + describeNext(s));
-                   list(s, p.args);
-                   return;
-                 case 1:
-                   p.kwargs_refs = pending_.size();
-                   p.kwargs_sorted = readKwargs(s, p.kwargs);
-                   return;
-                 case 2:
-                   readMeta(s, p.meta, p.val, p.extra);
-                   return;
-                 case 3:
-                   node_name_ = str(s, "the node name");
-                   loader_.announce(node_name_);
-                   return;
-                 case 4: {
-                   const std::string_view op = str(s, "the op kind");
-                   p.op = opKindFromName(op);
-                   if (!p.op)
-                     fail("unknown op kind " + quoteForMessage(op) +
-                          " (expected placeholder, call_function, get_attr, output)");
-                   return;
-                 }
-                 default:
-                   p.target = kept(str(s, "the target"), target_buf_);
-               }
-             }).seen;
+    p.read = members(s, kNodeKeys, "a node", p.held, [&](int key) {
+      switch (key) {
+        case kArgs:
+          p.args_refs = pending_.size();
+          if (s.peek() != '[') fail("expected args to be an array, got " + describeNext(s));
+          list(s, p.args);
+          return;
+        case kKwargs:
+          p.kwargs_refs = pending_.size();
+          p.kwargs_sorted = readKwargs(s, p.kwargs);
+          return;
+        case kMeta:
+          readMeta(s, p.meta, p.val, p.extra);
+          return;
+        case kName:
+          node_name_ = str(s, "the node name");
+          loader_.announce(node_name_);
+          return;
+        case kOp: {
+          const std::string_view op = str(s, "the op kind");
+          p.op = opKindFromName(op);
+          if (!p.op)
+            fail("unknown op kind " + quoteForMessage(op) +
+                 " (expected placeholder, call_function, get_attr, output)");
+          return;
+        }
+        default:
+          p.target = kept(str(s, "the target"), target_buf_);
+      }
+    });
   }
 
   // The node's checks in the format's order, then the node itself.
   void defineNode(FastSax& s, const char* start, NodeParts& p) {
     const auto pos = static_cast<uint32_t>(node_index_);
-    raise(p.held[3]);
-    if (!(p.seen & 8u)) missing("name", "every node has a name");
+    required(p.read, p.held, kNodeKeys, kName, "every node has a name");
     loader_.checkName(node_name_, pos);
     if (bad_ref_) {
       // An earlier node referred to a name not yet defined: only look for where it is defined.
       if (!bad_ref_defined_at_ && node_name_ == bad_ref_->target) bad_ref_defined_at_ = node_index_;
       return;
     }
-    raise(p.held[6]);
-    raise(p.held[4]);
-    if (!(p.seen & 16u)) missing("op", "placeholder, call_function, get_attr or output");
-    raise(p.held[5]);
-    if (!(p.seen & 32u)) missing("target", "the op's target");
+    raise(p.held.back());  // unknown or repeated keys
+    required(p.read, p.held, kNodeKeys, kOp, "placeholder, call_function, get_attr or output");
+    required(p.read, p.held, kNodeKeys, kTarget, "the op's target");
     loader_.checkTarget(*p.op, p.target, pos);
-    raise(p.held[0]);
-    raise(p.held[1]);
+    raise(p.held[kArgs]);
+    raise(p.held[kKwargs]);
     // Operands are looked up once the whole node is read: their index slots, prefetched as
     // their names were read, have had the rest of the node's reading to arrive.
     if (!resolvePending(p.args, p.args_refs) || !resolvePending(p.kwargs, p.kwargs_refs)) {
@@ -230,7 +227,7 @@ class JsonReader : public TreeBuilder, public NodeSite, public TokenReader {
         *p.op == OpKind::CallFunction ? loader_.symbol(p.target) : Symbol::intern(p.target);
     Node* n = loader_.define(*p.op, sym, std::move(p.args), std::move(p.kwargs), node_name_, pos,
                              GraphLoader::Claim::Late);
-    raise(p.held[2]);
+    raise(p.held[kMeta]);
     n->val() = std::move(p.val);
     n->meta() = std::move(p.meta);
     if (!p.extra.empty()) {
@@ -328,11 +325,12 @@ class JsonReader : public TreeBuilder, public NodeSite, public TokenReader {
     std::move(items.begin(), items.end(), std::back_inserter(out));
   }
 
+  static constexpr std::string_view kBoxedKinds =
+      "(expected one of {\"node\": ...}, {\"float\": ...}, {\"dtype\": ...}, {\"device\": ...}, "
+      "{\"layout\": ...}, {\"memory_format\": ...}, {\"tuple\": [...]}, {\"opaque\": ...})";
+
   // {"node": ...}, {"float": ...}, {"dtype": ...}, ...: exactly one key.
   void boxed(FastSax& s, Arg& out) {
-    static constexpr std::string_view kExpected =
-        "(expected one of {\"node\": ...}, {\"float\": ...}, {\"dtype\": ...}, {\"device\": ...}, "
-        "{\"layout\": ...}, {\"memory_format\": ...}, {\"tuple\": [...]}, {\"opaque\": ...})";
     size_t count = 0;
     Slot held;
     object(s, [&](std::string_view key) {
@@ -345,14 +343,11 @@ class JsonReader : public TreeBuilder, public NodeSite, public TokenReader {
     });
     if (count != 1)
       fail("expected an argument object with exactly one key, got " + std::to_string(count) +
-           " keys " + std::string(kExpected));
-    if (held) throw JfxError(held->loc, held->message);
+           " keys " + std::string(kBoxedKinds));
+    raise(held);
   }
 
   void boxedValue(FastSax& s, std::string_view key, Arg& out) {
-    static constexpr std::string_view kExpected =
-        "(expected one of {\"node\": ...}, {\"float\": ...}, {\"dtype\": ...}, {\"device\": ...}, "
-        "{\"layout\": ...}, {\"memory_format\": ...}, {\"tuple\": [...]}, {\"opaque\": ...})";
     if (key == "node") {
       nodeRef(s, out);
     } else if (key == "float") {
@@ -373,7 +368,7 @@ class JsonReader : public TreeBuilder, public NodeSite, public TokenReader {
     } else if (key == "opaque") {
       out = opaque(s);
     } else {
-      fail("unknown argument object key " + quoteForMessage(key) + " " + std::string(kExpected));
+      fail("unknown argument object key " + quoteForMessage(key) + " " + std::string(kBoxedKinds));
     }
   }
 
@@ -407,11 +402,9 @@ class JsonReader : public TreeBuilder, public NodeSite, public TokenReader {
     const Read r = members(s, kKeys, "an opaque value", held, [&](int key) {
       (key == 0 ? repr : type) = str(s, key == 0 ? "the repr" : "the type name");
     });
-    raise(held[2]);
-    raise(held[0]);
-    if (!(r.seen & 1u)) missing("repr", "the value's repr");
-    raise(held[1]);
-    if (!(r.seen & 2u)) missing("type", "the value's type name");
+    raise(held.back());  // unknown or repeated keys
+    required(r, held, kKeys, 0, "the value's repr");
+    required(r, held, kKeys, 1, "the value's type name");
     return Arg::ofOpaque(type, repr);
   }
 
@@ -498,6 +491,7 @@ class JsonReader : public TreeBuilder, public NodeSite, public TokenReader {
 
   static constexpr std::array<std::string_view, 7> kMetaKeys = {
       "ac_graph_id", "custom", "phase", "recompute", "seq_nr", "stack_trace", "val"};
+  enum MetaKey : int { kAcGraphId, kCustom, kPhase, kRecompute, kSeqNr, kStackTrace, kVal };
 
   // Typed keys into `m` and `val`; any other key, and a typed key's value that its field cannot
   // hold, into `extra` as canonical JSON, sorted by key. Errors: a repeated key first, then the
@@ -543,17 +537,18 @@ class JsonReader : public TreeBuilder, public NodeSite, public TokenReader {
 
   void metaMember(FastSax& s, int key, std::string_view name, NodeMeta& m, ValueMeta& val) {
     switch (key) {
-      case 0:  // ac_graph_id
-      case 4:  // seq_nr
-        if (FastSax::Number num; typedInteger(s, num, key == 0 ? "the ac_graph_id" : "the seq_nr"))
-          (key == 0 ? m.ac_graph_id : m.seq_nr) = num.i;
+      case kAcGraphId:
+      case kSeqNr:
+        if (FastSax::Number num;
+            typedInteger(s, num, key == kAcGraphId ? "the ac_graph_id" : "the seq_nr"))
+          (key == kAcGraphId ? m.ac_graph_id : m.seq_nr) = num.i;
         else
           extras_.emplace_back(name, numberText(num));
         return;
-      case 1:
+      case kCustom:
         custom(s, m);
         return;
-      case 2: {
+      case kPhase: {
         const std::string_view p = str(s, "a phase");
         const auto phase = phaseFromName(p);
         if (!phase || *phase == Phase::Unknown)
@@ -561,17 +556,17 @@ class JsonReader : public TreeBuilder, public NodeSite, public TokenReader {
         m.phase = *phase;
         return;
       }
-      case 3: {
+      case kRecompute: {
         const int64_t r = integer(s, "a CheckpointPolicy value 0..3");
         if (r < 0 || r > 3)
           fail("recompute must be 0..3 (CheckpointPolicy), got " + std::to_string(r));
         m.recompute = static_cast<Recompute>(r);
         return;
       }
-      case 5:
+      case kStackTrace:
         m.stack_trace = str(s, "the stack trace");
         return;
-      case 6:
+      case kVal:
         readVal(s, val);
         return;
       default:
@@ -731,6 +726,7 @@ class JsonReader : public TreeBuilder, public NodeSite, public TokenReader {
   // A tensor meta (true), or {"float": ...} alone (false, the float in `f`).
   bool tensor(FastSax& s, TensorMeta& t, std::optional<double>& f) {
     static constexpr std::array<std::string_view, 4> kKeys = {"device", "dtype", "shape", "stride"};
+    enum : size_t { kDevice, kDtype, kShape, kStride };
     std::array<Slot, 5> held;
     Slot float_held;
     size_t n = 0;              // members read so far
@@ -740,16 +736,16 @@ class JsonReader : public TreeBuilder, public NodeSite, public TokenReader {
         [&](int key) {
           ++n;
           switch (key) {
-            case 0: {
+            case kDevice: {
               const std::string_view d = str(s, "a device");
               if (last_device_.empty() || d != last_device_.str()) last_device_ = loader_.symbol(d);
               t.device = last_device_;
               return;
             }
-            case 1:
+            case kDtype:
               t.dtype = dtype(s);
               return;
-            case 2:
+            case kShape:
               ints(s, t.shape, "the shape");
               return;
             default:
@@ -766,13 +762,11 @@ class JsonReader : public TreeBuilder, public NodeSite, public TokenReader {
       raise(float_held);
       return false;
     }
-    raise(held[4]);
-    raise(held[1]);
-    if (!(r.seen & 2u)) missing("dtype", "a tensor meta needs a dtype");
-    raise(held[2]);
-    if (!(r.seen & 4u)) missing("shape", "a tensor meta needs a shape");
-    raise(held[3]);
-    if (r.seen & 8u) {
+    raise(held.back());  // unknown or repeated keys
+    required(r, held, kKeys, kDtype, "a tensor meta needs a dtype");
+    required(r, held, kKeys, kShape, "a tensor meta needs a shape");
+    raise(held[kStride]);
+    if (r.has(kStride)) {
       if (t.stride.size() != t.shape.size()) {
         Scope at(this, "stride");
         fail("stride has " + std::to_string(t.stride.size()) + " dimensions but shape has " +
@@ -785,7 +779,7 @@ class JsonReader : public TreeBuilder, public NodeSite, public TokenReader {
       Scope at(this, "shape");
       fail(problem);
     }
-    raise(held[0]);
+    raise(held[kDevice]);
     return true;
   }
 

@@ -96,8 +96,8 @@ class TokenReader {
     std::string key;  // the unexpected or repeated key it is about (members), else empty
   };
   // Empty until an error is held: a slot is made for every member read, and an empty pointer
-  // costs a store where an empty std::optional<Held> was 144 bytes zeroed (bench/README.md, "One
-  // JSON decoder path").
+  // costs a store where an empty std::optional<Held> was zeroed whole (bench/README.md, "One JSON
+  // decoder path, built").
   using Slot = std::unique_ptr<Held>;
 
   // Throws the error held in `slot`, if any, naming the node (its name may come after the
@@ -213,7 +213,16 @@ class TokenReader {
   struct Read {
     unsigned seen = 0;  // bit i: keys[i] was present
     size_t count = 0;   // members, repeated ones too
+    bool has(size_t i) const { return (seen >> i & 1u) != 0; }
   };
+  // A required member's checks, in the format's order: the error held for it, then whether it
+  // is there at all.
+  template <size_t N>
+  void required(const Read& r, const std::array<Slot, N + 1>& held,
+                const std::array<std::string_view, N>& keys, size_t i, std::string_view what) {
+    raise(held[i]);
+    if (!r.has(i)) missing(keys[i], what);
+  }
   template <size_t N, class F, class G>
   Read members(FastSax& s, const std::array<std::string_view, N>& keys, std::string_view what,
                std::array<Slot, N + 1>& held, F&& read, G&& other) {
