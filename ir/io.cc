@@ -11,6 +11,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <utility>
 #include <vector>
 
 #include "ir/error.h"
@@ -335,8 +337,140 @@ void writeToDescriptor(int fd, const std::string& path, const std::string& conte
 // Opens an existing file and writes it in place: no temporary, no rename. For character devices
 // and FIFOs (no truncation: neither has contents to replace), and for regular files under /dev,
 // /proc and /sys (truncated), which are never replaced by a file of ours.
+int openInPlace(const std::string& path, const std::string& shown, bool regular);
+
 void writeInPlace(const std::string& path, const std::string& shown, const std::string& contents,
                   bool regular) {
+  int fd = openInPlace(path, shown, regular);
+  if (!writeAll(fd, contents)) {
+    int err = errno;
+    ::close(fd);
+    ioError(shown, "cannot write", err);
+  }
+  if (::close(fd) != 0) ioError(shown, "cannot write", errno);
+}
+
+}  // namespace
+
+// A temporary file beside `path` (same directory, so rename() stays on one file system and is
+// atomic: readers see the old file or the new one, never a partial one), removed unless
+// commit() renames it into place. `shown` names the output in errors (the path the user gave,
+// not a link's target).
+class TemporaryBeside {
+ public:
+  TemporaryBeside(const std::string& path, const std::string& shown) : path_(path), shown_(shown) {
+    size_t slash = path.rfind('/');
+    dir_ = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+    std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
+    std::string tmpl =
+        (slash == std::string::npos ? "" : path.substr(0, slash + 1)) + "." + base + ".tmp.XXXXXX";
+    tmp_.assign(tmpl.begin(), tmpl.end());
+    tmp_.push_back('\0');
+    fd_ = ::mkstemp(tmp_.data());
+    if (fd_ < 0) ioError(shown_, "cannot create a temporary file in '" + dir_ + "'", errno);
+    // mkstemp makes the file 0600; keep an existing target's mode, else the usual 0644.
+    struct stat st;
+    mode_t mode = ::stat(path.c_str(), &st) == 0 ? (st.st_mode & 07777) : 0644;
+    if (::fchmod(fd_, mode) != 0) fail("cannot set the mode of the temporary file", errno);
+  }
+  TemporaryBeside(const TemporaryBeside&) = delete;
+  TemporaryBeside& operator=(const TemporaryBeside&) = delete;
+  ~TemporaryBeside() { discard(); }
+
+  int fd() const { return fd_; }
+
+  // Removes the temporary and throws the error (errno `err`) naming the output.
+  [[noreturn]] void fail(const std::string& what, int err) {
+    discard();
+    ioError(shown_, what, err);
+  }
+
+  // Syncs the temporary, renames it over the target and syncs the directory.
+  void commit() {
+    if (::fsync(fd_) != 0) fail("cannot sync", errno);
+    int fd = std::exchange(fd_, -1);
+    if (::close(fd) != 0) fail("cannot write", errno);
+    if (::rename(tmp_.data(), path_.c_str()) != 0) fail("cannot replace", errno);
+    tmp_.clear();
+    // Make the rename itself durable; a failure here leaves a complete file, so it is not an
+    // error.
+    int dfd = ::open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) {
+      ::fsync(dfd);
+      ::close(dfd);
+    }
+  }
+
+ private:
+  void discard() {
+    if (fd_ >= 0) ::close(std::exchange(fd_, -1));
+    if (!tmp_.empty()) ::unlink(tmp_.data());
+    tmp_.clear();
+  }
+
+  std::string path_, shown_, dir_;
+  std::vector<char> tmp_;  // NUL-terminated; empty once renamed or removed
+  int fd_ = -1;
+};
+
+namespace {
+
+// Writes to a temporary file beside `path` and renames it into place.
+void replaceAtomically(const std::string& path, const std::string& shown,
+                       const std::function<void(const ChunkSink&)>& produce) {
+  TemporaryBeside tmp(path, shown);
+  // A write error surfaces from inside produce; anything produce throws (a write error or its
+  // own) removes the temporary (TemporaryBeside's destructor) and leaves the target as it was.
+  struct WriteFailed {
+    int err;
+  };
+  try {
+    BlockWriter out(tmp.fd());
+    produce([&](std::string_view chunk) {
+      if (!out.write(chunk)) throw WriteFailed{errno};
+    });
+    if (!out.finish()) throw WriteFailed{errno};
+  } catch (const WriteFailed& w) {
+    tmp.fail("cannot write", w.err);
+  }
+  tmp.commit();
+}
+
+// What writeFileAtomic does with a path, once links are followed.
+enum class Destination { Descriptor, Replace, InPlace };
+struct OutputTarget {
+  Destination kind;
+  std::string path;  // the descriptor's number for Descriptor; the final target otherwise
+  int fd = -1;
+  bool regular = false;  // InPlace: a regular file under /dev, /proc or /sys (truncated)
+};
+
+OutputTarget outputTarget(const std::string& path) {
+  if (int fd = descriptorPath(path); fd >= 0) return {Destination::Descriptor, path, fd};
+  if (path.empty()) pathError("<output>", "empty output path");
+  std::string target = followLinks(path);
+  struct stat st;
+  if (::stat(target.c_str(), &st) != 0) {
+    if (errno != ENOENT) ioError(path, "cannot write", errno);
+    return {Destination::Replace, target};  // a new file
+  }
+  // A system directory holds device nodes and kernel files, never an output of ours: whatever
+  // sits there (even a regular file where /dev/null should be) is written in place.
+  const bool system_dir =
+      target.starts_with("/dev/") || target.starts_with("/proc/") || target.starts_with("/sys/");
+  if (S_ISREG(st.st_mode) && !system_dir) return {Destination::Replace, target};
+  if (S_ISREG(st.st_mode) || S_ISCHR(st.st_mode) || S_ISFIFO(st.st_mode))
+    return {Destination::InPlace, target, -1, S_ISREG(st.st_mode)};
+  if (S_ISDIR(st.st_mode)) ioError(path, "cannot write", EISDIR);
+  pathError(path, std::string("refusing to write to a ") +
+                      (S_ISSOCK(st.st_mode)  ? "socket"
+                       : S_ISBLK(st.st_mode) ? "block device"
+                                             : "special file") +
+                      " (outputs go to regular files, character devices or FIFOs)");
+}
+
+// Opens an existing device, FIFO or system file for writing in place (see writeInPlace).
+int openInPlace(const std::string& path, const std::string& shown, bool regular) {
   int fd = ::open(path.c_str(), O_WRONLY | O_NOCTTY | O_CLOEXEC | (regular ? O_TRUNC : 0));
   if (fd < 0) ioError(shown, "cannot open for writing", errno);
   struct stat st;
@@ -347,75 +481,7 @@ void writeInPlace(const std::string& path, const std::string& shown, const std::
     ::close(fd);
     pathError(shown, "the output changed while it was opened; not written");
   }
-  if (!writeAll(fd, contents)) {
-    int err = errno;
-    ::close(fd);
-    ioError(shown, "cannot write", err);
-  }
-  if (::close(fd) != 0) ioError(shown, "cannot write", errno);
-}
-
-// Writes to a temporary file beside `path` and renames it into place. `shown` names the output
-// in errors (the path the user gave, not a link's target).
-void replaceAtomically(const std::string& path, const std::string& shown,
-                       const std::function<void(const ChunkSink&)>& produce) {
-  // The temporary lives in the target's directory so rename() stays on one file system and is
-  // atomic: readers see the old file or the new one, never a partial one.
-  size_t slash = path.rfind('/');
-  std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
-  std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
-  std::string tmpl =
-      (slash == std::string::npos ? "" : path.substr(0, slash + 1)) + "." + base + ".tmp.XXXXXX";
-  std::vector<char> tmp(tmpl.begin(), tmpl.end());
-  tmp.push_back('\0');
-  int fd = ::mkstemp(tmp.data());
-  if (fd < 0) ioError(shown, "cannot create a temporary file in '" + dir + "'", errno);
-  auto fail = [&](const std::string& what) {
-    int err = errno;
-    ::close(fd);
-    ::unlink(tmp.data());
-    ioError(shown, what, err);
-  };
-  // mkstemp makes the file 0600; keep an existing target's mode, else the usual 0644.
-  struct stat st;
-  mode_t mode = ::stat(path.c_str(), &st) == 0 ? (st.st_mode & 07777) : 0644;
-  if (::fchmod(fd, mode) != 0) fail("cannot set the mode of the temporary file");
-  // A write error surfaces from inside produce; anything produce throws (a write error or its
-  // own) removes the temporary and leaves the target as it was.
-  struct WriteFailed {
-    int err;
-  };
-  try {
-    BlockWriter out(fd);
-    produce([&](std::string_view chunk) {
-      if (!out.write(chunk)) throw WriteFailed{errno};
-    });
-    if (!out.finish()) throw WriteFailed{errno};
-  } catch (const WriteFailed& w) {
-    errno = w.err;
-    fail("cannot write");
-  } catch (...) {
-    ::close(fd);
-    ::unlink(tmp.data());
-    throw;
-  }
-  if (::fsync(fd) != 0) fail("cannot sync");
-  if (::close(fd) != 0) {
-    int err = errno;
-    ::unlink(tmp.data());
-    ioError(shown, "cannot write", err);
-  }
-  if (::rename(tmp.data(), path.c_str()) != 0) {
-    int err = errno;
-    ::unlink(tmp.data());
-    ioError(shown, "cannot replace", err);
-  }
-  // Make the rename itself durable; a failure here leaves a complete file, so it is not an error.
-  int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    ::fsync(dfd);
-    ::close(dfd);
-  }
+  return fd;
 }
 
 }  // namespace
@@ -433,34 +499,54 @@ void writeFileAtomic(const std::string& path,
     produce([&](std::string_view chunk) { contents.append(chunk); });
     return contents;
   };
-  if (int fd = descriptorPath(path); fd >= 0) {
-    writeToDescriptor(fd, path == "-" ? "<stdout>" : path, whole());
-    return;
+  OutputTarget t = outputTarget(path);
+  switch (t.kind) {
+    case Destination::Descriptor:
+      writeToDescriptor(t.fd, path == "-" ? "<stdout>" : path, whole());
+      return;
+    case Destination::Replace:
+      replaceAtomically(t.path, path, produce);
+      return;
+    case Destination::InPlace:
+      writeInPlace(t.path, path, whole(), t.regular);
+      return;
   }
-  if (path.empty()) pathError("<output>", "empty output path");
-  std::string target = followLinks(path);
-  struct stat st;
-  if (::stat(target.c_str(), &st) != 0) {
-    if (errno != ENOENT) ioError(path, "cannot write", errno);
-    replaceAtomically(target, path, produce);  // a new file
-    return;
-  }
-  // A system directory holds device nodes and kernel files, never an output of ours: whatever
-  // sits there (even a regular file where /dev/null should be) is written in place.
-  const bool system_dir =
-      target.starts_with("/dev/") || target.starts_with("/proc/") || target.starts_with("/sys/");
-  if (S_ISREG(st.st_mode) && !system_dir) {
-    replaceAtomically(target, path, produce);
-  } else if (S_ISREG(st.st_mode) || S_ISCHR(st.st_mode) || S_ISFIFO(st.st_mode)) {
-    writeInPlace(target, path, whole(), S_ISREG(st.st_mode));
-  } else if (S_ISDIR(st.st_mode)) {
-    ioError(path, "cannot write", EISDIR);
+}
+
+StreamedOutput::StreamedOutput(const std::string& path) : shown_(path == "-" ? "<stdout>" : path) {
+  OutputTarget t = outputTarget(path);
+  if (t.kind == Destination::Descriptor) {
+    fd_ = t.fd;
+  } else if (t.kind == Destination::InPlace) {
+    fd_ = openInPlace(t.path, path, t.regular);
+    own_fd_ = true;
   } else {
-    pathError(path, std::string("refusing to write to a ") +
-                        (S_ISSOCK(st.st_mode)  ? "socket"
-                         : S_ISBLK(st.st_mode) ? "block device"
-                                               : "special file") +
-                        " (outputs go to regular files, character devices or FIFOs)");
+    tmp_ = std::make_unique<TemporaryBeside>(t.path, path);
+    fd_ = tmp_->fd();
+  }
+}
+
+StreamedOutput::~StreamedOutput() {
+  if (own_fd_) ::close(fd_);
+}
+
+void StreamedOutput::write(std::string_view text) {
+  if (fd_ < 0) pathError(shown_, "written after it was closed");
+  if (writeAll(fd_, text)) return;
+  int err = errno;
+  if (tmp_) tmp_->fail("cannot write", err);
+  ioError(shown_, "cannot write", err);
+}
+
+void StreamedOutput::commit() {
+  if (fd_ < 0) return;
+  int fd = std::exchange(fd_, -1);
+  if (tmp_) {
+    tmp_->commit();
+    tmp_.reset();
+  } else if (own_fd_) {
+    own_fd_ = false;
+    if (::close(fd) != 0) ioError(shown_, "cannot write", errno);
   }
 }
 
@@ -471,6 +557,28 @@ void saveGraph(const Graph& g, const std::string& path, GraphFormat format) {
     else
       printTextGraph(g, sink);
   });
+}
+
+std::optional<std::string> sameFileAs(const std::string& output,
+                                      const std::vector<std::string>& inputs) {
+  if (output.empty() || descriptorPath(output) >= 0) return std::nullopt;
+  struct stat out;
+  if (::stat(output.c_str(), &out) != 0) {
+    // Directories an output's path names are made before it is written ("new/../g.json"): the
+    // path they will give, with the existing part's links followed.
+    std::error_code ec;
+    std::string resolved = std::filesystem::weakly_canonical(output, ec).string();
+    if (ec || ::stat(resolved.c_str(), &out) != 0) return std::nullopt;
+  }
+  // Devices are written in place and read as streams; /dev/null as both input and output is fine.
+  if (!S_ISREG(out.st_mode)) return std::nullopt;
+  for (const std::string& in : inputs) {
+    if (in.empty() || descriptorPath(in) >= 0) continue;
+    struct stat st;
+    if (::stat(in.c_str(), &st) == 0 && st.st_dev == out.st_dev && st.st_ino == out.st_ino)
+      return in;
+  }
+  return std::nullopt;
 }
 
 }  // namespace jfx

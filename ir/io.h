@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "ir/graph.h"
 #include "ir/sink.h"
@@ -55,5 +56,36 @@ inline constexpr size_t kDirectWriteBlock = size_t{1} << 20;
 void writeFileAtomic(const std::string& path, const std::function<void(const ChunkSink&)>& produce);
 // Streams the graph into the file (writeFileAtomic with the writers' sink forms).
 void saveGraph(const Graph& g, const std::string& path, GraphFormat format);
+
+class TemporaryBeside;
+// An output written as it is made (a log that grows step by step), with writeFileAtomic's rules
+// for where it goes: a regular file is written to a temporary beside it and takes its place only
+// at commit(), so a reader never sees a partial file and the old file stays until then; "-" and
+// descriptors, devices and FIFOs are written directly. write() throws JfxError naming the output
+// when the bytes cannot be written (a full disk, /dev/full); an output never committed leaves
+// the target untouched.
+class StreamedOutput {
+ public:
+  explicit StreamedOutput(const std::string& path);
+  StreamedOutput(const StreamedOutput&) = delete;
+  StreamedOutput& operator=(const StreamedOutput&) = delete;
+  ~StreamedOutput();
+
+  void write(std::string_view text);
+  // Puts the output in place (syncs and renames a regular file's temporary); once only.
+  void commit();
+
+ private:
+  std::string shown_;
+  int fd_ = -1;
+  bool own_fd_ = false;
+  std::unique_ptr<TemporaryBeside> tmp_;
+};
+
+// The first of `inputs` that names the same file as `output` (device and inode, links
+// followed), or nullopt: an output that would overwrite an input is refused by every command
+// before anything is written. "-", descriptors and outputs that do not exist yet match nothing.
+std::optional<std::string> sameFileAs(const std::string& output,
+                                      const std::vector<std::string>& inputs);
 
 }  // namespace jfx

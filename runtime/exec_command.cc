@@ -4,9 +4,14 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <optional>
+#include <regex>
+#include <utility>
 
 #include "ir/error.h"
 #include "ir/io.h"
@@ -53,11 +58,75 @@ std::string num(double v) {
   return buf;
 }
 
+// The numbers in `name` when it matches `pattern` (whose groups are numbers), else nullopt.
+std::optional<std::vector<int64_t>> numbersIn(const std::string& name, const std::regex& pattern) {
+  std::smatch m;
+  if (!std::regex_match(name, m, pattern)) return std::nullopt;
+  std::vector<int64_t> v;
+  for (size_t i = 1; i < m.size(); ++i)
+    v.push_back(std::stoll(m[i].str()));
+  return v;
+}
+
+bool sameDirectory(const std::string& a, const std::string& b) {
+  std::error_code ec;
+  return std::filesystem::equivalent(a, b, ec) && !ec;
+}
+
 bool inWorker() {
   return std::getenv("RANK") && std::getenv("WORLD_SIZE");
 }
 
 }  // namespace
+
+std::string rankPath(std::string path, int rank) {
+  const std::string r = std::to_string(rank);
+  for (size_t p = path.find("{rank}"); p != std::string::npos;
+       p = path.find("{rank}", p + r.size()))
+    path.replace(p, 6, r);
+  return path;
+}
+
+std::string outputOverwritesInput(const ExecOptions& o, int world_size) {
+  std::vector<std::string> inputs{o.graph};
+  std::vector<std::string> names{"the input graph"};
+  if (!o.params.empty()) inputs.push_back(o.params), names.push_back("the --params file");
+  if (!o.batch.empty()) inputs.push_back(o.batch), names.push_back("the --batch file");
+  auto nameOf = [&](const std::string& in) {
+    for (size_t i = 0; i < inputs.size(); ++i)
+      if (inputs[i] == in) return names[i];
+    return std::string("an input");
+  };
+  auto message = [&](const std::string& flag, const std::string& out, const std::string& in) {
+    return flag + " " + quoteForMessage(out, kPathQuoteLimit) + " is " + nameOf(in) +
+           "; refusing to overwrite an input";
+  };
+  for (auto [flag, path] : {std::pair<const char*, const std::string*>{"--log", &o.log},
+                            {"--memory-csv", &o.memory_csv}}) {
+    if (path->empty()) continue;
+    const bool per_rank = path->find("{rank}") != std::string::npos;
+    for (int r = 0; r < (per_rank ? world_size : 1); ++r) {
+      std::string out = rankPath(*path, r);
+      if (auto in = sameFileAs(out, inputs)) return message(flag, out, *in);
+    }
+  }
+  // The directories' files: an input that sits in one under a name this run writes.
+  const std::regex grads(R"(grads\.step(\d{1,9})\.rank(\d{1,9})\.safetensors)");
+  const std::regex state(R"(state\.rank(\d{1,9})\.safetensors)");
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    std::filesystem::path in(inputs[i]);
+    std::string dir = in.has_parent_path() ? in.parent_path().string() : ".";
+    std::string name = in.filename().string();
+    if (!o.save_grads.empty() && sameDirectory(o.save_grads, dir))
+      if (auto n = numbersIn(name, grads);
+          n && (*n)[0] >= 1 && (*n)[0] <= o.steps && (*n)[1] < world_size)
+        return message("--save-grads", o.save_grads, inputs[i]) + " (it writes " + name + ")";
+    if (!o.save.empty() && sameDirectory(o.save, dir))
+      if (auto n = numbersIn(name, state); n && (*n)[0] < world_size)
+        return message("--save", o.save, inputs[i]) + " (it writes " + name + ")";
+  }
+  return {};
+}
 
 std::vector<std::string> execArgs(const ExecOptions& o) {
   std::vector<std::string> a{"exec", o.graph};
@@ -108,6 +177,14 @@ int runExec(const ExecOptions& o) {
     if (std::string e = validate(o); !e.empty()) {
       printError("exec", e);
       return kExecInputError;
+    }
+    {
+      const char* world_env = std::getenv("WORLD_SIZE");
+      int world = inWorker() ? std::atoi(world_env) : o.nproc;
+      if (std::string e = outputOverwritesInput(o, std::max(world, 1)); !e.empty()) {
+        printError("exec", e);
+        return kExecInputError;
+      }
     }
     if (!inWorker()) {
       if (std::string e = deviceGraphProblem(o); !e.empty()) {

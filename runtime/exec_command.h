@@ -61,6 +61,15 @@ struct ExecOptions {
 // "jointfx exec: ..." and returns an ExecExit code. Never throws.
 int runExec(const ExecOptions& o);
 
+// `path` with every "{rank}" replaced by `rank` (--log and --memory-csv: one file per rank).
+std::string rankPath(std::string path, int rank);
+
+// The first output of `o` (--log and --memory-csv for every rank of `world_size`, the files
+// --save-grads and --save write) that is the same file as one of its inputs (the graph,
+// --params, --batch), as "--log 'g.json' is the input graph": exec never overwrites an input.
+// Empty when none is.
+std::string outputOverwritesInput(const ExecOptions& o, int world_size);
+
 // The argv (after the program name) that makes a rank process run `o`.
 std::vector<std::string> execArgs(const ExecOptions& o);
 

@@ -22,8 +22,6 @@
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
-#include <iostream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -84,12 +82,6 @@ struct Input {
   c10::IValue fixed;
 };
 
-std::string replaceRank(std::string path, int rank) {
-  auto p = path.find("{rank}");
-  if (p != std::string::npos) path.replace(p, 6, std::to_string(rank));
-  return path;
-}
-
 void makeDirs(const std::string& dir) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
@@ -137,8 +129,17 @@ class RankRun {
     openLogs();
     // The loop, watched by the watchdog started at the top: every node counts as progress.
     running_.store(ex_.get());
-    for (int step = 1; step <= o_.steps; ++step)
-      runStep(step);
+    try {
+      for (int step = 1; step <= o_.steps; ++step)
+        runStep(step);
+    } catch (...) {
+      // The steps that ran are what a failed run is debugged from: keep them.
+      if (log_) try {
+          log_->commit();
+        } catch (const JfxError&) {
+        }
+      throw;
+    }
     finish();
     return kExecOk;
   }
@@ -479,7 +480,7 @@ class RankRun {
   std::string memoryCsvPath() const {
     if (o_.memory_csv.empty() || (!leader_ && o_.memory_csv.find("{rank}") == std::string::npos))
       return {};
-    return replaceRank(o_.memory_csv, env_.rank);
+    return rankPath(o_.memory_csv, env_.rank);
   }
 
   // The last step's measured curve (Note [Measured memory]), as analyze --memory-csv writes the
@@ -502,19 +503,17 @@ class RankRun {
   }
 
   void openLogs() {
-    // The log is a stream (one line per step, flushed): "-" is this process's stdout, written
-    // through, never truncated; a path is opened as given, so a symlink's target, a FIFO or a
-    // character device is written in place and never replaced.
+    // The log (one line per step) follows writeFileAtomic's rules (ir/io.h): a regular file is
+    // written beside its target and takes its place at the end of the run (a failed run keeps
+    // the steps it made); "-", a FIFO or a device is written as the steps come.
     if (!o_.log.empty() && (leader_ || o_.log.find("{rank}") != std::string::npos)) {
-      std::string path = replaceRank(o_.log, env_.rank);
-      if (path == "-") {
-        log_ = &std::cout;
-      } else {
-        if (auto parent = std::filesystem::path(path).parent_path(); !parent.empty())
-          makeDirs(parent.string());
-        log_file_ = std::make_unique<std::ofstream>(path, std::ios::trunc);
-        if (!*log_file_) inputError("cannot write log " + quoteForMessage(path, kPathQuoteLimit));
-        log_ = log_file_.get();
+      std::string path = rankPath(o_.log, env_.rank);
+      if (auto parent = std::filesystem::path(path).parent_path(); !parent.empty() && path != "-")
+        makeDirs(parent.string());
+      try {
+        log_ = std::make_unique<StreamedOutput>(path);
+      } catch (const JfxError& e) {
+        inputError("cannot write log: " + std::string(e.what()));
       }
     }
     if (!o_.save_grads.empty()) makeDirs(o_.save_grads);
@@ -648,8 +647,13 @@ class RankRun {
       j["seconds"] = seconds;
       // Note [Measured memory]: this rank's peak of live tensor bytes in the step.
       if (ex_->stats().peak_bytes >= 0) j["peak_bytes"] = ex_->stats().peak_bytes;
-      *log_ << j.dump() << '\n';
-      log_->flush();
+      // Lines printed with printf go first: "-" shares this process's stdout.
+      std::fflush(stdout);
+      try {
+        log_->write(j.dump() + "\n");
+      } catch (const JfxError& e) {
+        throw RankError{kExecRankFailed, "--log " + std::string(e.what())};
+      }
     }
     if (leader_ && !o_.quiet) {
       bar_->clear();
@@ -673,6 +677,15 @@ class RankRun {
     opt_->step();
   }
 
+  void commitLog() {
+    if (!log_) return;
+    try {
+      log_->commit();
+    } catch (const JfxError& e) {
+      throw RankError{kExecRankFailed, "--log " + std::string(e.what())};
+    }
+  }
+
   // ---- the end: every rank done, then the state and the summary
   void finish() {
     // Nobody tears down its connections while a peer may still be reading from them.
@@ -685,6 +698,7 @@ class RankRun {
     watchdog_.reset();
     if (!o_.save.empty()) saveState();
     writeMemoryCsv();
+    commitLog();
     bar_->finish();
     if (leader_ && !o_.quiet) {
       std::string memory;
@@ -751,8 +765,7 @@ class RankRun {
   std::vector<std::pair<size_t, size_t>> buffer_outputs_;  // (output index, buffer input index)
   std::vector<size_t> buffer_inputs_;  // the buffers the graph updates, in input order
   std::unique_ptr<torch::optim::Optimizer> opt_;
-  std::unique_ptr<std::ofstream> log_file_;
-  std::ostream* log_ = nullptr;
+  std::unique_ptr<StreamedOutput> log_;
   std::optional<ProgressBar> bar_;
   double total_seconds_ = 0;
   int64_t max_peak_bytes_ = -1;  // the largest step's measured peak on this rank

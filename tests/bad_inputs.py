@@ -13,7 +13,8 @@ usage: bad_inputs.py JOINTFX CORPUS_DIR
    limit, 100 MB values) get a clean error, not a crash or an exhausted memory; a long value is
    quoted clipped, in a message of at most 1000 characters; so are a long --device and tensor
    name in `jointfx exec` (when built with the LibTorch runtime).
-3. `opt` and `convert` never overwrite their input, and a failed run leaves an existing output
+3. `opt`, `convert`, `analyze` and `exec` never overwrite their inputs, `exec --log` to a file it
+   cannot write fails, and a failed run leaves an existing output
    file untouched; outputs through symlinks, FIFOs, character devices and /dev/stdout are
    written, never replaced.
 4. Usage errors (bad pipeline, unknown flag) exit 2.
@@ -295,6 +296,14 @@ def check_no_overwrite(c, corpus, tmp):
     leftovers = [n for n in os.listdir(tmp) if n.startswith("out.jfx") and n != "out.jfx"]
     c.check("no temporary files left", not leftovers, f"found {leftovers}")
 
+    # analyze's reports are outputs too.
+    for flag in ("--memory-csv", "--trace"):
+        c.expect(f"analyze {flag} over the input graph",
+                 ["analyze", src, flag, link, "--hardware", "h100"], 2,
+                 "refusing to write the output over the input file")
+    with open(src) as f:
+        c.check("input untouched by analyze", f.read() == GOOD_GRAPH, "the input file changed")
+
     c.expect("a successful opt", ["opt", src, "-o", out, "--pipeline", "dce"], 0, "")
     with open(out) as f:
         c.check("output written", "aten.exp.default" not in f.read(), "dce did not run")
@@ -419,6 +428,55 @@ def check_runtime_values(c, corpus, tmp):
     return 0
 
 
+def check_exec_outputs(c, corpus, tmp):
+    """`exec` never writes over its inputs (the graph, --params, --batch), through links and
+    through directories it makes, and a log it cannot write fails the run. Returns how many
+    checks were skipped for want of the runtime."""
+    if not has_runtime(c.jointfx):
+        return 9
+    graph = os.path.join(tmp, "g.jfx")
+    shutil.copy(os.path.join(corpus, "..", "..", "runtime", "data", "linear_w1.jfx"), graph)
+    params = os.path.join(tmp, "params.safetensors")
+    write_safetensors(params, {"w": ([1], [1.0])})
+    link = os.path.join(tmp, "link.jfx")
+    os.symlink(graph, link)
+    grads = os.path.join(tmp, "grads")
+    os.makedirs(grads)
+    in_grads = os.path.join(grads, "grads.step1.rank0.safetensors")
+    shutil.copy(params, in_grads)
+    with open(graph, "rb") as f:
+        graph_bytes = f.read()
+    with open(params, "rb") as f:
+        params_bytes = f.read()
+    base = ["exec", graph, "--nproc", "1", "--steps", "1", "-q"]
+    c.expect("exec --log over the input graph", base + ["--log", graph], 2,
+             "--log '" + graph + "' is the input graph; refusing to overwrite an input")
+    c.expect("exec --memory-csv over the input graph", base + ["--memory-csv", graph], 2,
+             "is the input graph; refusing to overwrite an input")
+    c.expect("exec --log over the --params file", base + ["--params", params, "--log", params],
+             2, "is the --params file; refusing to overwrite an input")
+    c.expect("exec --log through a link to the input graph", base + ["--log", link], 2,
+             "is the input graph")
+    c.expect("exec --memory-csv through a directory it would make",
+             base + ["--memory-csv", os.path.join(tmp, "new{rank}", "..", "g.jfx")], 2,
+             "is the input graph")
+    c.expect("exec --save-grads over a --params file it would write",
+             base + ["--params", in_grads, "--save-grads", grads], 2,
+             "(it writes grads.step1.rank0.safetensors)")
+    c.check("exec left its inputs untouched",
+            open(graph, "rb").read() == graph_bytes and open(params, "rb").read() == params_bytes,
+            "an input changed")
+    c.expect("exec --log /dev/full", base + ["--log", "/dev/full"], 3,
+             "--log /dev/full: error: cannot write")
+    log = os.path.join(tmp, "r{rank}.{rank}.jsonl")
+    rc, out = run(c.jointfx, *base, "--log", log)
+    written = os.path.join(tmp, "r0.0.jsonl")
+    c.check("exec --log replaces every {rank}", rc == 0 and os.path.exists(written) and
+            json.loads(open(written).read().splitlines()[0])["step"] == 1,
+            f"exit {rc}: {out.strip()[:300]}; files {sorted(os.listdir(tmp))}")
+    return 0
+
+
 def check_usage(c, tmp):
     c.expect("no subcommand", [], 2, "A subcommand is required")
     c.expect("unknown flag", ["verify", "--frobnicate", "x.jfx"], 2, "--frobnicate")
@@ -445,6 +503,9 @@ def main():
         check_no_overwrite(c, corpus, tmp)
         check_usage(c, tmp)
         runtime_skipped = check_runtime_values(c, corpus, tmp)
+        outputs = os.path.join(tmp, "exec_outputs")
+        os.makedirs(outputs)
+        runtime_skipped += check_exec_outputs(c, corpus, outputs)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     if cases + skipped < 100:

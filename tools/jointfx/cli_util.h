@@ -68,13 +68,14 @@ inline std::optional<GraphFormat> outputFormat(const std::string& cmd, const std
   return std::nullopt;
 }
 
-// Never overwrite an input: true (after printing the error) when `out` is the same file as `in`.
-inline bool wouldOverwriteInput(const std::string& cmd, const std::string& in,
+// Never overwrite an input: true (after printing the error) when `out` is the same file as one of
+// `inputs` (ir/io.h, sameFileAs).
+inline bool wouldOverwriteInput(const std::string& cmd, const std::vector<std::string>& inputs,
                                 const std::string& out) {
-  if (in == "-" || out == "-") return false;
-  std::error_code ec;
-  if (!std::filesystem::equivalent(in, out, ec) || ec) return false;
-  printError(cmd, out + ": error: refusing to write the output over the input file");
+  auto in = sameFileAs(out, inputs);
+  if (!in) return false;
+  printError(cmd, out + ": error: refusing to write the output over the input file " +
+                      quoteForMessage(*in, kPathQuoteLimit));
   return true;
 }
 

@@ -393,6 +393,9 @@ int simulationSection(const AnalyzeArgs& args, const Graph& g, const MemoryProfi
 }
 
 int runAnalyze(const AnalyzeArgs& args) {
+  for (const std::string* out : {&args.memory_csv, &args.trace})
+    if (!out->empty() && wouldOverwriteInput("analyze", {args.input, args.hardware}, *out))
+      return kInputError;
   // The pipeline to compare is read (and its options checked) before the graph loads.
   std::vector<PipelineEntry> pipeline;
   if (!args.pipeline.empty()) {

@@ -101,7 +101,9 @@ void addCalibrateCommand(CLI::App& app, int& exit_code) {
       exit_code = kInputError;
       return;
     }
-    if (!o->base.empty() && wouldOverwriteInput("calibrate", o->base, o->output)) {
+    std::vector<std::string> inputs{o->base};
+    if (o->workload != rt::kNoWorkload) inputs.push_back(o->workload);
+    if (wouldOverwriteInput("calibrate", inputs, o->output)) {
       exit_code = kInputError;
       return;
     }

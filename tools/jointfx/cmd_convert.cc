@@ -27,7 +27,7 @@ void addConvertCommand(CLI::App& app, int& exit_code) {
   cmd->callback([args, &exit_code] {
     exit_code = kInputError;
     auto format = outputFormat("convert", args->output, args->format);
-    if (!format || wouldOverwriteInput("convert", args->input, args->output)) return;
+    if (!format || wouldOverwriteInput("convert", {args->input}, args->output)) return;
     std::unique_ptr<Graph> g = loadInput("convert", args->input);
     if (!g) return;
     if (refuseCodeInNames("convert", args->input, *g)) {

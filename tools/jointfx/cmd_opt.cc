@@ -36,7 +36,7 @@ struct OptArgs {
 
 int runOpt(const OptArgs& a) {
   auto format = outputFormat("opt", a.output, a.format);
-  if (!format || wouldOverwriteInput("opt", a.input, a.output)) return kInputError;
+  if (!format || wouldOverwriteInput("opt", {a.input}, a.output)) return kInputError;
 
   // Parse and configure every pass before loading: a typo in the pipeline costs nothing.
   std::vector<ConfiguredPass> passes;

@@ -193,6 +193,14 @@ int runParity(const ParityOptions& o) {
         std::string suffix = graphs.size() == 1 ? "" : std::to_string(i + 1);
         Candidate c{quoteForMessage(pipelines[i]), work + "/b" + suffix + ".json",
                     work + "/b" + suffix, "; " + changes[i]};
+        // --keep may name a directory that holds an input.
+        if (auto in = sameFileAs(c.graph, {o.a, o.exec.params, o.exec.batch})) {
+          printError("parity", "--keep " + quoteForMessage(work, kPathQuoteLimit) + ": " +
+                                   quoteForMessage(c.graph, kPathQuoteLimit) + " is the input " +
+                                   quoteForMessage(*in, kPathQuoteLimit) +
+                                   "; refusing to overwrite an input");
+          return kExecInputError;
+        }
         saveGraph(*graphs[i], c.graph, GraphFormat::Json);
         bs.push_back(std::move(c));
       }
