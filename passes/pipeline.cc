@@ -7,6 +7,7 @@
 
 #include "ir/error.h"
 #include "ir/io.h"
+#include "ir/json_document.h"
 #include "passes/data_files.h"
 #include "passes/pass_manager.h"
 #include "passes/registry.h"
@@ -163,19 +164,7 @@ std::vector<PipelineEntry> parsePipeline(std::string_view spec) {
 
 std::vector<PipelineEntry> loadPipelineFile(const std::string& path) {
   std::string text = readInputFile(path, "pipeline file");
-  nlohmann::json doc;
-  try {
-    doc = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
-    // nlohmann counts bytes from 1 and points just past the offending character.
-    size_t offset = e.byte > 0 ? e.byte - 1 : 0;
-    throw JfxError(
-        locateByte(text, offset, path),
-        "invalid JSON at byte " + std::to_string(offset) + ": " + humanLibraryMessage(e.what()));
-  } catch (const nlohmann::json::exception& e) {
-    // A number out of range (1e400) and the like.
-    throw JfxError({path, 0, 0, "", ""}, "invalid JSON: " + humanLibraryMessage(e.what()));
-  }
+  nlohmann::json doc = readJsonDocument(text, path);
   auto fail = [&](const std::string& ptr, const std::string& what) -> JfxError {
     SourceLocation loc;
     loc.file = path;

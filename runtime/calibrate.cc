@@ -34,6 +34,7 @@
 #include "ir/error.h"
 #include "ir/graph.h"
 #include "ir/io.h"
+#include "ir/json_document.h"
 #include "runtime/executor.h"
 #include "runtime/launcher.h"
 #include "runtime/process_groups.h"
@@ -791,7 +792,7 @@ int launchOrRun(const CalibrateOptions& o, const CalibrateModel& model) {
           readInputFile(dir + "/rank" + std::to_string(i) + ".json", "calibration figures")));
   }
   json base;
-  if (!o.base.empty()) base = json::parse(readInputFile(o.base, "hardware profile"));
+  if (!o.base.empty()) base = readJsonDocument(readInputFile(o.base, "hardware profile"), o.base);
   json profile = buildProfile(ro, ranks, base);
   std::string text = profile.dump(2) + "\n";
   model.check_profile(text, o.output);  // what we write must load

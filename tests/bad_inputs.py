@@ -236,11 +236,11 @@ def check_generated(c, tmp):
                  message)
         if ext == ".json":
             c.expect("zero.json as a pipeline", ["opt", link, "-o", "-", "--pipeline", link], 2,
-                     link + ":1:1: error: invalid JSON at byte 0")
+                     link + ":1:1: error: JSON syntax error at byte 0")
             c.expect("zero.json as a hardware profile",
                      ["analyze", os.path.join(os.path.dirname(__file__), "data", "bad", "inputs",
                                               "good.jfx"), "--hardware", link], 2,
-                     link + ":1:1: error: invalid JSON at byte 0")
+                     link + ":1:1: error: JSON syntax error at byte 0")
     # ... and a long one at the input limit, which --max-input-mib sets.
     big = os.path.join(tmp, "big.jfx")
     with open(big, "w") as f:

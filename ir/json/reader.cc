@@ -1183,9 +1183,11 @@ std::unique_ptr<Graph> readJsonInto(std::string_view text, const std::string& fi
     // The fast tokenizer stopped on text it does not accept: nlohmann says what is wrong, as it
     // always has. A text ends just past its first NUL byte (readInputFile's rule; a mapped file
     // is handed over whole, and the fast tokenizer always stops at a NUL byte).
-    if (const size_t nul = text.find('\0'); nul != std::string_view::npos)
-      text = text.substr(0, nul + 1);
+    const size_t nul = text.find('\0');
+    if (nul != std::string_view::npos) text = text.substr(0, nul + 1);
     SyntaxCheck().parse(text, filename);
+    // nlohmann takes a NUL byte for the end of its input, so a document followed by one passes.
+    if (nul != std::string_view::npos) nulByteError(text, nul, filename);
     throw std::logic_error("JSON reader: nlohmann accepts a text the fast tokenizer does not");
   }
 }

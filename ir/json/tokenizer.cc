@@ -64,6 +64,12 @@ JView parseObject(TreeBuilder& b, std::string_view text) {
   return root;
 }
 
+void nulByteError(std::string_view text, size_t offset, const std::string& filename) {
+  throw JfxError(locate(text, offset, filename),
+                 "JSON syntax error at byte " + std::to_string(offset) +
+                     ": a NUL byte, which JSON text never holds (a string writes it as \\u0000)");
+}
+
 void TreeBuilder::parse(std::string_view text, const std::string& filename) {
   reset(text, filename);
   if (tokenizer_ == Tokenizer::Fast) {

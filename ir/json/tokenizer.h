@@ -227,6 +227,10 @@ inline void appendCanonical(Out& out, JView v) {
 
 SourceLocation locate(std::string_view text, size_t offset, const std::string& filename);
 
+// The error for a NUL byte at `offset`, once the text before it parsed: nlohmann takes a NUL for
+// the end of its input, so "a document, then NUL" passes its parser.
+[[noreturn]] void nulByteError(std::string_view text, size_t offset, const std::string& filename);
+
 // Collects nlohmann's SAX events into a JsonTree. Nesting deeper than kMaxNesting is an error
 // here, so everything that walks a tree may recurse freely. Subclasses watch values arrive.
 // Which tokenizer feeds a TreeBuilder. Fast (FastSax, below) reads well-formed JSON without a

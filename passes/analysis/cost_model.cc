@@ -11,6 +11,7 @@
 #include "ir/collectives.h"
 #include "ir/error.h"
 #include "ir/io.h"
+#include "ir/json_document.h"
 #include "passes/data_files.h"
 
 namespace jfx {
@@ -149,22 +150,9 @@ double HardwareProfile::peakFlops(ScalarType t) const {
 
 namespace {
 
-// The profile's JSON document; errors located at the byte or the file.
+// The profile's JSON document; errors located at the byte or the JSON pointer.
 json parseProfileJson(std::string_view json_text, const std::string& filename) {
-  try {
-    return json::parse(json_text.begin(), json_text.end());
-  } catch (const json::parse_error& e) {
-    // nlohmann counts bytes from 1 and points just past the offending character.
-    size_t offset = e.byte > 0 ? e.byte - 1 : 0;
-    throw JfxError(
-        locateByte(json_text, offset, filename),
-        "invalid JSON at byte " + std::to_string(offset) + ": " + humanLibraryMessage(e.what()));
-  } catch (const json::exception& e) {
-    // A number out of range (1e400) and the like.
-    SourceLocation loc;
-    loc.file = filename;
-    throw JfxError(loc, "invalid JSON: " + humanLibraryMessage(e.what()));
-  }
+  return readJsonDocument(json_text, filename);
 }
 
 // The links: "intra_node" and "inter_node".

@@ -1010,6 +1010,17 @@ def test_load_graph_errors_name_the_place(content: bytes, where: str, tmp_path: 
     assert where in str(info.value).replace(str(tmp_path) + "/", "")
 
 
+def test_a_nul_byte_after_a_json_document_is_a_located_error() -> None:
+    """The C++ reader took "document, then NUL" for an internal error (nlohmann stops at the NUL
+    and accepts what came before)."""
+    from jointfx import _C
+    doc = Path(__file__).resolve().parents[1] / "data" / "traced" / "fsdp_w2.json"
+    text = doc.read_text()
+    with pytest.raises(ValueError, match=r"<python>:\d+:1: error: JSON syntax error at byte "
+                                         + str(len(text.encode())) + ": a NUL byte"):
+        _C.verify_json(text + "\0")
+
+
 def test_load_graph_refuses_a_directory_and_names_a_missing_file(tmp_path: Path) -> None:
     with pytest.raises(ExportError, match=r"error: cannot read: Is a directory"):
         load_graph(tmp_path)
