@@ -294,10 +294,10 @@ class JsonReader : public TreeBuilder, public NodeSite, public TokenReader {
         if (!s.numberToken(num)) throw Malformed{};
         if (num.type == JView::Type::Int)
           out = Arg::ofInt(num.i);
-        else if (num.type == JView::Type::Unsigned)
-          integerOf(num, "an integer");
-        else  // no op takes an integer past 64 bits: the double it reads as
+        else if (num.type == JView::Type::Float)
           out = Arg::ofFloat(num.f);
+        else  // past 64 bits: refused with its place, never rounded to a double
+          integerOf(num, "an integer");
     }
   }
 

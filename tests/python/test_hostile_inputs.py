@@ -808,6 +808,18 @@ def test_what_has_no_json_form_is_refused_before_the_pipeline(
 # ----------------------------------------------------------------------------- defaults
 
 
+@pytest.mark.parametrize("value", [2**64, -2**63 - 1, 10**30])
+def test_an_argument_past_64_bits_is_refused_with_its_place_not_rounded(value: int) -> None:
+    """Such an argument came back from run_pipeline_doc as the nearest double."""
+    doc = json.loads((Path(__file__).resolve().parents[1] / "fuzz" / "corpus" / "json_reader"
+                      / "golden_dce_placeholder_kept.json").read_text())
+    doc["nodes"][2]["args"][1] = [4, value]
+    doc["nodes"][3]["args"] = [[{"node": "view"}]]
+    with pytest.raises(ValueError, match=r"at /nodes/2/args/1/1 \(node 'view'\): error: integer "
+                                         + str(value) + " is out of the int64 range"):
+        jointfx.run_pipeline_doc(doc, "dce")
+
+
 def test_integers_of_any_size_in_meta_are_carried() -> None:
     """docs/graph-format.md "Node meta": a seq_nr or ac_graph_id the typed field cannot hold
     (autograd's 2^64-1, -2^63) and integers past 64 bits in other meta ride along verbatim."""
