@@ -30,6 +30,16 @@ inline CLI::Validator IntRange(int64_t lo, int64_t hi) {
       "INT in " + range);
 }
 
+// Refuses an empty value: for a path option, '' would otherwise mean "none given" and the run would
+// go on without the file the user asked for.
+inline CLI::Validator NonEmpty() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        return text.empty() ? "expected a path, got an empty value" : std::string();
+      },
+      "");
+}
+
 // CLI11's own messages quote a bad value whole ("Could not convert: --lr = <value>", "--device:
 // <value> not in {cpu,cuda}", "The following argument was not expected: <value>"): each word of
 // one longer than quoteForMessage's limit is clipped as quoteForMessage clips a value.

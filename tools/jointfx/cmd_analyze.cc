@@ -457,7 +457,8 @@ void addAnalyzeCommand(CLI::App& app, int& exit_code) {
       "--no-verify", args->no_verify,
       "Analyze without verifying first (e.g. dead reads of a collective before its wait)");
   cmd->add_option("--memory-csv", args->memory_csv,
-                  "Write the live-bytes curve (step,node,phase,live_bytes) to this CSV file");
+                  "Write the live-bytes curve (step,node,phase,live_bytes) to this CSV file")
+      ->check(NonEmpty());
   cmd->add_option("--comm-backend", args->comm_backend,
                   "Whose communication buffers the memory estimate counts: nccl (none beyond the "
                   "collectives' tensors) or gloo (its staging copies, as `jointfx exec` on CPU "
@@ -468,9 +469,11 @@ void addAnalyzeCommand(CLI::App& app, int& exit_code) {
   cmd->add_option("--hardware", args->hardware,
                   "Simulate the step on this hardware profile (a shipped one by name, e.g. "
                   "h100, or a .json file): step time, compute, communication, exposed "
-                  "communication");
+                  "communication")
+      ->check(NonEmpty());
   cmd->add_option("--trace", args->trace,
                   "With --hardware: write a Chrome/Perfetto trace of the simulated step")
+      ->check(NonEmpty())
       ->needs("--hardware");
   cmd->add_flag("--no-reference", args->no_reference,
                 "Leave out the reference plan (FSDP2's plan for the graph, built on a copy by "

@@ -68,9 +68,10 @@ void addCalibrateCommand(CLI::App& app, int& exit_code) {
       ->check(IntRange(1, 4096));
   cmd->add_option("-o,--output", o->output, "Profile to write (atomically); - for stdout");
   cmd->add_option(
-      "--base", o->base,
-      "Start from this profile (a file, or a shipped one by name: h100): fields calibrate does "
-      "not measure are kept");
+         "--base", o->base,
+         "Start from this profile (a file, or a shipped one by name: h100): fields calibrate does "
+         "not measure are kept")
+      ->check(NonEmpty());
   cmd->add_option("--device", o->device, "cpu (gloo) or cuda (NCCL)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
   cmd->add_option("--name", o->name, "Profile name (default: calibrated-<host>)");
@@ -83,7 +84,8 @@ void addCalibrateCommand(CLI::App& app, int& exit_code) {
   cmd->add_option("--workload", o->workload,
                   "A graph (.json or .jfx) to run with its collectives made local: scales the "
                   "per-node overheads to what a node costs amid a real model's ops (default: a "
-                  "synthetic tiny Llama-3 joint graph; none: the microbenchmarks alone)");
+                  "synthetic tiny Llama-3 joint graph; none: the microbenchmarks alone)")
+      ->check(NonEmpty());
   cmd->add_flag("!--gloo-separate-groups", o->gloo_share_groups,
                 "As exec: the profile then gives each group its own stream");
   cmd->add_option("--timeout-s", o->timeout_s, "Rendezvous and collective timeout")

@@ -24,15 +24,19 @@ void addExecCommand(CLI::App& app, int& exit_code) {
   cmd->add_option("input", o->graph, "Graph file (.json or .jfx)")->required();
   addRunOptions(cmd, *o);
   cmd->add_option("--save-grads", o->save_grads,
-                  "Directory for grads.step<S>.rank<R>.safetensors (gradients + __loss__)");
-  cmd->add_option("--save", o->save, "Directory for state.rank<R>.safetensors after the run");
+                  "Directory for grads.step<S>.rank<R>.safetensors (gradients + __loss__)")
+      ->check(NonEmpty());
+  cmd->add_option("--save", o->save, "Directory for state.rank<R>.safetensors after the run")
+      ->check(NonEmpty());
   cmd->add_option(
-      "--log", o->log,
-      "JSONL loss log, - for stdout ({rank} in the path: one file per rank; else rank 0 only)");
+         "--log", o->log,
+         "JSONL loss log, - for stdout ({rank} in the path: one file per rank; else rank 0 only)")
+      ->check(NonEmpty());
   cmd->add_option("--memory-csv", o->memory_csv,
                   "CSV step,node,live_bytes: the last step's measured live tensor bytes at each "
                   "node, inputs included ({rank} in the path: one file per rank; else rank 0 "
-                  "only)");
+                  "only)")
+      ->check(NonEmpty());
   cmd->add_option("--progress", o->progress, "Progress bar on stderr: auto (a TTY), always, never")
       ->check(CLI::IsMember({"auto", "always", "never"}));
   cmd->add_flag("-q,--quiet", o->quiet, "No loss lines on stdout");

@@ -138,7 +138,8 @@ void addOptCommand(CLI::App& app, int& exit_code) {
       ->check(IntRange(0, 1000000));
   cmd->add_option("--reproducer-dir", args->reproducer_dir,
                   "When a pass fails, write its input graph here as INPUT-STEM.PASS.repro.jfx "
-                  "(off by default; costs a graph copy per pass)");
+                  "(off by default; costs a graph copy per pass)")
+      ->check(NonEmpty());
   cmd->callback([args, &exit_code] { exit_code = runOpt(*args); });
 }
 

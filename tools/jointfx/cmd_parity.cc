@@ -27,7 +27,8 @@ void addParityCommand(CLI::App& app, int& exit_code) {
                   "it to compare several pipelines against one run of A; none: A itself, "
                   "round-tripped through JSON")
       ->allow_extra_args(false);
-  cmd->add_option("--keep", o->keep, "Keep the run directories (graphs, gradients, logs) here");
+  cmd->add_option("--keep", o->keep, "Keep the run directories (graphs, gradients, logs) here")
+      ->check(NonEmpty());
   addRunOptions(cmd, o->exec);
 #if !JFX_HAVE_RUNTIME
   cmd->group("");  // absent from --help; running it says how to get it (kNoRuntimeMessage)

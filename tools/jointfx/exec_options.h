@@ -37,10 +37,12 @@ inline void addRunOptions(CLI::App* cmd, rt::ExecOptions& o) {
   cmd->add_option("--seed", o.seed, "Seed of the generated parameters and batches");
   cmd->add_option("--params", o.params,
                   "safetensors file of full parameters (and buffers) by FQN; default: seeded "
-                  "init, the same on every rank");
+                  "init, the same on every rank")
+      ->check(NonEmpty());
   cmd->add_option("--batch", o.batch,
                   "safetensors file of user inputs by placeholder name (the local batch, or "
-                  "the global batch along dim 0); default: seeded per step");
+                  "the global batch along dim 0); default: seeded per step")
+      ->check(NonEmpty());
   cmd->add_option("--optimizer", o.optimizer, "sgd, adamw or none")
       ->check(CLI::IsMember({"sgd", "adamw", "none"}));
   cmd->add_option("--lr", o.lr, "Learning rate");
