@@ -48,11 +48,19 @@ _TYPED_META = ("val", "phase", "recompute", "ac_graph_id", "seq_nr", "stack_trac
 #   nn_module_stack, source_fn_stack, fwd_nn_module_stack, fwd_source_fn_stack: module objects
 #   from_node, torch_fn, grapharg, example_value, unbacked_bindings: tracer internals
 #   autograd_backward folded into phase
+#   jointfx_doc_name, jointfx_doc_target  import_graph's record of a renamed name (below)
 _DROPPED_META = frozenset({
     "tensor_meta", "eager_input_vals", "original_aten", "nn_module_stack", "source_fn_stack",
     "fwd_nn_module_stack", "fwd_source_fn_stack", "from_node", "torch_fn", "grapharg",
-    "example_value", "unbacked_bindings", "autograd_backward",
+    "example_value", "unbacked_bindings", "autograd_backward", "jointfx_doc_name",
+    "jointfx_doc_target",
 })
+# A document's name that torch.fx's generated code cannot use as it is, kept by import_graph so
+# that export_graph writes it back: a node's name (torch.fx renames `sum` to `sum_1`) and a
+# placeholder's target (forward()'s parameter, renamed where it would shadow a name the code
+# uses: `inf`, `torch`).
+_DOC_NAME_META = "jointfx_doc_name"
+_DOC_TARGET_META = "jointfx_doc_target"
 # The importer keeps header facts here so that export_graph(import_graph(doc)) == doc.
 GM_META_KEY = "jointfx"
 
@@ -87,6 +95,16 @@ def is_attribute_path(target: Any) -> bool:
 # A node or placeholder of that name would stand in for them. FX renames nodes named after
 # builtins (`exec` -> `exec_1`), which import_graph refuses like any renamed node.
 _RESERVED_NAMES = frozenset({"self", "Opaque"})
+
+
+@functools.lru_cache(maxsize=1)
+def fx_code_names() -> frozenset[str]:
+    """The names the code torch.fx generates for a module may refer to: Python's builtins and
+    keywords, and the globals torch.fx defines for every graph (`inf`, `nan`, `torch`, `device`,
+    ...), read from torch.fx itself. A placeholder target among them would be a forward()
+    parameter that shadows it."""
+    globals_ = fx.Graph().python_code(root_module="self").globals
+    return frozenset(globals_) | frozenset(dir(builtins)) | _KEYWORDS
 
 
 def _shown(value: Any) -> str:
@@ -969,7 +987,39 @@ def _export_document(gm: fx.GraphModule, *, include_stack_trace: bool = False,
     targets: dict[Any, str] = {}
     head["nodes"] = [_node_to_json(n, phases.get(n), include_stack_trace, targets)
                      for n in gm.graph.nodes]
+    _restore_document_names(gm.graph, head)
     return head
+
+
+def _restore_document_names(graph: fx.Graph, doc: dict[str, Any]) -> None:
+    """Gives the nodes import_graph renamed (_DOC_NAME_META, _DOC_TARGET_META) their document
+    names back in `doc`: node names, references to them, placeholder targets, input specs. A name
+    a node of the graph has meanwhile taken stays as torch.fx has it."""
+    names = {n.name: n.meta[_DOC_NAME_META] for n in graph.nodes if _DOC_NAME_META in n.meta}
+    targets = {n.name: n.meta[_DOC_TARGET_META] for n in graph.find_nodes(op="placeholder")
+               if _DOC_TARGET_META in n.meta}
+    if not names and not targets:
+        return
+    taken = {n.name for n in graph.nodes}
+    names = {fx_name: doc_name for fx_name, doc_name in names.items() if doc_name not in taken}
+
+    def fix(v: Any) -> Any:
+        if isinstance(v, list):
+            return [fix(x) for x in v]
+        if isinstance(v, dict):
+            if v.keys() == {"node"}:
+                return {"node": names.get(v["node"], v["node"])}
+            return {k: fix(x) for k, x in v.items()}
+        return v
+
+    for nd in doc["nodes"]:
+        if nd["op"] == "placeholder" and nd["name"] in targets:
+            nd["target"] = targets[nd["name"]]
+        nd["name"] = names.get(nd["name"], nd["name"])
+        nd["args"] = fix(nd["args"])
+        nd["kwargs"] = fix(nd["kwargs"])
+    for spec in doc.get("inputs", []):
+        spec["name"] = names.get(spec["name"], spec["name"])
 
 
 @dataclass
@@ -1781,13 +1831,17 @@ def _import_module(doc: Mapping[str, Any], subgraphs: Mapping[str, Any], vals: _
     graph = fx.Graph()
     env: dict[str, fx.Node] = {}
     placeholder_targets: set[str] = set()
+    # Every target the document gives a placeholder: a renamed one must take none of them.
+    doc_targets = {nd["target"] for nd in nodes if isinstance(nd, Mapping)
+                   and nd.get("op") == "placeholder" and isinstance(nd.get("target"), str)}
     output: fx.Node | None = None
     for index, nd in enumerate(nodes):
         at = f"{where}/nodes/{index}"
         if output is not None:
             raise _error(at, nd.get("name") if isinstance(nd, Mapping) else None,
                          f"a node after the output node {_shown(output.name)}")
-        node = _import_node(graph, nd, env, vals, at, level + 2, placeholder_targets)
+        node = _import_node(graph, nd, env, vals, at, level + 2, placeholder_targets,
+                            doc_targets)
         env[nd["name"]] = node
         if node.op == "output":
             output = node
@@ -1842,7 +1896,8 @@ def _import_module(doc: Mapping[str, Any], subgraphs: Mapping[str, Any], vals: _
 
 
 def _import_node(graph: fx.Graph, nd: Any, env: Mapping[str, fx.Node], vals: _ValFactory,
-                 at: str, level: int, placeholder_targets: set[str]) -> fx.Node:
+                 at: str, level: int, placeholder_targets: set[str],
+                 doc_targets: set[str]) -> fx.Node:
     """One node of the document at `at` (nesting level `level`), checked."""
     if not isinstance(nd, Mapping):
         raise _error(at, None, f"expected a node object, got {_describe(nd)}")
@@ -1927,6 +1982,17 @@ def _import_node(graph: fx.Graph, nd: Any, env: Mapping[str, fx.Node], vals: _Va
     # those ops) gets torch.fx's name for it (`sum_1`); the document's name still finds it.
     node = graph.create_node(op, fn, tuple(args), kwargs, name=name)
     node.meta = node_meta
+    if node.name != name:
+        node.meta[_DOC_NAME_META] = name
+    if op == "placeholder" and target in fx_code_names():
+        # forward(self, inf) would compute x + x for `x + inf`; forward(self, torch) would break
+        # every call. The parameter takes the node's own (torch.fx-legal) name instead.
+        new_target = node.name
+        while new_target in doc_targets:
+            new_target += "_"
+        doc_targets.add(new_target)
+        node.target = new_target
+        node.meta[_DOC_TARGET_META] = target
     return node
 
 

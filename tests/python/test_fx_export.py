@@ -17,6 +17,7 @@ import torch
 from torch import fx
 from torch.utils.checkpoint import CheckpointPolicy
 
+import jointfx
 from jointfx.export import (
     Opaque,
     dumps_graph,
@@ -78,7 +79,7 @@ def test_values_the_extension_hands_to_python() -> None:
     x = g.placeholder("x")
     x.meta["val"] = _fake((2, 3))
     x.meta["stack_trace"] = 'File "m.py", line 1\n  y = "\\u00e9\\t"'
-    big = g.call_function(torch.ops.aten.add.Scalar, (x, 2**70))
+    big = g.call_function(torch.ops.aten.add.Scalar, (x, 2**62))
     big.meta["val"] = (_fake((2, 3)), None, 3)  # a tuple value with non-tensor items
     big.meta["recompute"] = CheckpointPolicy.MUST_SAVE  # an enum: _enum_int
     big.meta["seq_nr"] = _Color.RED  # an int subclass
@@ -95,6 +96,20 @@ def test_values_the_extension_hands_to_python() -> None:
     sized.meta["val"] = [_fake((3, 2), torch.bfloat16)]
     g.output((big, named, sized))
     _same(fx.GraphModule(torch.nn.Module(), g))
+
+
+def test_an_argument_past_64_bits_is_refused_with_its_place() -> None:
+    """The C++ IR holds int64 arguments: a Python int past them was read as the nearest double
+    (and a pass that rewrote the node would have written it back rounded)."""
+    g = fx.Graph()
+    x = g.placeholder("x")
+    x.meta["val"] = _fake((2, 3))
+    big = g.call_function(torch.ops.aten.add.Scalar, (x, 2**70))
+    big.meta["val"] = _fake((2, 3))
+    g.output((big,))
+    with pytest.raises(jointfx.PipelineError, match=r"\(node 'add_scalar'\): error: integer "
+                                                    r"1180591620717411303424 is out of the int64"):
+        jointfx.run_pipeline(fx.GraphModule(torch.nn.Module(), g), "dce")
 
 
 def test_traced_model_families() -> None:

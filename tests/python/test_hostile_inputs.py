@@ -15,6 +15,7 @@ from __future__ import annotations
 import builtins
 import copy
 import json
+import keyword
 import math
 import os
 import re
@@ -897,6 +898,48 @@ def test_builtin_names_get_torch_fx_names(tmp_path: Path) -> None:
     assert "sum" not in names and "slice" not in names and "slice_1" in names
     x, w = torch.randn(3, 4), torch.randn(2, 4)
     assert torch.equal(gm(x, w)[0], _small_model(x, w)[0])
+
+
+def _uses_fx_globals(x: torch.Tensor, w: torch.Tensor) -> list[torch.Tensor]:
+    """A graph whose generated code uses torch.fx's globals: `inf` (clamp's bounds), `nan`
+    (full_like's value), `device` (zeros' kwarg), `torch` (every call)."""
+    a = torch.clamp(x, -math.inf, math.inf)
+    b = torch.nan_to_num(torch.full_like(x, math.nan))
+    z = torch.zeros(x.shape[1], device="cpu")
+    return [(a + b + z) @ w.t()]
+
+
+def test_every_name_fx_code_uses_is_inert_as_a_placeholder_target_and_a_node_name() -> None:
+    """A placeholder whose target was `inf` made `clamp(x, -inf, inf)` compute clamp(x, -x, x)
+    (forward(self, inf) shadowed the constant); `torch` broke every call. Every name the
+    generated code may refer to, as a placeholder's target and as a call node's name: the module
+    computes what the document says, and export_graph gives the document back."""
+    from jointfx.export import fx_code_names
+    x, w = torch.randn(3, 4), torch.randn(2, 4)
+    want = _uses_fx_globals(x, w)[0]
+    doc = export_graph(make_fx(_uses_fx_globals)(x, w))
+    assert [n["target"] for n in doc["nodes"][:3]] == ["x_1", "w_1", "aten.clamp.default"]
+    names = sorted(fx_code_names() - frozenset(keyword.kwlist))  # keywords: refused (below)
+    assert {"inf", "nan", "torch", "device", "sum", "getattr"} <= set(names)
+    for name in names:
+        for where in ("placeholder target", "node name"):
+            d = copy.deepcopy(doc)
+            if where == "placeholder target":
+                d["nodes"][0]["target"] = name
+            else:
+                _rename(d, "clamp", name)
+            gm = import_graph(d)
+            got = gm(x, w)[0]
+            assert torch.equal(got, want), f"{where} {name!r}: the module computes another thing"
+            assert export_graph(gm) == d, f"{where} {name!r}: export does not give it back"
+
+
+def test_a_keyword_as_a_placeholder_target_is_refused() -> None:
+    doc = base_doc()
+    doc["nodes"][0]["target"] = "lambda"
+    with pytest.raises(ExportError, match="placeholder target 'lambda' is not a Python "
+                                          "identifier"):
+        import_graph(doc)
 
 
 # ----------------------------------------------------------------------------- NaN
