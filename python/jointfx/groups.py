@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
@@ -82,6 +83,15 @@ def register_process_groups(source: fx.GraphModule | Mapping[str, Any], *,
     if not dist.is_initialized():
         raise RuntimeError("register_process_groups: torch.distributed is not initialized "
                            "(call dist.init_process_group first, on every rank)")
+    if (threads := gloo_worker_threads()) is not None and threads > 1:
+        from jointfx.report import JointfxWarning
+
+        warnings.warn(f"register_process_groups: the gloo groups run on {threads} worker "
+                      "threads; with several collectives of one group in flight (what jointfx's "
+                      "plans do) PyTorch 2.15 corrupts the heap now and then: call "
+                      "jointfx.groups.use_one_gloo_worker_thread() before "
+                      "dist.init_process_group (docs/executor.md, Limits)", JointfxWarning,
+                      stacklevel=2)
     header = header_of(source)
     world, rank = dist.get_world_size(), dist.get_rank()
     shape = list(header.get("meta", {}).get("mesh", {}).get("shape", [world]))
@@ -109,3 +119,51 @@ def register_process_groups(source: fx.GraphModule | Mapping[str, Any], *,
         _register_process_group(name, mine)
         made[name] = mine
     return made
+
+
+def use_one_gloo_worker_thread() -> bool:
+    """Makes every gloo process group created from now on in this process run its collectives on
+    one worker thread instead of PyTorch's two: in PyTorch 2.15 two collectives of one group in
+    flight on two threads corrupt the heap now and then (a double free in ProcessGroupGloo's
+    runLoop; docs/executor.md, Limits), and jointfx's plans (prefetched, bucketed all-gathers)
+    are what puts several in flight. Results are the same; the price is the overlap of those
+    collectives on CPU. Re-registers c10d's "gloo" backend through
+    `torch.distributed.Backend.register_backend`; options a caller passes (`pg_options`) are
+    kept, with one thread. Call it before `init_process_group`, on every rank. Returns False
+    (and changes nothing) where this torch has no gloo."""
+    import torch.distributed as dist
+    from torch.distributed import Backend, ProcessGroup
+
+    if not dist.is_available() or not dist.is_gloo_available():
+        return False
+    gloo = dist.ProcessGroupGloo
+
+    def create(opts: Any, backend_options: Any) -> Any:
+        options = backend_options if isinstance(backend_options, gloo._Options) else \
+            gloo._Options()
+        if not options._devices:
+            options._devices = [gloo.create_default_device()]
+        options._threads = 1
+        options._timeout = opts.timeout
+        options.global_ranks_in_group = opts.global_ranks_in_group
+        options.group_name = opts.group_id
+        return gloo(opts.store, opts.group_rank, opts.group_size, options)
+
+    Backend.register_backend(Backend.GLOO, create, extended_api=True,
+                             devices=Backend.backend_capability[Backend.GLOO],
+                             _backend_type=ProcessGroup.BackendType.GLOO)
+    return True
+
+
+def gloo_worker_threads(group: Any = None) -> int | None:
+    """The worker threads of `group`'s gloo backend (default: the world), or None where it has
+    none."""
+    import torch
+    import torch.distributed as dist
+
+    try:
+        backend = (group or dist.group.WORLD)._get_backend(torch.device("cpu"))
+    except RuntimeError:
+        return None
+    options = getattr(backend, "options", None)
+    return getattr(options, "_threads", None)

@@ -299,10 +299,12 @@ def _worker(a: argparse.Namespace) -> None:
     from safetensors.torch import load_file, save_file
 
     from jointfx.export import buffers_to_mutate, grad_mode, import_graph, load_graph
+    from jointfx.groups import use_one_gloo_worker_thread
 
     torch.set_num_threads(a.threads)
     timeout = timedelta(seconds=a.timeout_s)
     store = dist.TCPStore("127.0.0.1", a.port, a.nproc + 1, False, timeout=timeout)
+    use_one_gloo_worker_thread()  # as `jointfx exec` runs gloo (docs/executor.md, Limits)
     dist.init_process_group("gloo", store=store, rank=a.rank, world_size=a.nproc, timeout=timeout)
     if a.debug_exit_rank == a.rank:
         print(f"rank {a.rank}: --debug-exit-rank", flush=True)

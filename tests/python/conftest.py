@@ -92,7 +92,10 @@ def ensure_gloo_world1() -> None:
         if dist.get_backend() == "gloo" and dist.get_world_size() == 1:
             return
         dist.destroy_process_group()
+    from jointfx.groups import use_one_gloo_worker_thread
+
     store = dist.TCPStore("127.0.0.1", 0, 1, True)  # port 0: any free port
+    use_one_gloo_worker_thread()  # every gloo group of the test process, as exec runs gloo
     dist.init_process_group("gloo", store=store, rank=0, world_size=1)
 
 

@@ -229,7 +229,7 @@ def _worker(a: argparse.Namespace) -> None:
     )
 
     from jointfx import graph_trainer, titan
-    from jointfx.groups import register_process_groups
+    from jointfx.groups import register_process_groups, use_one_gloo_worker_thread
     from jointfx.trace import register_group_name
 
     warnings.simplefilter("ignore")
@@ -275,6 +275,7 @@ def _worker(a: argparse.Namespace) -> None:
     dist.destroy_process_group()
     timeout = timedelta(seconds=TIMEOUT_S)
     store = dist.TCPStore("127.0.0.1", a.port, WORLD + 1, False, timeout=timeout)
+    use_one_gloo_worker_thread()
     dist.init_process_group("gloo", store=store, rank=a.rank, world_size=WORLD, timeout=timeout)
     register_group_name("0", dist.group.WORLD)
     # Groups the pipeline added (split-comm-groups' "0_rs"), created here as the executor would.
@@ -305,13 +306,6 @@ def _worker(a: argparse.Namespace) -> None:
     }))
     dist.barrier()
     dist.destroy_process_group()
-    # The result is written and every group is destroyed: what follows is the interpreter's
-    # teardown of torch and gloo, which this test does not check. Once in CI a rank died of
-    # SIGSEGV with no Python stack after a full run; jointfx's extension ran clean under ASan
-    # here (3 runs of both models, PYTHONMALLOC=malloc), so the worker ends without that teardown.
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
 
 
 if __name__ == "__main__":

@@ -72,11 +72,13 @@ def _worker(a: argparse.Namespace) -> None:
     from safetensors.torch import load_file
 
     from jointfx import import_graph, load_graph, register_process_groups, run_pipeline
+    from jointfx.groups import use_one_gloo_worker_thread
     from jointfx.reference import _inputs
 
     torch.set_num_threads(1)
     timeout = timedelta(seconds=TIMEOUT_S)
     store = dist.TCPStore("127.0.0.1", a.port, WORLD + 1, False, timeout=timeout)
+    use_one_gloo_worker_thread()
     dist.init_process_group("gloo", store=store, rank=a.rank, world_size=WORLD, timeout=timeout)
     doc = load_graph(FIXTURE)
     gm = import_graph(doc)

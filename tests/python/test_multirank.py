@@ -97,8 +97,11 @@ def _worker(args: argparse.Namespace) -> None:
     sys.path.insert(0, str(REPO / "python"))
     import torch.distributed as dist
 
+    from jointfx.groups import use_one_gloo_worker_thread
+
     timeout = timedelta(seconds=TIMEOUT_S)
     store = dist.TCPStore("127.0.0.1", args.port, args.world + 1, False, timeout=timeout)
+    use_one_gloo_worker_thread()
     dist.init_process_group("gloo", store=store, rank=args.rank, world_size=args.world,
                             timeout=timeout)
     results = {Path(f).stem: _run_fixture(Path(f), args.rank, args.world) for f in args.fixtures}

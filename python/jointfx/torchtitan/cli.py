@@ -16,6 +16,9 @@ DeviceMemoryMonitor makes (device name and properties, memory_stats, peak reset,
 and its current_device() is a name where torchtitan's barrier wants an index:
 `CpuDeviceModule` answers them from the process (peak RSS as the peak, physical memory as the
 capacity). That is for trying and testing on a laptop or CI, not for measuring.
+
+gloo: every gloo process group the run creates gets one worker thread
+(jointfx.groups.use_one_gloo_worker_thread), as `jointfx exec` does by default.
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ import types
 from typing import Any
 
 import torch
+
+from jointfx.groups import use_one_gloo_worker_thread
 
 # torchtitan modules that copy tools.utils.device_type / device_module when imported.
 _COPIES_DEVICE = ("torchtitan.components.metrics", "torchtitan.distributed.utils",
@@ -91,6 +96,14 @@ def use_cpu() -> None:
 def main(argv: list[str] | None = None) -> None:
     if not torch.cuda.is_available():
         use_cpu()
+    # torchtitan's gloo groups (all of them on CPU, the CPU side of "cuda:nccl,cpu:gloo" on a GPU)
+    # and the ones jointfx registers: one worker thread each (jointfx.groups).
+    # JOINTFX_GLOO_THREADS=2 keeps PyTorch's default (bench/stress_torchtitan.py's "before").
+    if (os.environ.get("JOINTFX_GLOO_THREADS", "1") == "1" and use_one_gloo_worker_thread()
+            and os.environ.get("RANK", "0") == "0"):
+        print("jointfx.torchtitan: gloo process groups run on one worker thread each (two "
+              "collectives of one group on PyTorch's two threads corrupt the heap now and then: "
+              "docs/executor.md, Limits)", file=sys.stderr, flush=True)
     import torchtitan.train as train
     from torchtitan.config import ConfigManager
 
