@@ -12,11 +12,46 @@ namespace {
 // each walk to the chain's neighbourhood.
 constexpr int kMaxChainDepth = 8;
 
-bool isChainStep(OpCategory c) {
-  return c == OpCategory::View || c == OpCategory::Copy || c == OpCategory::Index;
+}  // namespace
+
+bool isInputFreeFactory(const Node& n) {
+  return n.op() == OpKind::CallFunction && n.info().category == OpCategory::Factory &&
+         !n.isRandom() && n.inputs().empty();
 }
 
-}  // namespace
+bool isUnshardChainStep(const Node& n) {
+  if (n.op() != OpKind::CallFunction || !n.isPure()) return false;
+  switch (n.info().category) {
+    case OpCategory::View:
+    case OpCategory::Copy:
+    case OpCategory::Index:
+    case OpCategory::Getitem:
+      return true;
+    default:
+      return false;
+  }
+}
+
+Node* unshardChainInput(const Node& n) {
+  if (!isUnshardChainStep(n)) return nullptr;
+  Node* sole = nullptr;
+  for (Node* p : n.inputs()) {
+    if (p == sole || isInputFreeFactory(*p)) continue;
+    if (sole) return nullptr;
+    sole = p;
+  }
+  return sole;
+}
+
+const Node* shardParameterOf(const Node& n) {
+  const Node* x = &n;
+  while (x->op() != OpKind::Placeholder) {
+    const Node* in = unshardChainInput(*x);
+    if (!in || in->graph() != x->graph() || in->isDead() || !in->isBefore(x)) return nullptr;
+    x = in;
+  }
+  return x->inputKind() == InputKind::Parameter ? x : nullptr;
+}
 
 const Node* unshardGatherOf(const Node& input) {
   std::vector<const Node*> frontier{&input};
@@ -27,7 +62,7 @@ const Node* unshardGatherOf(const Node& input) {
       for (const Node* u : n->users()) {
         if (collectiveKind(*u) == CollectiveKind::AllGather) {
           if (!best || u->isBefore(best)) best = u;
-        } else if (isChainStep(u->info().category)) {
+        } else if (isUnshardChainStep(*u)) {
           next.push_back(u);
         }
       }

@@ -11,9 +11,33 @@
 
 namespace jfx {
 
-// The first all-gather (in program order, at the nearest depth) fed by `input` through views,
-// copies and index ops (cat, after `bucket` flattened the unshard chain into one buffer):
-// the parameter's FSDP unshard. nullptr when none within 8 such steps: the input is not
+// ---- The unshard chain's step, defined once (docs/architecture.md, "FSDP structure"): what may
+// sit between a parameter's shard and its all-gather. FsdpAnalysis (passes/analysis/fsdp.h), the
+// verifier's one-gather rule and the runtime's queries below all walk chains with these.
+
+// A node that makes a fresh tensor from no node operand (zeros, full, empty): padding material
+// for a shard, not a second data input.
+bool isInputFreeFactory(const Node& n);
+
+// Whether `n` can be a step of an unshard chain: a pure view, copy (a cast), index (a cat, a
+// pad) or getitem. Going forward from a shard, any such user continues the chain (a bucket's cat
+// joins several shards); going back to the root parameter needs its one data input
+// (unshardChainInput).
+bool isUnshardChainStep(const Node& n);
+
+// The one data input an unshard chain steps back to from `n`: its one distinct node operand
+// other than input-free factories (a padded shard: cat(shard, zeros) steps back to the shard).
+// nullptr when `n` is no chain step or has no such single input.
+Node* unshardChainInput(const Node& n);
+
+// The parameter placeholder whose shard reaches `n` through unshard chain steps (n itself when it
+// is one), else nullptr. Steps only backwards in program order, so a broken graph cannot make it
+// loop.
+const Node* shardParameterOf(const Node& n);
+
+// The first all-gather (in program order, at the nearest depth) fed by `input` through unshard
+// chain steps (a cat, after `bucket` flattened the unshard chain into one buffer): the
+// parameter's FSDP unshard. nullptr when none within 8 such steps: the input is not
 // sharded. Visits only those chains' nodes and their users.
 const Node* unshardGatherOf(const Node& input);
 

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "ir/error.h"
+#include "ir/fsdp_chains.h"
 #include "ir/identifier.h"
 #include "ir/mutation.h"
 
@@ -794,8 +795,9 @@ class Verifier {
     }
   }
 
-  // The parameter placeholder an all-gather input comes from through single-input copies and
-  // views, or nullptr. Memoized by id so shared chains are walked once: O(N) overall.
+  // The parameter placeholder an all-gather input comes from through unshard chain steps
+  // (ir/fsdp_chains.h, the same steps FsdpAnalysis follows), or nullptr. Memoized by id so shared
+  // chains are walked once: O(N) overall.
   const Node* paramSource(const Node* n, std::vector<const Node*>& memo, std::vector<bool>& done) {
     std::vector<const Node*> path;
     const Node* src = nullptr;
@@ -809,9 +811,7 @@ class Verifier {
         src = n->inputKind() == InputKind::Parameter ? n : nullptr;
         break;
       }
-      OpCategory cat = n->info().category;
-      if ((cat != OpCategory::Copy && cat != OpCategory::View) || n->inputs().size() != 1) break;
-      const Node* in = n->input(0);
+      const Node* in = unshardChainInput(*n);
       // Only step backwards in program order: a broken order must not make this loop.
       if (in == nullptr || in->graph() != &g_ || in->isDead() || !in->isBefore(n)) break;
       n = in;

@@ -3,45 +3,27 @@
 #include <algorithm>
 
 #include "ir/attributes.h"
+#include "ir/fsdp_chains.h"
 #include "ir/walk.h"
 
 namespace jfx {
 namespace {
 
-// A node with no node operands that makes a fresh tensor (zeros, full, empty): padding material,
-// not a second data input.
-bool isInputFreeFactory(const Node* n) {
-  return n->op() == OpKind::CallFunction && n->info().category == OpCategory::Factory &&
-         !n->isRandom() && n->inputs().empty();
-}
-
-// The one distinct node operand of `n` other than input-free factories; nullptr if none or several.
-Node* soleDataInput(const Node* n) {
-  Node* sole = nullptr;
-  for (Node* p : n->inputs()) {
-    if (p == sole || isInputFreeFactory(p)) continue;
-    if (sole) return nullptr;
-    sole = p;
-  }
-  return sole;
-}
-
 bool isPure(const Node* n) {
   return n->isPure();
 }
 
-// Ops that may sit between a parameter and its all-gather: casts, views, padding.
+bool isInputFreeFactory(const Node* n) {
+  return jfx::isInputFreeFactory(*n);
+}
+
+// The chain step back to the shard, and whether `n` is one (ir/fsdp_chains.h).
+Node* soleDataInput(const Node* n) {
+  return unshardChainInput(*n);
+}
+
 bool isUnshardPreOp(const Node* n) {
-  if (!isPure(n)) return false;
-  switch (n->info().category) {
-    case OpCategory::View:
-    case OpCategory::Copy:
-    case OpCategory::Index:
-    case OpCategory::Getitem:
-      return soleDataInput(n) != nullptr;
-    default:
-      return false;
-  }
+  return unshardChainInput(*n) != nullptr;
 }
 
 bool isPlainCollective(const Node* n, CollectiveKind kind) {
