@@ -249,6 +249,17 @@ _PYTHON_TARGETS = (
 )
 
 
+def _operator_arity(fn: Any) -> int | None:
+    """The operands torch.fx's code generator prints for `fn` when it writes it as a Python
+    operator (torch.fx.graph's magic_methods and inplace_methods: `{} + {}`), else None."""
+    if getattr(fn, "__module__", None) != "_operator":
+        return None
+    from torch.fx.graph import inplace_methods, magic_methods
+
+    form = magic_methods.get(fn.__name__) or inplace_methods.get(fn.__name__)
+    return None if form is None else form.count("{}")
+
+
 @functools.cache
 def _python_targets() -> dict[str, Any]:
     """The allowed targets that are not torch operators, by name -> the callable."""
@@ -1939,6 +1950,12 @@ def _import_node(graph: fx.Graph, nd: Any, env: Mapping[str, fx.Node], vals: _Va
             fn = resolve_target(target, name)
         except ExportError as e:
             raise _error(f"{at}/target", name, str(e).removeprefix(f"node {name}: ")) from None
+        if (arity := _operator_arity(fn)) is not None and (len(raw_args) != arity or raw_kwargs):
+            # torch.fx prints these as Python operators (`{}[{}]`): a missing operand failed
+            # in its code generator, an extra one or a kwarg would be dropped without a word.
+            raise _error(f"{at}/args", name, f"{target} takes {arity} positional argument"
+                         f"{'s' if arity != 1 else ''} and no kwargs, got {len(raw_args)}"
+                         f"{' and kwargs' if raw_kwargs else ''}")
     elif op == "placeholder":
         if not is_identifier(target) or target in _RESERVED_NAMES:
             raise _error(f"{at}/target", name, f"placeholder target {_shown(target)} is not a "

@@ -55,11 +55,24 @@ def _extension() -> Any:
     return _C
 
 
+def _pipeline_text(pipeline: Any, fn: str) -> str:
+    """`pipeline` as the text the pass manager reads (a spec, a shipped name or a file path), or
+    a TypeError naming what was given instead."""
+    if isinstance(pipeline, os.PathLike):
+        pipeline = os.fspath(pipeline)
+    if not isinstance(pipeline, str):
+        raise TypeError(f"{fn}: expected the pipeline as a str (a spec such as 'dce,bucket', a "
+                        f"shipped name such as 'default', or a path), got "
+                        f"{type(pipeline).__name__}")
+    return pipeline
+
+
 def run_pipeline_doc(doc: Mapping[str, Any], pipeline: str, *, verify: bool = True,
                      timing: bool = False) -> tuple[dict[str, Any], dict[str, Any]]:
     """Runs `pipeline` on a JSON v1 document; returns (new document, report). A document that is
     not plain JSON data (a float('nan') where the format writes {"float": "nan"}) is an
     ExportError naming the place: it has no JSON form to send."""
+    pipeline = _pipeline_text(pipeline, "run_pipeline_doc")
     ext = _extension()
     text = document_bytes(doc)
     try:
@@ -97,6 +110,10 @@ def run_pipeline(gm: fx.GraphModule, pipeline: str, *, verify: bool = True,
     # threshold; a 10K-node graph with its FakeTensors makes those walks half of the time spent
     # here (llama3-8b: 0.6 -> 0.3 s applying the edits). Reference counting still frees what
     # this drops; only cycles wait for the next collection after the call.
+    if not isinstance(gm, fx.GraphModule):
+        raise TypeError(f"run_pipeline: expected a torch.fx.GraphModule, got "
+                        f"{type(gm).__name__}")
+    pipeline = _pipeline_text(pipeline, "run_pipeline")
     was_enabled = gc.isenabled()
     gc.disable()
     try:

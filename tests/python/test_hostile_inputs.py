@@ -934,6 +934,36 @@ def test_every_name_fx_code_uses_is_inert_as_a_placeholder_target_and_a_node_nam
             assert export_graph(gm) == d, f"{where} {name!r}: export does not give it back"
 
 
+@pytest.mark.parametrize("args,kwargs,got", [
+    ([{"node": "x_1"}], {}, "got 1"),                    # IndexError in torch.fx's codegen
+    ([{"node": "x_1"}, 0, 5], {}, "got 3"),              # the 5 would be dropped silently
+    ([{"node": "x_1"}, 0], {"b": 1}, "got 2 and kwargs"),  # so would the kwarg
+])
+def test_an_operator_with_the_wrong_operands_is_refused_with_its_place(
+        args: list[Any], kwargs: dict[str, Any], got: str) -> None:
+    doc = base_doc()
+    doc["nodes"].insert(2, {"args": args, "kwargs": kwargs, "meta": {}, "name": "gi",
+                            "op": "call_function", "target": "operator.getitem"})
+    with pytest.raises(ExportError, match=r"at /nodes/2/args \(node 'gi'\): operator.getitem "
+                                          r"takes 2 positional arguments and no kwargs, " + got):
+        import_graph(doc)
+
+
+@pytest.mark.parametrize("pipeline", [5, None, b"dce", ["dce"]])
+def test_a_pipeline_that_is_not_text_is_a_type_error_that_says_so(pipeline: Any) -> None:
+    """pybind's "incompatible constructor arguments" came out of run_pipeline before."""
+    doc = base_doc()
+    with pytest.raises(TypeError, match="expected the pipeline as a str"):
+        jointfx.run_pipeline(import_graph(doc), pipeline)
+    with pytest.raises(TypeError, match="expected the pipeline as a str"):
+        jointfx.run_pipeline_doc(doc, pipeline)
+
+
+def test_run_pipeline_of_something_else_than_a_graph_module_is_a_type_error() -> None:
+    with pytest.raises(TypeError, match="run_pipeline: expected a torch.fx.GraphModule, got dict"):
+        jointfx.run_pipeline(base_doc(), "dce")
+
+
 def test_a_keyword_as_a_placeholder_target_is_refused() -> None:
     doc = base_doc()
     doc["nodes"][0]["target"] = "lambda"
