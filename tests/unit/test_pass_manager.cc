@@ -109,7 +109,8 @@ TEST_CASE("pipeline: JSON files", "[pass-manager]") {
   CHECK(errorOf([&] { loadPipelineFile(bad_pass); }).find("unknown pass 'nope'") !=
         std::string::npos);
   std::string bad_json = tempFile("badjson.json", R"({"passes": [)");
-  CHECK(errorOf([&] { loadPipelineFile(bad_json); }).find("JSON syntax error") != std::string::npos);
+  CHECK(errorOf([&] { loadPipelineFile(bad_json); }).find("JSON syntax error") !=
+        std::string::npos);
   std::string bad_value =
       tempFile("badvalue.json", R"({"passes": [{"name": "dce", "options": {"a": {"b": 1}}}]})");
   CHECK(errorOf([&] { loadPipelineFile(bad_value); }).find("at /passes/0/options/a") !=
