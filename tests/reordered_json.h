@@ -33,8 +33,10 @@ inline nlohmann::ordered_json reversedMembers(const nlohmann::ordered_json& j) {
 }
 
 // nullopt where nlohmann does not read `text`, or reads it as something else than the document
-// it is: a repeated key (it keeps one), an integer past 64 bits (it writes a double back).
+// it is: a repeated key (it keeps one), an integer past 64 bits (it writes a double back), a NUL
+// byte (it stops there and takes what came before).
 inline std::optional<std::string> reversedKeys(std::string_view text) {
+  if (text.find('\0') != std::string_view::npos) return std::nullopt;
   if (std::regex_search(std::string(text), std::regex("[0-9]{19}"))) return std::nullopt;
   try {
     const auto j = nlohmann::ordered_json::parse(text);
