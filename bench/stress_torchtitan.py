@@ -17,21 +17,15 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from torchtitan_trainer import _port, trainer_env  # this folder: the same trainer runs
+
 HEAP_TEXT = ("malloc(): ", "double free", "free(): ", "corrupted", "tcache", "Segmentation fault",
              "Fatal Python error")
-
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def run_once(pipeline: str, steps: int, assets: Path, rec: Path, env: dict[str, str],
@@ -75,10 +69,7 @@ def main() -> int:
     p.add_argument("--timeout-s", type=int, default=600)
     a = p.parse_args()
     out = Path(a.out)
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_DATASETS_OFFLINE": "1",
-           "HF_HUB_OFFLINE": "1",
-           "PYTHONPATH": os.pathsep.join([str(REPO / "python"), str(REPO / "build" / "python"),
-                                          os.environ.get("PYTHONPATH", "")])}
+    env = trainer_env()
     subprocess.run([sys.executable, "-m", "jointfx.torchtitan.toy_data", str(out / "assets")],
                    env=env, check=True, capture_output=True)
     threads = os.environ.get("JOINTFX_GLOO_THREADS", "1")

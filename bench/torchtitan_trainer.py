@@ -33,6 +33,15 @@ def _port() -> int:
         return s.getsockname()[1]
 
 
+def trainer_env() -> dict[str, str]:
+    """The environment every trainer run gets: one intra-op thread, no hub access, this
+    checkout's jointfx and its built extension first on the path."""
+    return {**os.environ, "OMP_NUM_THREADS": "1", "HF_DATASETS_OFFLINE": "1",
+            "HF_HUB_OFFLINE": "1",
+            "PYTHONPATH": os.pathsep.join([str(REPO / "python"), str(REPO / "build" / "python"),
+                                           os.environ.get("PYTHONPATH", "")])}
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -41,10 +50,7 @@ def main() -> int:
     p.add_argument("--pipelines", default=",".join(PIPELINES))
     a, extra = p.parse_known_args()
     out = Path(a.out)
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_DATASETS_OFFLINE": "1",
-           "HF_HUB_OFFLINE": "1",
-           "PYTHONPATH": os.pathsep.join([str(REPO / "python"), str(REPO / "build" / "python"),
-                                          os.environ.get("PYTHONPATH", "")])}
+    env = trainer_env()
     subprocess.run([sys.executable, "-m", "jointfx.torchtitan.toy_data", str(out / "assets")],
                    env=env, check=True, capture_output=True)
     records: dict[str, list[dict]] = {}

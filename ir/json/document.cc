@@ -7,17 +7,10 @@ namespace {
 
 using json_detail::JView;
 
-std::string pointerToken(std::string_view key) {
-  // RFC 6901: '~' and '/' in a key are escaped.
-  std::string out;
-  for (char c : key) {
-    if (c == '~')
-      out += "~0";
-    else if (c == '/')
-      out += "~1";
-    else
-      out += c;
-  }
+// `at` with `key` appended as the next JSON pointer token.
+std::string memberPointer(const std::string& at, std::string_view key) {
+  std::string out = at + "/";
+  json_detail::appendPointerToken(out, key);
   return out;
 }
 
@@ -53,12 +46,12 @@ class DocumentBuilder {
       case JView::Type::Object: {
         std::vector<JView> members;
         if (auto dup = json_detail::sortMembers(v, members))
-          fail(at + "/" + pointerToken(*dup),
+          fail(memberPointer(at, *dup),
                "key " + quoteForMessage(*dup) +
                    " repeated in an object (JSON readers disagree on which one wins)");
         nlohmann::json out = nlohmann::json::object();
         for (JView m : v)
-          out[std::string(m.key())] = build(m, at + "/" + pointerToken(m.key()));
+          out[std::string(m.key())] = build(m, memberPointer(at, m.key()));
         return out;
       }
     }

@@ -60,14 +60,7 @@ class TokenReader {
         p += std::to_string(s.n);
         continue;
       }
-      for (char c : std::string_view(s.key, s.n)) {  // RFC 6901 escaping
-        if (c == '~')
-          p += "~0";
-        else if (c == '/')
-          p += "~1";
-        else
-          p += c;
-      }
+      appendPointerToken(p, std::string_view(s.key, s.n));
     }
     return p;
   }

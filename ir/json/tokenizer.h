@@ -46,6 +46,18 @@ inline void appendUnsigned(std::string& out, uint64_t v) {
   out.append(buf, static_cast<size_t>(r.ptr - buf));
 }
 
+// `key` as one token of a JSON pointer (RFC 6901: '~' and '/' escaped), appended to `out`.
+inline void appendPointerToken(std::string& out, std::string_view key) {
+  for (char c : key) {
+    if (c == '~')
+      out += "~0";
+    else if (c == '/')
+      out += "~1";
+    else
+      out += c;
+  }
+}
+
 // The std::string writers (ir/json_format.h), beside the writer's JsonOut ones.
 using ::jfx::appendFloat;
 using ::jfx::appendHex;
