@@ -65,7 +65,8 @@ std::string topLevelModule(const std::string& fqn) {
 // the head (parameters before the first block), or the top-level modules when there are no
 // blocks; keep-last=units keeps everything.
 std::vector<bool> keepDecisions(const Graph& g, const std::vector<const FsdpUnshardChain*>& chains,
-                                int64_t k, PassContext& ctx, int64_t* units = nullptr) {
+                                int64_t k, bool keep_tail, PassContext& ctx,
+                                int64_t* units = nullptr) {
   std::vector<bool> keep(chains.size(), false);
   const BlockAnalysis& blocks = ctx.analyses.get<BlockAnalysis>(g);
   std::vector<int32_t> block(chains.size(), -1);
@@ -86,13 +87,14 @@ std::vector<bool> keepDecisions(const Graph& g, const std::vector<const FsdpUnsh
       kept.insert(*it);
     // Parameters outside blocks: the tail (gathered after the last block's gathers) counts with
     // the last block, the head (everything else, embeddings first) as one block before the first.
+    // keep-tail: the tail keeps its unsharded value whatever K is.
     const bool keep_head = k > static_cast<int64_t>(gathered.size());
     int64_t tail = 0;
     for (size_t i = 0; i < chains.size(); ++i) {
       if (block[i] >= 0) {
         keep[i] = kept.count(block[i]) > 0;
       } else if (last_block_gather->isBefore(chains[i]->all_gather)) {
-        keep[i] = k >= 1;
+        keep[i] = k >= 1 || keep_tail;
         tail += keep[i];
       } else {
         keep[i] = keep_head;
@@ -132,7 +134,8 @@ std::vector<bool> keepDecisions(const Graph& g, const std::vector<const FsdpUnsh
 // Tags every forward unshard chain of `g`: keep (MUST_SAVE on its save points) or reshard
 // (MUST_RECOMPUTE on the chain). `keep_last` < 0: reshard=never; otherwise reshard=default with
 // that K (0 is reshard=always). Returns whether a tag changed; `units` as in keepDecisions.
-bool tagChains(Graph& g, int64_t keep_last, PassContext& ctx, int64_t* units = nullptr) {
+bool tagChains(Graph& g, int64_t keep_last, bool keep_tail, PassContext& ctx,
+               int64_t* units = nullptr) {
   const PhaseInfo& phases = ctx.analyses.get<PhaseInfo>(g);
   const FsdpAnalysis& fsdp = ctx.analyses.get<FsdpAnalysis>(g);
   ctx.stat(tagFsdpStats().non_fsdp, static_cast<int64_t>(fsdp.other_collectives.size()));
@@ -142,7 +145,7 @@ bool tagChains(Graph& g, int64_t keep_last, PassContext& ctx, int64_t* units = n
     if (phases.isForwardOrLoss(c.all_gather)) chains.push_back(&c);
 
   std::vector<bool> keep(chains.size(), keep_last < 0);
-  if (keep_last >= 0) keep = keepDecisions(g, chains, keep_last, ctx, units);
+  if (keep_last >= 0) keep = keepDecisions(g, chains, keep_last, keep_tail, ctx, units);
 
   bool changed = false;
   auto tag = [&](Node* n, Recompute r) {
@@ -175,10 +178,10 @@ bool tagChains(Graph& g, int64_t keep_last, PassContext& ctx, int64_t* units = n
 // The estimated peak (passes/analysis/memory.h) of `g` tagged with keep-last=K and realized by
 // remat, on a copy: what the rest of a pipeline starts from (bucket and schedule never raise it
 // by default).
-int64_t peakWithKeepLast(const Graph& g, int64_t k, int64_t* units = nullptr) {
+int64_t peakWithKeepLast(const Graph& g, int64_t k, bool keep_tail, int64_t* units = nullptr) {
   auto copy = cloneGraph(g);
   PassContext quiet;
-  tagChains(*copy, k, quiet, units);
+  tagChains(*copy, k, keep_tail, quiet, units);
   RematPass().run(*copy, quiet);
   return analyzeMemory(*copy, computePhases(*copy)).peak_bytes;
 }
@@ -201,11 +204,11 @@ bool TagFsdpPass::run(Graph& g, PassContext& ctx) {
   ctx.preserveAll();
   switch (*reshard_) {
     case Reshard::Always:
-      return tagChains(g, 0, ctx);
+      return tagChains(g, 0, *keep_tail_, ctx);
     case Reshard::Never:
-      return tagChains(g, -1, ctx);
+      return tagChains(g, -1, *keep_tail_, ctx);
     case Reshard::Default:
-      return tagChains(g, *keep_last_, ctx);
+      return tagChains(g, *keep_last_, *keep_tail_, ctx);
     case Reshard::Budget:
       break;
   }
@@ -217,7 +220,7 @@ bool TagFsdpPass::run(Graph& g, PassContext& ctx) {
   // search over K finds it with O(log units) estimates, each a copy + remat + memory analysis.
   int64_t units = 0;
   const int64_t limit = *memory_limit_;
-  const int64_t floor_peak = peakWithKeepLast(g, 0, &units);
+  const int64_t floor_peak = peakWithKeepLast(g, 0, *keep_tail_, &units);
   if (floor_peak > limit)
     ctx.emitError() << "reshard=budget: memory-limit " << formatBytes(limit)
                     << " is below the estimated peak with every block resharded ("
@@ -227,14 +230,14 @@ bool TagFsdpPass::run(Graph& g, PassContext& ctx) {
   int64_t lo_peak = floor_peak;
   int64_t evaluated = 1;
   if (units > 0) {
-    const int64_t top = peakWithKeepLast(g, units);
+    const int64_t top = peakWithKeepLast(g, units, *keep_tail_);
     ++evaluated;
     if (top <= limit) {
       lo = units, lo_peak = top;
     } else {
       while (hi - lo > 1) {  // invariant: p(lo) <= limit < p(hi)
         const int64_t mid = lo + (hi - lo) / 2;
-        const int64_t p = peakWithKeepLast(g, mid);
+        const int64_t p = peakWithKeepLast(g, mid, *keep_tail_);
         ++evaluated;
         if (p <= limit)
           lo = mid, lo_peak = p;
@@ -253,7 +256,7 @@ bool TagFsdpPass::run(Graph& g, PassContext& ctx) {
              std::to_string(units) + " units unsharded (keep-last=" + std::to_string(lo) +
              "), estimated peak " + formatBytes(lo_peak) + " under memory-limit " +
              formatBytes(limit) + " (every block resharded: " + formatBytes(floor_peak) + ")");
-  return tagChains(g, lo, ctx);
+  return tagChains(g, lo, *keep_tail_, ctx);
 }
 
 }  // namespace jfx

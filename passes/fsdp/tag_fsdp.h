@@ -9,6 +9,7 @@
 // Options:
 //   reshard=always|never|default   (default: default)
 //   keep-last=K                    (default: 1; read by reshard=default only)
+//   keep-tail=true|false           (default: false)
 //   memory-limit=BYTES             (reshard=budget only, required; suffixes as in schedule)
 // reshard=budget keeps as many blocks unsharded as fit: the largest K whose estimated peak after
 // tagging with keep-last=K and remat (passes/analysis/memory.h, measured on a copy) is at most
@@ -25,6 +26,13 @@
 // reshard=always and a K past the depth is reshard=never. A graph with no block at all uses
 // top-level modules (the first FQN component) as blocks, ordered by their first gather, keeps
 // the last K, and warns.
+//
+// keep-tail=true keeps the tail (the parameters gathered after the last block's gathers: final
+// norm, output projection) unsharded whatever reshard says but never, as torchtitan's FSDP2 default
+// does for [norm, output]: backward reads them first, so their re-gather hides behind nothing.
+// GraphTrainer's memory policy leaves the loss epilogue saved even under
+// `fsdp_reshard_after_forward=always`, which jointfx.torchtitan therefore maps to reshard=always
+// with keep-tail=true. Without blocks there is no tail and the option does nothing.
 //
 // Precedence: a MUST_SAVE or MUST_RECOMPUTE already on a node is the user's decision and wins.
 // A PREFER_SAVE / PREFER_RECOMPUTE is overridden: SAC and full AC put PREFER_* on every op of a
@@ -68,6 +76,9 @@ class TagFsdpPass : public Pass {
                              1,
                              "reshard=default: blocks kept unsharded from the last one backwards",
                              {0, 1000000}};
+  Option<bool> keep_tail_{this, "keep-tail", false,
+                          "keep the parameters gathered after the last block (final norm, output "
+                          "projection) unsharded whatever reshard says"};
   BytesOption memory_limit_{this, "memory-limit", std::nullopt,
                             "reshard=budget only (and required there): peak bound, e.g. 40GiB"};
 };

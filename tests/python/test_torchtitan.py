@@ -195,6 +195,94 @@ def test_jointfx_before_the_memory_policy_without_config_warns() -> None:
     assert gm.meta["jointfx_report"]["findings"] == []
 
 
+def _gathered(gm, phase: str) -> set[str]:
+    import jointfx.torchtitan as jt
+
+    out: set[str] = set()
+    for n in gm.graph.nodes:
+        if jt._kind(n) == "all_gather" and phase == (
+                "backward" if n.meta.get("autograd_backward") else "forward"):
+            out |= jt._gathered_placeholders(n)
+    return out
+
+
+@pytest.mark.parametrize("flag", ["default", "always", "never"])
+def test_the_reshard_flag_decides_what_backward_gathers(flag: str) -> None:
+    """`--parallelism.fsdp_reshard_after_forward` through the registered pipelines, in
+    process on the 2-layer llama3 step: `always` re-gathers in backward every block's parameters
+    (not the final norm and output projection, which backward reads first, nor the embedding,
+    whose gradient needs no weight), all among what GraphTrainer's own list re-gathers under it,
+    `never` none, `default` a part of them that leaves out the last block; every collective kind and phase no more, in
+    count and bytes, than GraphTrainer's own list. Before, `always` was read as `default`."""
+    import copy
+
+    _need_torchtitan()
+    from torchtitan.experiments.graph_trainer import passes as gt
+    from torchtitan.experiments.graph_trainer.llama3.config_registry import (
+        graph_trainer_llama3_debugmodel_sdpa,
+    )
+
+    import jointfx.torchtitan as jt
+    from jointfx import titan
+
+    titan.init_fake_world(2, 0)
+    tr = titan.trace_model("llama3", 2)
+    config = graph_trainer_llama3_debugmodel_sdpa()
+    config.model_spec.model.layers = list(config.model_spec.model.layers[:2])
+    config.parallelism.fsdp_reshard_after_forward = flag
+    graphs = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for name, stem in (("graph_trainer", None), ("jointfx", "default"),
+                           ("jointfx_auto", "auto")):
+            passes = [p for p in jt._build_passes(name, stem, tr.traced, config)
+                      if jt._pass_name(p) not in jt._TERMINAL]
+            graphs[name] = gt.apply_graph_passes(copy.deepcopy(tr.gm), tr.traced.example_inputs,
+                                                 passes)
+    gt_bw = _gathered(graphs["graph_trainer"], "backward")
+    gt_sum = jt.collective_summary(graphs["graph_trainer"])
+    for name in ("jointfx", "jointfx_auto"):
+        gm = graphs[name]
+        assert len(_gathered(gm, "forward")) == 17, name
+        bw = _gathered(gm, "backward")
+        if flag == "never":
+            assert bw == set() == gt_bw, name
+        elif flag == "always":  # every block's 7 (GraphTrainer adds the final norm here)
+            assert bw <= gt_bw and len(bw) == 2 * 7, (name, sorted(bw), sorted(gt_bw))
+        elif name == "jointfx":  # default: every block but the last; auto: what fits
+            assert set() < bw < gt_bw, (sorted(bw), sorted(gt_bw))
+        s = jt.collective_summary(gm)
+        assert s["gathers_per_parameter"] == {"forward": {}, "backward": {}}, name
+        for phase in ("forward", "backward"):
+            for kind, c in s[phase].items():
+                base = gt_sum[phase].get(kind, {"count": 0, "bytes": 0})
+                assert c["count"] <= base["count"] and c["bytes"] <= base["bytes"], \
+                    (name, phase, kind, c, base)
+
+
+def test_the_reshard_flag_under_pipeline_parallelism_is_never() -> None:
+    import types
+
+    import jointfx.torchtitan as jt
+
+    def cfg(flag: str, pp: int) -> object:
+        return types.SimpleNamespace(parallelism=types.SimpleNamespace(
+            fsdp_reshard_after_forward=flag, pipeline_parallel_degree=pp))
+
+    assert [jt.reshard_flag(cfg(f, 1)) for f in ("default", "always", "never")] == [
+        "default", "always", "never"]
+    assert [jt.reshard_flag(cfg(f, 2)) for f in ("default", "always", "never")] == [
+        "never", "always", "never"]
+    with pytest.raises(ValueError, match="sometimes"):
+        jt.reshard_flag(cfg("sometimes", 1))
+    auto = json.loads(Path(jt.pipeline_spec("auto", jt.JointfxConfig(memory_limit="40GiB"),
+                                            "always")).read_text())
+    tag = next(p for p in auto["passes"] if p["name"] == "tag-fsdp")
+    assert tag["options"] == {"reshard": "always", "keep-tail": True}
+    # A pipeline given by the user decides for itself.
+    assert jt.pipeline_spec("default", jt.JointfxConfig(pipeline="dce"), "never") == "dce"
+
+
 def test_pipeline_spec_fills_in_the_memory_limit_and_hardware(tmp_path: Path) -> None:
     _need_torchtitan()
     import jointfx.torchtitan as jt
@@ -336,6 +424,35 @@ def test_trainer_final_graph_collectives(trained, pipeline: str) -> None:
     assert jfx["backward"]["reduce_scatter"]["count"] <= gt["backward"]["reduce_scatter"]["count"]
     for rank in range(2):
         assert trained[pipeline][rank]["collectives"] == jfx  # every rank ran the same graph
+
+
+@pytest.mark.slow
+def test_trainer_reshard_always_is_graph_trainers(tmp_path: Path) -> None:
+    """`--parallelism.fsdp_reshard_after_forward always` on the real Trainer: jointfx's losses
+    bitwise GraphTrainer's on every rank and step, and backward gathers the same parameters
+    (every block's) and bytes, where it used to be read as `default` (before tag-fsdp's
+    keep-tail, the chunked loss's eight lm_head gathers were re-gathered too: 1 MB more)."""
+    _need_torchtitan()
+    from jointfx.torchtitan.toy_data import make_assets
+
+    assets = make_assets(tmp_path / "assets")
+    runs = {}
+    for pipeline in ("graph_trainer", "jointfx"):
+        out = tmp_path / pipeline
+        out.mkdir()
+        runs[pipeline] = train(pipeline, assets, out,
+                               "--parallelism.fsdp_reshard_after_forward", "always")
+    assert "tag-fsdp{reshard=always} in place of" in (tmp_path / "jointfx" / "log.txt").read_text()
+    for rank in range(2):
+        assert runs["jointfx"][rank]["losses"] == runs["graph_trainer"][rank]["losses"], rank
+    gt, jfx = runs["graph_trainer"][0]["collectives"], runs["jointfx"][0]["collectives"]
+    assert jfx["gathers_per_parameter"] == {"forward": {}, "backward": {}}
+    assert _ag(jfx, "backward")["bytes"] == _ag(gt, "backward")["bytes"] > 0
+    assert jfx["gathered_parameters"] == gt["gathered_parameters"]
+    for phase in ("forward", "backward"):
+        for kind, c in jfx[phase].items():
+            assert c["count"] <= gt[phase][kind]["count"], (phase, kind)
+            assert c["bytes"] <= gt[phase][kind]["bytes"], (phase, kind)
 
 
 @pytest.mark.slow

@@ -170,17 +170,49 @@ def default_memory_limit() -> int:
     return int(total * 0.9 / local)
 
 
-def pipeline_spec(file_stem: str, opts: JointfxConfig) -> str:
+def reshard_flag(config: Any) -> str:
+    """torchtitan's `--parallelism.fsdp_reshard_after_forward` as tag-fsdp's `reshard` option,
+    as torchtitan's FSDP2 reads it (torchtitan.distributed.fsdp): `always` (every block and the
+    embeddings; the final norm and output projection, which backward reads first, stay gathered
+    as under GraphTrainer's own memory policy: tag-fsdp's keep-tail) and `never` as they are; `default` is `never` under pipeline parallelism (no per-microbatch re-gathers) and else
+    jointfx's default (every block re-gathered in backward but the last, which backward reads
+    first)."""
+    parallelism = getattr(config, "parallelism", None)
+    flag = getattr(parallelism, "fsdp_reshard_after_forward", "default")
+    if flag not in ("always", "never", "default"):
+        raise ValueError(f"--parallelism.fsdp_reshard_after_forward {flag!r}: "
+                         "expected always, never or default")
+    if flag == "default" and getattr(parallelism, "pipeline_parallel_degree", 1) > 1:
+        return "never"
+    return flag
+
+
+def pipeline_spec(file_stem: str, opts: JointfxConfig, reshard: str = "default") -> str:
     """The pipeline the jointfx pass runs: `opts.pipeline` when set; else the pipeline file
     `file_stem`, itself when no option changes it, or a copy with `memory-limit` (jointfx_auto:
     always, the device's when no limit is given; jointfx: only when given, on bucket and
-    schedule) and `hardware` set and relative paths resolved from the file's folder, written to
-    a temporary file (as `jointfx opt -p FILE --set ...` does)."""
+    schedule), `hardware` and tag-fsdp's `reshard` (`reshard_flag`: `always` or `never` replace
+    the file's choice, jointfx_auto's budget planner included) set and relative paths resolved
+    from the file's folder, written to a temporary file (as `jointfx opt -p FILE --set ...`
+    does)."""
     if opts.pipeline:
         return opts.pipeline
     path = pipeline_file(file_stem)
     doc = json.loads(path.read_text())
     changed = False
+    if reshard != "default":
+        for p in doc["passes"]:
+            if p["name"] == "tag-fsdp":
+                options = p.setdefault("options", {})
+                options["reshard"] = reshard
+                options.pop("memory-limit", None)  # read by reshard=budget only
+                options.pop("keep-last", None)  # read by reshard=default only
+                if reshard == "always":
+                    # GraphTrainer's memory policy leaves the loss epilogue (final norm and
+                    # output projection, which backward reads first) saved: re-gathering them
+                    # would be communication GraphTrainer does not do.
+                    options["keep-tail"] = True
+                changed = True
     # The planner (auto.json) always gets a byte limit, the device's when none is given; the
     # default pipeline keeps its own bound (the reference plan's peak) unless one is given.
     planner = any(p.get("options", {}).get("plan") == "auto" for p in doc["passes"])
@@ -256,7 +288,14 @@ def _build_passes(name: str, file_stem: str | None, traced_result: Any, config: 
     summary = _summary_pass(name)
     if file_stem is None:
         return compose(gt_passes, None, summary=summary)
-    spec = pipeline_spec(file_stem, opts)
+    reshard = reshard_flag(config)
+    spec = pipeline_spec(file_stem, opts, reshard)
+    if opts.pipeline:
+        logger.info(f"[jointfx] --jointfx.pipeline is given: its own tag-fsdp options decide "
+                    f"resharding, not --parallelism.fsdp_reshard_after_forward ({reshard})")
+    elif reshard != "default":
+        logger.info(f"[jointfx] --parallelism.fsdp_reshard_after_forward: tag-fsdp{{reshard="
+                    f"{reshard}}} in place of {file_stem}.json's own choice")
     keep_sac_remat = getattr(config.compile, "memory_policy", "default") == "sac_and_offload"
     jfx = _jointfx_pass(spec, traced_result, strict=opts.strict)
     passes = compose(gt_passes, jfx, keep_sac_remat=keep_sac_remat, summary=summary)
