@@ -157,6 +157,10 @@ std::string_view recomputeName(Recompute r) {
       return "MUST_RECOMPUTE";
     case Recompute::PreferRecompute:
       return "PREFER_RECOMPUTE";
+    case Recompute::MustCpuOffload:
+      return "MUST_CPU_OFFLOAD";
+    case Recompute::PreferCpuOffload:
+      return "PREFER_CPU_OFFLOAD";
   }
   return "";
 }
@@ -165,6 +169,8 @@ std::optional<Recompute> recomputeFromName(std::string_view s) {
   if (s == "PREFER_SAVE") return Recompute::PreferSave;
   if (s == "MUST_RECOMPUTE") return Recompute::MustRecompute;
   if (s == "PREFER_RECOMPUTE") return Recompute::PreferRecompute;
+  if (s == "MUST_CPU_OFFLOAD") return Recompute::MustCpuOffload;
+  if (s == "PREFER_CPU_OFFLOAD") return Recompute::PreferCpuOffload;
   return std::nullopt;
 }
 std::string_view inputKindName(InputKind k) {

@@ -69,8 +69,14 @@ enum class Recompute : int8_t {
   MustSave = 0,
   PreferSave = 1,
   MustRecompute = 2,
-  PreferRecompute = 3
+  PreferRecompute = 3,
+  // Offload to CPU memory in forward, reload in backward (GraphTrainer's sac_and_offload policy
+  // and its offload pass): the value is kept, off the device. No jointfx pass realizes these.
+  MustCpuOffload = 4,
+  PreferCpuOffload = 5
 };
+// The largest CheckpointPolicy value (tests/python/test_meta_roundtrip.py: torch's own enum).
+inline constexpr int kMaxRecompute = static_cast<int>(Recompute::PreferCpuOffload);
 // Mesh: a DeviceMesh (non-tensor; an executor supplies it from its process groups). Opaque: any
 // other non-tensor value (an int, None, an object); its val meta says what it is when known.
 enum class InputKind : uint8_t { None, Parameter, Buffer, UserInput, Mesh, Opaque };

@@ -557,9 +557,10 @@ class JsonReader : public TreeBuilder, public NodeSite, public TokenReader {
         return;
       }
       case kRecompute: {
-        const int64_t r = integer(s, "a CheckpointPolicy value 0..3");
-        if (r < 0 || r > 3)
-          fail("recompute must be 0..3 (CheckpointPolicy), got " + std::to_string(r));
+        const int64_t r = integer(s, "a CheckpointPolicy value");
+        if (r < 0 || r > kMaxRecompute)
+          fail("recompute must be 0.." + std::to_string(kMaxRecompute) +
+               " (CheckpointPolicy), got " + std::to_string(r));
         m.recompute = static_cast<Recompute>(r);
         return;
       }

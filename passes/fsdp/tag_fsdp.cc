@@ -44,7 +44,8 @@ const TagFsdpStatistics& tagFsdpStats() {
 }
 
 bool isUserDecision(Recompute r) {
-  return r == Recompute::MustSave || r == Recompute::MustRecompute;
+  return r == Recompute::MustSave || r == Recompute::MustRecompute ||
+         r == Recompute::MustCpuOffload;
 }
 
 // The FQN that places a chain in a block: the parameter's, else the gather's module FQN, else the

@@ -926,7 +926,7 @@ class GraphBuilder : public jfx::NodeSite {
           if (r.ptr() == Py_None) continue;
           if (Py_TYPE(r.ptr()) != &PyLong_Type) return false;
           std::optional<int64_t> i = int64(r.ptr());
-          if (!i || *i < 0 || *i > 3) return false;
+          if (!i || *i < 0 || *i > jfx::kMaxRecompute) return false;
           m.recompute = static_cast<jfx::Recompute>(*i);
           continue;
         }

@@ -2029,8 +2029,9 @@ def _import_node_meta(meta: Mapping[str, Any], vals: _ValFactory, at: str, name:
                 if value == "backward":
                     out["autograd_backward"] = True
             elif key == "recompute":
-                if type(value) is not int or not 0 <= value <= 3:
-                    raise _Bad(f"recompute must be 0..3 (CheckpointPolicy), got {_describe(value)}")
+                if type(value) is not int or value not in _checkpoint_policies():
+                    raise _Bad(f"recompute must be 0..{max(_checkpoint_policies())} "
+                               f"(CheckpointPolicy), got {_describe(value)}")
                 out["recompute"] = _checkpoint_policies()[value]
             elif key in ("ac_graph_id", "seq_nr"):
                 # Any integer: one the typed field cannot hold (autograd's 2^64-1) is carried.

@@ -15,6 +15,7 @@ step, and the final graphs' collectives compared.
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import socket
@@ -96,8 +97,11 @@ def _apply(order: str, memory_policy: str = "default") -> tuple[dict, dict, list
     else:
         raise ValueError(order)
     gm = gt.apply_graph_passes(tr.gm, tr.traced.example_inputs, passes)
-    return (jt.collective_summary(gm), gm.meta.get("jointfx_report", {}),
-            [jt._pass_name(p) for p in passes])
+    summary = jt.collective_summary(gm)
+    # GraphTrainer's CPU offload ops (torch.ops.ao.offload / reload / wait_tensor) by name.
+    summary["ao_ops"] = dict(collections.Counter(
+        str(n.target) for n in gm.graph.nodes if str(n.target).startswith("ao.")))
+    return summary, gm.meta.get("jointfx_report", {}), [jt._pass_name(p) for p in passes]
 
 
 @pytest.fixture(scope="module")
@@ -173,6 +177,32 @@ def test_a_chosen_memory_policy_is_kept() -> None:
     assert stats["tag-fsdp"]["user-tags-kept"] > 0
     assert jfx_s["gathers_per_parameter"] == {"forward": {}, "backward": {}}
     assert _ag(jfx_s, "backward")["bytes"] == _ag(gt_s, "backward")["bytes"] > 0
+
+
+def test_sac_and_offload_composes() -> None:
+    """memory_policy=sac_and_offload: MUST_CPU_OFFLOAD (CheckpointPolicy 4) stopped the jointfx
+    pass ("recompute must be 0..3"). As registered (after GraphTrainer's offload and SAC remat)
+    the offload/reload chains come through untouched, and no collective kind in any phase costs
+    more than under GraphTrainer's own list; placed before the memory policy (with its config),
+    GraphTrainer's offload pass still finds its tags and inserts its chains after jointfx."""
+    _need_torchtitan()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        gt_s = _apply("graph_trainer", "sac_and_offload")[0]
+        after, report, _ = _apply("after_sac_remat", "sac_and_offload")
+        before, report_before, names = _apply("before_sac_with_config", "sac_and_offload")
+    assert gt_s["ao_ops"].get("ao.offload.default", 0) > 0, gt_s["ao_ops"]
+    assert after["ao_ops"] == gt_s["ao_ops"]
+    assert report["findings"] == [] and report_before["findings"] == []
+    for phase in ("forward", "backward"):
+        for kind, c in after[phase].items():
+            base = gt_s[phase][kind]
+            assert c["count"] <= base["count"] and c["bytes"] <= base["bytes"], (phase, kind)
+    assert names.index("jointfx_pass") < names.index("apply_cpu_offload_pass")
+    assert before["ao_ops"].get("ao.offload.default", 0) > 0
+    assert before["ao_ops"]["ao.offload.default"] == before["ao_ops"]["ao.reload.default"]
+    for s in (after, before):
+        assert s["gathers_per_parameter"] == {"forward": {}, "backward": {}}
 
 
 def test_jointfx_before_the_memory_policy_without_config_warns() -> None:
