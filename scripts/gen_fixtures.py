@@ -7,7 +7,7 @@ and 4 (world 1 pads nothing; tied is there for dedup-fsdp-unshard). Then the oth
 (jointfx.models.MODEL_FIXTURES: gpt2, encoder, convbn, moe, vit, uneven, uneven_bf16, t5, albert,
 lstm, sequential, tvvit, mixer), traced with
 jointfx.trace. Then models of real model libraries (jointfx.models.real.REAL_FIXTURES: hf_llama,
-hf_t5, hf_qwen3_moe from Hugging Face transformers, timm_vit, timm_convnext, timm_resnet18 from
+hf_t5, hf_qwen3_moe, hf_whisper, hf_lora_llama from Hugging Face transformers, timm_vit, timm_convnext, timm_resnet18 from
 timm; tiny configs, seeded random weights, nothing downloaded), traced with jointfx.trace, the
 Hugging Face ones called by keyword. Then graph_trainer model families traced by torchtitan's own
 tracer (jointfx.titan, TITAN_FIXTURES: titan_qwen3_w2, qwen3's debugmodel with 2 layers). All

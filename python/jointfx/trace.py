@@ -278,6 +278,9 @@ class ParamLayout:
     local_shape: tuple[int, ...]  # this rank's TP-local parameter, the FSDP all-gather result
     shard_shape: tuple[int, ...]  # the padded FSDP shard: a graph input
     dtype: torch.dtype = torch.float32  # the model's parameter, so its shard's
+    # requires_grad of the model's parameter: a frozen one (False) is gathered for forward like
+    # any other but gets no gradient output, hence no reduce-scatter and no optimizer update.
+    trainable: bool = True
 
 
 def param_layouts(model: nn.Module, fsdp_size: int, tp_size: int,
@@ -299,7 +302,8 @@ def param_layouts(model: nn.Module, fsdp_size: int, tp_size: int,
         if dim is not None:
             full[dim] *= tp_size
         rows = math.ceil(local[0] / fsdp_size)
-        layouts.append(ParamLayout(fqn, tuple(full), local, (rows, *local[1:]), p.dtype))
+        layouts.append(ParamLayout(fqn, tuple(full), local, (rows, *local[1:]), p.dtype,
+                                   p.requires_grad))
     return layouts
 
 
@@ -831,6 +835,8 @@ def describe_model(model: nn.Module, layouts: Sequence[ParamLayout], buffers: Bu
         "tp_size": tp_size,
         "training": model.training,
     }
+    if frozen := [lay.fqn for lay in layouts if not lay.trainable]:
+        meta["frozen_parameters"] = frozen
     if config:
         meta["config"] = dict(config)
     return meta
@@ -904,6 +910,10 @@ def trace(
     layouts = param_layouts(model, fsdp_size, max(tp_size, 1), tp_dim_fn)
     if not layouts:
         raise ValueError(f"{type(model).__name__} has no parameters to shard")
+    trained = [i for i, lay in enumerate(layouts) if lay.trainable]
+    if not trained:
+        raise ValueError(f"{type(model).__name__} has no trainable parameter (every one has "
+                         "requires_grad=False): a training step would compute no gradient")
     if groups.tp is not None:
         assert tp_setup is not None
         tp_setup(model, groups.tp.name)
@@ -945,16 +955,19 @@ def trace(
             loss, n_aux = _total_loss(result, model_output=loss_fn is None)
         aux_count.append(n_aux)
         _install_backward_meta_hooks(loss)
+        # Gradients of the trainable shards only: a frozen one never meets autograd, so its
+        # gather has no backward (no reduce-scatter) and the graph no output for it.
+        wrt = [shards[i] for i in trained]
         with fx_traceback._set_autograd_backward():
-            grads = torch.autograd.grad(loss, shards, allow_unused=True)
-        # A parameter the step never reads gets a zero gradient, so every shard has one.
-        grads = tuple(g if g is not None else torch.zeros_like(s) for g, s in zip(grads, shards))
+            grads = torch.autograd.grad(loss, wrt, allow_unused=True)
+        # A parameter the step never reads gets a zero gradient, so every trainable shard has one.
+        grads = tuple(g if g is not None else torch.zeros_like(s) for g, s in zip(grads, wrt))
         return [loss, *grads]
 
     # Values do not matter under tracing_mode="fake"; only shapes and dtypes do.
     # Shards in their parameter's dtype: a float64 or bf16 parameter gathered as float32 would
     # trace another program than the model's.
-    shard_examples = [torch.zeros(lay.shard_shape, dtype=lay.dtype, requires_grad=True)
+    shard_examples = [torch.zeros(lay.shard_shape, dtype=lay.dtype, requires_grad=lay.trainable)
                       for lay in layouts]
     example = [*shard_examples, *buffers.example_values(), *inputs, *target_list]
     try:
@@ -1006,7 +1019,8 @@ def trace(
 
     in_specs = ([InputSpec("parameter", lay.fqn) for lay in layouts] + buffers.input_specs()
                 + [InputSpec("user_input")] * (len(inputs) + len(target_list)))
-    outputs = [OutputSpec("loss")] + [OutputSpec("gradient", lay.fqn) for lay in layouts]
+    outputs = [OutputSpec("loss")] + [OutputSpec("gradient", lay.fqn) for lay in layouts
+                                       if lay.trainable]
     pgs = [groups.fsdp] + ([groups.tp] if groups.tp is not None else [])
     if model_meta is None:
         user = list(zip(in_names + tgt_names, inputs + target_list))

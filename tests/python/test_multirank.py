@@ -133,9 +133,13 @@ def _run_model_fixture(fixture: Path, rank: int, world: int) -> dict:
         outputs = import_graph(doc)(*shards, *buffers, *inputs, *targets)
     torch.manual_seed(1234)
     loss, _ = eager_loss(case, model, inputs, targets)
-    grads = torch.autograd.grad(loss, list(model.parameters()))
+    # Gradients of the trainable parameters only: a frozen one has no output (and no
+    # reduce-scatter), as its requires_grad=False says.
+    trained = [lay for lay in layouts if lay.trainable]
+    grads = torch.autograd.grad(loss, [params[lay.fqn] for lay in trained])
+    assert len(outputs) == 1 + len(trained)
     max_err = 0.0
-    for lay, got, want in zip(layouts, outputs[1:], grads):
+    for lay, got, want in zip(trained, outputs[1:], grads):
         expected = shard_param(want * world, lay, fsdp_rank=rank, fsdp_size=world, tp_rank=0,
                                tp_size=1)
         assert got.shape == expected.shape and got.dtype == expected.dtype, lay.fqn
@@ -176,9 +180,13 @@ def _run_real_fixture(fixture: Path, rank: int, world: int) -> dict:
     with grad_mode(gm), torch.no_grad():
         outputs = gm(*shards, *buffers, *flat_user_inputs(batch))
     loss = eager_loss(case, model, batch)
-    grads = torch.autograd.grad(loss, list(model.parameters()))
+    # Gradients of the trainable parameters only: a frozen one has no output (and no
+    # reduce-scatter), as its requires_grad=False says.
+    trained = [lay for lay in layouts if lay.trainable]
+    grads = torch.autograd.grad(loss, [params[lay.fqn] for lay in trained])
+    assert len(outputs) == 1 + len(trained)
     max_err = 0.0
-    for lay, got, want in zip(layouts, outputs[1:], grads):
+    for lay, got, want in zip(trained, outputs[1:], grads):
         expected = shard_param(want * world, lay, fsdp_rank=rank, fsdp_size=world, tp_rank=0,
                                tp_size=1)
         assert got.shape == expected.shape and got.dtype == expected.dtype, lay.fqn

@@ -13,6 +13,8 @@ to tests/data/traced/<name>_w<N>.json (docs/pytorch-bridge.md, "Real model libra
 | hf_llama | transformers' LlamaForCausalLM, 2 layers | keyword inputs (input_ids, attention_mask, labels), the model's own shifted loss, SDPA with a padding mask built by transformers' mask functions |
 | hf_t5 | transformers' T5ForConditionalGeneration, 2 + 2 layers | encoder-decoder by keyword (the decoder input shifted from labels inside the model), T5DenseActDense's `self.wo.weight.dtype` checks (metadata reads: no gather), dropout |
 | hf_qwen3_moe | transformers' Qwen3MoeForCausalLM, 2 layers of 4 experts (top 2) | routing through `aten.sort`, `histc`, `cumsum` and `index_put`, experts run by `aten._grouped_mm` on 3-D expert weights, the router's load-balancing loss inside the model's loss |
+| hf_whisper | transformers' WhisperForConditionalGeneration, 2 + 2 layers | a Conv1d stem over log-mel features, cross-attention, the encoder's position embedding frozen by transformers (requires_grad=False: gathered, no gradient), proj_out tied to the decoder embedding |
+| hf_lora_llama | transformers' LlamaForCausalLM, every weight frozen, LoRA adapters (rank 4) on q_proj and v_proj | fine-tuning: 21 frozen parameters gathered for forward, only the 8 adapter matrices get gradients |
 | timm_vit | timm's VisionTransformer, 2 blocks | fused qkv, root cls_token / pos_embed, blocks named `blocks.N` |
 | timm_convnext | timm's ConvNeXt, 4 stages of 1, 2, 1, 1 blocks | depthwise 7x7 convolutions, LayerNorm2d (channels-last norm by permutes), layer scale (`gamma`), stages with downsample layers |
 | timm_resnet18 | timm's ResNet-18 (BasicBlock, layers 2-2-2-2), stages 64, 16, 16, 16 wide | BatchNorm in training mode (running statistics as buffers, updated in place), max pool, downsample shortcuts, blocks named `layerN.M` |
@@ -106,6 +108,68 @@ def _lm_batch(vocab: int, batch: int = 2, seq: int = 8) -> Callable[[int], Batch
     return make
 
 
+_WHISPER = dict(vocab_size=64, num_mel_bins=8, d_model=16, encoder_layers=2, decoder_layers=2,
+                encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=32,
+                decoder_ffn_dim=32, max_source_positions=8, max_target_positions=16,
+                decoder_start_token_id=1, pad_token_id=0, eos_token_id=2, bos_token_id=1,
+                dropout=0.0, attention_dropout=0.0, activation_dropout=0.0, use_cache=False)
+_LORA_RANK = 4
+_LORA_TARGETS = ("q_proj", "v_proj")
+
+
+def _whisper_build(seed: int) -> nn.Module:
+    """transformers' Whisper, whose encoder position embedding is frozen by the library itself
+    (`embed_positions.requires_grad_(False)`: sinusoids, never trained)."""
+    import transformers
+
+    cfg = transformers.WhisperConfig(**_WHISPER)
+    return _seeded(seed, lambda: transformers.WhisperForConditionalGeneration(cfg))
+
+
+def _whisper_batch(seed: int) -> Batch:
+    """Log-mel features (2 x max_source_positions frames: the encoder's convolutions halve
+    them) and target labels; the model shifts the labels right behind decoder_start_token_id."""
+    gen = torch.Generator().manual_seed(seed)
+    feats = torch.randn(2, _WHISPER["num_mel_bins"], 2 * _WHISPER["max_source_positions"],
+                        generator=gen)
+    labels = torch.randint(3, _WHISPER["vocab_size"], (2, 6), generator=gen)
+    return {"input_features": feats, "labels": labels}, ()
+
+
+class LoraLinear(nn.Module):
+    """A frozen base Linear plus a trained low-rank update, as LoRA fine-tuning adds it:
+    y = base(x) + (x A^T) B^T * scale. B starts at zero in LoRA; here it is seeded small, so
+    that the base path and the adapters both reach the gradients a test compares."""
+
+    def __init__(self, base: nn.Linear, rank: int, scale: float = 2.0) -> None:
+        super().__init__()
+        self.base = base.requires_grad_(False)
+        self.lora_a = nn.Parameter(torch.randn(rank, base.in_features) * 0.1)
+        self.lora_b = nn.Parameter(torch.randn(base.out_features, rank) * 0.1)
+        self.scale = scale
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.base(x) + F.linear(F.linear(x, self.lora_a), self.lora_b) * self.scale
+
+
+def _lora_llama_build(seed: int) -> nn.Module:
+    """transformers' Llama with every pretrained weight frozen and LoRA adapters on the
+    attention's q_proj and v_proj: the fine-tuning setup of most FSDP users."""
+
+    def make() -> nn.Module:
+        import transformers
+
+        model = transformers.AutoModelForCausalLM.from_config(transformers.LlamaConfig(**_LLAMA))
+        model.requires_grad_(False)
+        for layer in model.model.layers:
+            for name in _LORA_TARGETS:
+                setattr(layer.self_attn, name,
+                        LoraLinear(getattr(layer.self_attn, name), _LORA_RANK))
+        return model
+
+    return _seeded(seed, make)
+
+
 def _t5_build(seed: int) -> nn.Module:
     import transformers
 
@@ -179,6 +243,12 @@ REAL_CASES: dict[str, RealCase] = {c.name: c for c in (
     RealCase("hf_t5", "transformers", _t5_build, _t5_batch, None,
              _config("transformers", "T5ForConditionalGeneration(T5Config)", _T5)),
     _hf_case("hf_qwen3_moe", "Qwen3MoeConfig", _QWEN3_MOE),
+    RealCase("hf_whisper", "transformers", _whisper_build, _whisper_batch, None,
+             _config("transformers", "WhisperForConditionalGeneration(WhisperConfig)",
+                     _WHISPER)),
+    RealCase("hf_lora_llama", "transformers", _lora_llama_build, _lm_batch(_LLAMA["vocab_size"]),
+             None, _config("transformers", "LlamaForCausalLM(LlamaConfig), frozen, LoRA rank "
+                           f"{_LORA_RANK} on {', '.join(_LORA_TARGETS)}", _LLAMA)),
     _timm_case("timm_vit", "vit_tiny_patch16_224", _TIMM_VIT, 16),
     _timm_case("timm_convnext", "convnext_atto", _TIMM_CONVNEXT, 32),
     _timm_case("timm_resnet18", "resnet18", _TIMM_RESNET18, 32),
