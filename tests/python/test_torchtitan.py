@@ -305,8 +305,7 @@ def test_the_reshard_flag_under_pipeline_parallelism_is_never() -> None:
         "never", "always", "never"]
     with pytest.raises(ValueError, match="sometimes"):
         jt.reshard_flag(cfg("sometimes", 1))
-    auto = json.loads(Path(jt.pipeline_spec("auto", jt.JointfxConfig(memory_limit="40GiB"),
-                                            "always")).read_text())
+    auto = jt.pipeline_document("auto", jt.JointfxConfig(memory_limit="40GiB"), "always")[0]
     tag = next(p for p in auto["passes"] if p["name"] == "tag-fsdp")
     assert tag["options"] == {"reshard": "always", "keep-tail": True}
     # A pipeline given by the user decides for itself.
@@ -319,21 +318,89 @@ def test_pipeline_spec_fills_in_the_memory_limit_and_hardware(tmp_path: Path) ->
 
     default = jt.pipeline_spec("default", jt.JointfxConfig())
     assert default == str(REPO / "configs" / "pipelines" / "default.json")
-    auto = json.loads(Path(jt.pipeline_spec("auto", jt.JointfxConfig(memory_limit="40GiB")))
-                      .read_text())
+    auto, changed, _ = jt.pipeline_document("auto", jt.JointfxConfig(memory_limit="40GiB"))
     opts = {p["name"]: p.get("options", {}) for p in auto["passes"]}
+    assert changed
     assert opts["tag-fsdp"]["memory-limit"] == opts["bucket"]["memory-limit"] == "40GiB"
     assert opts["schedule"]["memory-limit"] == "40GiB"
     hw = Path(opts["bucket"]["hardware"])
     assert hw.is_absolute() and hw == REPO / "configs" / "hardware" / "h100.json"
-    device = json.loads(Path(jt.pipeline_spec("auto", jt.JointfxConfig())).read_text())
+    device = jt.pipeline_document("auto", jt.JointfxConfig())[0]
     limit = int(device["passes"][1]["options"]["memory-limit"])
     assert limit == jt.default_memory_limit() > 0
-    capped = json.loads(Path(jt.pipeline_spec("default", jt.JointfxConfig(memory_limit="1GiB")))
-                        .read_text())
+    capped = jt.pipeline_document("default", jt.JointfxConfig(memory_limit="1GiB"))[0]
     assert {p["name"]: p.get("options", {}).get("memory-limit") for p in capped["passes"]
             if p["name"] in ("bucket", "schedule")} == {"bucket": "1GiB", "schedule": "1GiB"}
     assert jt.pipeline_spec("auto", jt.JointfxConfig(pipeline="dce")) == "dce"
+
+
+def test_plugin_options_by_name_in_memory_and_checked_up_front(tmp_path: Path,
+                                                              monkeypatch) -> None:
+    """The defects of the torchtitan plugin: `--jointfx.hardware a100` was resolved against the
+    working directory, not found by name; the changed pipeline went to a predictable
+    /tmp/jointfx-<stem>-<hash>.json (a planted directory broke it, a planted symlink was
+    followed); a bad memory limit surfaced only at the first step, a bad record_dir only as a raw
+    OS error after it."""
+    _need_torchtitan()
+    import types
+
+    import jointfx.torchtitan as jt
+
+    monkeypatch.chdir(tmp_path)  # no a100.json here: found by name, as the CLI finds it
+    doc = jt.pipeline_document("auto", jt.JointfxConfig(hardware="a100"))[0]
+    assert {p.get("options", {}).get("hardware") for p in doc["passes"]} >= {"a100"}
+    assert jt.hardware_option("my/profile.json") == str(tmp_path / "my" / "profile.json")
+    # In memory: a pass list, no file anywhere.
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    spec = jt.pipeline_spec("auto", jt.JointfxConfig(memory_limit="40GiB", hardware="a100"))
+    assert spec.startswith("dce,tag-fsdp{memory-limit=40GiB, reshard=budget}"), spec
+    assert "hardware=a100" in spec and list((tmp_path / "tmp").iterdir()) == []
+    # A value the pass-list syntax cannot carry: a file made by mkstemp in a private folder.
+    odd = tmp_path / "a,b=c"
+    odd.mkdir()
+    (odd / "hw.json").write_text((REPO / "configs" / "hardware" / "a100.json").read_text())
+    path = Path(jt.pipeline_spec("auto", jt.JointfxConfig(hardware=str(odd / "hw.json"))))
+    assert path.parent.parent == tmp_path / "tmp" and path.parent.stat().st_mode & 0o077 == 0
+
+    def config(pipeline: str = "jointfx_auto", **kw: str) -> object:
+        return types.SimpleNamespace(
+            compile=types.SimpleNamespace(pass_pipeline=pipeline),
+            parallelism=types.SimpleNamespace(fsdp_reshard_after_forward="default",
+                                              pipeline_parallel_degree=1),
+            jointfx=jt.JointfxConfig(**kw))
+
+    jt.check_options(config(memory_limit="40GiB", record_dir=str(tmp_path / "rec")))
+    assert (tmp_path / "rec").is_dir()
+    with pytest.raises(ValueError, match=r"--jointfx.memory_limit '40XB'.*bad byte size"):
+        jt.check_options(config(memory_limit="40XB"))
+    with pytest.raises(ValueError, match=r"--jointfx.hardware 'nonesuch'.*a100, cpu, h100"):
+        jt.check_options(config(hardware="nonesuch"))
+    (tmp_path / "file").write_text("")
+    with pytest.raises(ValueError, match=r"--jointfx.record_dir .*file/rec.*cannot write"):
+        jt.check_options(config(record_dir=str(tmp_path / "file" / "rec")))
+    with pytest.raises(ValueError, match=r"--jointfx.memory_limit: read by the jointfx "):
+        jt.check_options(config("graph_trainer", memory_limit="40GiB"))
+
+
+def test_a_bad_option_stops_the_trainer_before_it_starts(tmp_path: Path) -> None:
+    """`python -m jointfx.torchtitan` checks the jointfx options when the config is parsed:
+    exit status 1 and the option's name, before the model is built (it used to fail at the
+    first training step)."""
+    _need_torchtitan()
+    env = {**_env(), "LOCAL_RANK": "0", "RANK": "0", "WORLD_SIZE": "1",
+           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port())}
+    r = subprocess.run([sys.executable, "-m", "jointfx.torchtitan", "--module",
+                        "graph_trainer.llama3", "--config", "graph_trainer_llama3_debugmodel_sdpa",
+                        "--compile.pass_pipeline", "jointfx_auto", "--jointfx.memory_limit",
+                        "40XB"], env=env, cwd=tmp_path, capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 1, r.stderr[-3000:]
+    assert "jointfx.torchtitan: error: --jointfx.memory_limit '40XB'" in r.stderr
+    assert "bad byte size" in r.stderr and "Building" not in r.stderr + r.stdout
 
 
 _CONFIG_SCRIPT = """

@@ -31,9 +31,9 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import hashlib
 import json
 import os
+import re
 import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -187,16 +187,14 @@ def reshard_flag(config: Any) -> str:
     return flag
 
 
-def pipeline_spec(file_stem: str, opts: JointfxConfig, reshard: str = "default") -> str:
-    """The pipeline the jointfx pass runs: `opts.pipeline` when set; else the pipeline file
-    `file_stem`, itself when no option changes it, or a copy with `memory-limit` (jointfx_auto:
-    always, the device's when no limit is given; jointfx: only when given, on bucket and
-    schedule), `hardware` and tag-fsdp's `reshard` (`reshard_flag`: `always` or `never` replace
-    the file's choice, jointfx_auto's budget planner included) set and relative paths resolved
-    from the file's folder, written to a temporary file (as `jointfx opt -p FILE --set ...`
-    does)."""
-    if opts.pipeline:
-        return opts.pipeline
+def pipeline_document(file_stem: str, opts: JointfxConfig,
+                      reshard: str = "default") -> tuple[dict[str, Any], bool, Path]:
+    """The pipeline file `file_stem` (its document, whether the run's options changed it, its
+    path) with `memory-limit` (jointfx_auto: always, the device's when no limit is given;
+    jointfx: only when given, on bucket and schedule), `hardware` (a profile by name as the CLI
+    finds it, else a path from the working directory) and tag-fsdp's `reshard` (`reshard_flag`:
+    `always` or `never` replace the file's choice, jointfx_auto's budget planner included) set,
+    and the file's own relative paths resolved from its folder."""
     path = pipeline_file(file_stem)
     doc = json.loads(path.read_text())
     changed = False
@@ -225,26 +223,118 @@ def pipeline_spec(file_stem: str, opts: JointfxConfig, reshard: str = "default")
             if p["name"] == "schedule" and options.get("prefetch") != "auto":
                 options.pop("hardware", None)  # read only with prefetch=auto or the reference
         if "hardware" in options and (opts.hardware or changed):
-            # A copy in the temporary folder: the file's relative paths made absolute.
-            options["hardware"] = str(Path(opts.hardware).resolve() if opts.hardware
-                                      else (path.parent / options["hardware"]).resolve())
+            options["hardware"] = (hardware_option(opts.hardware) if opts.hardware
+                                   else str((path.parent / options["hardware"]).resolve()))
             changed = True
         if options:
             p["options"] = options
+    return doc, changed, path
+
+
+def hardware_option(value: str) -> str:
+    """`--jointfx.hardware` as a pass's `hardware=` value: a bare name (a100, h100: letters,
+    digits, '-' and '_') stays a name, which the passes look up among the shipped profiles as
+    `jointfx opt --hardware` does; anything else is a file, made absolute from the working
+    directory."""
+    if re.fullmatch(r"[A-Za-z0-9_-]{1,64}", value):
+        return value
+    return str(Path(value).resolve())
+
+
+def pipeline_spec(file_stem: str, opts: JointfxConfig, reshard: str = "default") -> str:
+    """The pipeline the jointfx pass runs: `opts.pipeline` when set; else the pipeline file
+    `file_stem` itself when no option changes it (`pipeline_document`), or the changed document
+    as a pass list in memory (`dce,tag-fsdp{reshard=always, keep-tail=true},...`), the same text
+    on every rank. Only when an option's value cannot be written in a pass list (a path with a
+    brace or an '=') is it written to a file, created by mkstemp in a private temporary
+    directory: never at a predictable path."""
+    if opts.pipeline:
+        return opts.pipeline
+    doc, changed, path = pipeline_document(file_stem, opts, reshard)
     if not changed:
         return str(path)
-    doc["description"] = (f"{path.name} with the options of this run (jointfx.torchtitan): "
-                          + doc.get("description", ""))
-    # Named by its content, so every rank and every run with these options shares one file.
-    text = json.dumps(doc, indent=1, sort_keys=True)
-    digest = hashlib.sha256(text.encode()).hexdigest()[:16]
-    out = Path(tempfile.gettempdir()) / f"jointfx-{file_stem}-{digest}.json"
-    if not out.is_file() or out.read_text() != text:
-        fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.")
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, out)
-    return str(out)
+    text = _pass_list(doc)
+    if text is not None:
+        return text
+    folder = tempfile.mkdtemp(prefix="jointfx-pipeline-")
+    fd, out = tempfile.mkstemp(dir=folder, prefix=f"{file_stem}-", suffix=".json")
+    with os.fdopen(fd, "w") as f:
+        json.dump(doc, f, indent=1, sort_keys=True)
+    return out
+
+
+def _pass_list(doc: Mapping[str, Any]) -> str | None:
+    """The pipeline document as a pass list, or None when a value would not read back as
+    itself (the pass-list syntax has no quoting: docs/passes.md)."""
+    parts = []
+    for p in doc["passes"]:
+        items = []
+        for key, value in sorted(p.get("options", {}).items()):
+            text = ("true" if value else "false") if isinstance(value, bool) else str(value)
+            # A comma continues a list value (kinds=ag,rs,ar) unless a piece holds '='; each
+            # piece is trimmed.
+            if any(c in text for c in "{}=") or not all(
+                    piece and piece == piece.strip() for piece in text.split(",")):
+                return None
+            items.append(f"{key}={text}")
+        parts.append(p["name"] + ("{" + ", ".join(items) + "}" if items else ""))
+    return ",".join(parts)
+
+
+def check_options(config: Any) -> None:
+    """Every jointfx option of the trainer config (the `jointfx` section and the reshard flag)
+    checked before training starts, not at the first step: the pipeline the registered
+    `--compile.pass_pipeline` would run is built and configured on a one-node graph, and
+    `--jointfx.record_dir` is made and written to. A bad value raises ValueError naming the
+    option."""
+    name = getattr(getattr(config, "compile", None), "pass_pipeline", "")
+    opts = _options(config)
+    if name not in PIPELINES or PIPELINES[name] is None:
+        used = [f"--jointfx.{f}" for f in ("pipeline", "memory_limit", "hardware")
+                if getattr(opts, f)]
+        if used:
+            raise ValueError(f"{', '.join(used)}: read by the jointfx pipelines "
+                             f"({', '.join(k for k, v in PIPELINES.items() if v)}), not by "
+                             f"--compile.pass_pipeline {name!r}")
+    else:
+        reshard = reshard_flag(config)
+        spec = pipeline_spec(PIPELINES[name], opts, reshard)
+        try:
+            _configure(spec)
+        except Exception as e:  # the library's PipelineError / JfxError: said with the option
+            given = [f"--jointfx.{f} {getattr(opts, f)!r}"
+                     for f in ("pipeline", "memory_limit", "hardware") if getattr(opts, f)]
+            raise ValueError(f"{'; '.join(given) or '--compile.pass_pipeline ' + name}: "
+                             f"{str(e).strip()}") from None
+    if opts.record_dir:
+        folder = Path(opts.record_dir)
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            with tempfile.NamedTemporaryFile(dir=folder, prefix=".jointfx-check-"):
+                pass
+        except OSError as e:
+            raise ValueError(f"--jointfx.record_dir {opts.record_dir!r}: cannot write there: "
+                             f"{e.strerror or e}") from None
+
+
+@functools.cache
+def _configure(spec: str) -> None:
+    """Runs `spec` on a one-node graph: every pass built and its options parsed, its hardware
+    profile loaded."""
+    import jointfx
+
+    g = fx.Graph()
+    x = g.placeholder("x")
+    x.meta["val"] = torch.empty(1)
+    y = g.call_function(torch.ops.aten.sum.default, (x,))
+    y.meta["val"] = torch.empty(())
+    g.output([y])
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        jointfx.run_pipeline_doc(jointfx.export_graph(fx.GraphModule(torch.nn.Module(), g)),
+                                 spec)
 
 
 def _pass_name(p: Callable[..., Any]) -> str:
@@ -286,6 +376,7 @@ def _build_passes(name: str, file_stem: str | None, traced_result: Any, config: 
                                                parallel_dims=parallel_dims)
     opts = _options(config)
     summary = _summary_pass(name)
+    check_options(config)
     if file_stem is None:
         return compose(gt_passes, None, summary=summary)
     reshard = reshard_flag(config)

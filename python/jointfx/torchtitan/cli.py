@@ -118,6 +118,13 @@ def main(argv: list[str] | None = None) -> None:
             config, rest = super()._load_config(args)
             return jt._with_section(config), rest
 
+        def _validate_config(self) -> None:
+            super()._validate_config()
+            try:  # with every option parsed, before the model is built: not at the first step
+                jt.check_options(self.config)
+            except ValueError as e:
+                raise SystemExit(f"jointfx.torchtitan: error: {e}") from None
+
     if argv is not None:
         sys.argv = [sys.argv[0], *argv]
     # train.main makes its ConfigManager by this module-level name.
