@@ -384,6 +384,11 @@ def test_plugin_options_by_name_in_memory_and_checked_up_front(tmp_path: Path,
         jt.check_options(config(record_dir=str(tmp_path / "file" / "rec")))
     with pytest.raises(ValueError, match=r"--jointfx.memory_limit: read by the jointfx "):
         jt.check_options(config("graph_trainer", memory_limit="40GiB"))
+    # GraphTrainer's own `default` has no recorder (it used to record nothing, silently).
+    with pytest.raises(ValueError, match=r"--jointfx.record_dir: .*not --compile.pass_pipeline "
+                                         r"'default'.*graph_trainer"):
+        jt.check_options(config("default", record_dir=str(tmp_path / "rec")))
+    jt.check_options(config("graph_trainer", record_dir=str(tmp_path / "rec")))
 
 
 def test_a_bad_option_stops_the_trainer_before_it_starts(tmp_path: Path) -> None:

@@ -289,6 +289,11 @@ def check_options(config: Any) -> None:
     option."""
     name = getattr(getattr(config, "compile", None), "pass_pipeline", "")
     opts = _options(config)
+    if name not in PIPELINES and opts.record_dir:
+        # The recorder is a post-init hook of the pipelines registered here only.
+        raise ValueError(f"--jointfx.record_dir: records the pipelines jointfx registers "
+                         f"({', '.join(PIPELINES)}), not --compile.pass_pipeline {name!r}; "
+                         "graph_trainer is GraphTrainer's own default list, recorded")
     if name not in PIPELINES or PIPELINES[name] is None:
         used = [f"--jointfx.{f}" for f in ("pipeline", "memory_limit", "hardware")
                 if getattr(opts, f)]
