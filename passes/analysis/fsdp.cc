@@ -114,6 +114,7 @@ class FsdpMatcher {
   void collectPost(FsdpUnshardChain& c, int32_t idx);
   void findSavePoints(FsdpUnshardChain& c, int32_t idx);
   void matchGrad(Node* n);
+  void matchReplicaGrad(Node* n);
   bool followToOutput(FsdpGradChain& c);
   void collectGradPre(FsdpGradChain& c, Node* n);
   Node* rootOf(Node* x);
@@ -160,6 +161,9 @@ void FsdpMatcher::visit(Node* n) {
     matchUnshard(n);
   else if (isPlainCollective(n, CollectiveKind::ReduceScatter))
     matchGrad(n);
+  else if (isPlainCollective(n, CollectiveKind::AllReduce) &&
+           a_.role_[n->id()] == CollectiveRole::Other)
+    matchReplicaGrad(n);
 }
 
 // The single-input root of `x` (singleInputRoot), memoized on the way.
@@ -276,6 +280,29 @@ void FsdpMatcher::matchGrad(Node* n) {
   a_.grads.push_back(std::move(c));
 }
 
+// An all-reduce no reduce-scatter claimed (SimpleFSDP's HSDP all-reduce comes before its
+// reduce-scatter, whose wait is then the only use: followToOutput stops there) whose wait leads
+// to a gradient output.
+void FsdpMatcher::matchReplicaGrad(Node* n) {
+  Node* wait = soleWait(n);
+  // A gradient is made in backward: a forward all-reduce (TP's, on an activation) that some
+  // output happens to read is no gradient reduction.
+  if (!wait || !phases_.isBackward(n)) return;
+  FsdpGradChain walk;  // followToOutput's state; all_reduce set: no second all-reduce absorbed
+  walk.wait = wait;
+  walk.all_reduce = n;
+  if (!followToOutput(walk) || !isGradientOutput(static_cast<int32_t>(walk.output_index))) return;
+  ReplicaGradChain c;
+  c.all_reduce = n;
+  c.wait = wait;
+  c.post = std::move(walk.post);
+  c.output_index = walk.output_index;
+  const auto& specs = g_.outputSpecs();
+  if (c.output_index < specs.size()) c.param_fqn = specs[c.output_index].fqn;
+  a_.role_[n->id()] = CollectiveRole::FsdpGradAllReduce;
+  a_.replica_grads.push_back(std::move(c));
+}
+
 // From the wait along single uses (unary pure ops, an HSDP all-reduce and its wait) to the graph
 // output: fills `post` and `output_index`; false when no gradient output is reached.
 bool FsdpMatcher::followToOutput(FsdpGradChain& c) {
@@ -359,9 +386,11 @@ int32_t FsdpMatcher::accumulatedGradOutput(Node* from) {
       if (through_add && isGradientOutput(output_pos_[x])) result = output_pos_[x];
       break;
     }
-    if (!isPure(u)) break;
-    const bool add = u->is("aten.add.Tensor") && u->numArgs() == 2 && u->inputs().size() == 2 &&
-                     u->kwargs().empty();
+    // An in-place add (a chunked loss accumulates its chunks' gradients so: alias(first), then
+    // add_(acc, next) per chunk) counts too: `x` is its only reader, so the write is private.
+    const bool add = (u->is("aten.add.Tensor") || u->is("aten.add_.Tensor")) && u->numArgs() == 2 &&
+                     u->inputs().size() == 2 && u->kwargs().empty();
+    if (!isPure(u) && !add) break;
     const OpCategory cat = u->info().category;
     const bool unary =
         u->inputs().size() == 1 && (cat == OpCategory::View || cat == OpCategory::Copy);
@@ -433,6 +462,16 @@ std::string AnalysisTraits<FsdpAnalysis>::fingerprint(const Graph&, const FsdpAn
     appendIds(s, c.post);
     s += ';';
   }
+  for (const ReplicaGradChain& c : a.replica_grads) {
+    s += 'r';
+    appendId(s, c.all_reduce, '/');
+    appendId(s, c.wait, '/');
+    s += std::to_string(c.output_index);
+    s += '/';
+    s += c.param_fqn;
+    appendIds(s, c.post);
+    s += ';';
+  }
   s += 'o';
   appendIds(s, a.other_collectives);
   return s;
@@ -455,6 +494,11 @@ FsdpAnalysis AnalysisTraits<FsdpAnalysis>::follow(const FsdpAnalysis& a,
     c.wait = to(c.wait);
     to.all(c.post);
     c.all_reduce = to(c.all_reduce);
+  }
+  for (ReplicaGradChain& c : b.replica_grads) {
+    c.all_reduce = to(c.all_reduce);
+    c.wait = to(c.wait);
+    to.all(c.post);
   }
   to.all(b.other_collectives);
   return b;

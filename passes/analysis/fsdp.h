@@ -19,6 +19,12 @@
 //     a parameter read k times (tied embedding, ALBERT's shared layer) has k reduce-scatters
 //     that autograd adds up; the adds belong to no chain's `post`.
 //
+// Replica gradient chain (one per all-reduce that matches and belongs to no reduce-scatter's
+// chain): data parallelism without sharding, as DDP (SimpleFSDP's `replicate` mode) or a mesh
+// dimension that replicates parameters:
+//   gradient -> all_reduce -> wait -> post as above (unary ops, a sum of reads) -> gradient output.
+// Its all-reduce has role FsdpGradAllReduce, like HSDP's: bucket and schedule treat both alike.
+//
 // Every search walks single-input chains and is memoized by node id: O(N + E) in all.
 #pragma once
 
@@ -57,11 +63,19 @@ struct FsdpGradChain {
   std::string param_fqn;       // from the output spec, when it names a gradient
 };
 
+struct ReplicaGradChain {
+  Node* all_reduce = nullptr;
+  Node* wait = nullptr;
+  std::vector<Node*> post;  // wait -> graph output
+  size_t output_index = 0;  // position in the output list
+  std::string param_fqn;    // from the output spec, when it names a gradient
+};
+
 enum class CollectiveRole : uint8_t {
   None,               // not a collective
   FsdpUnshard,        // all-gather of an unshard chain
   FsdpReduceGrad,     // reduce-scatter of a gradient chain
-  FsdpGradAllReduce,  // HSDP all-reduce inside a gradient chain
+  FsdpGradAllReduce,  // HSDP all-reduce inside a gradient chain, or a replica gradient chain's
   Other,              // TP / EP / anything unmatched: passes leave it alone
 };
 
@@ -69,9 +83,10 @@ std::string_view collectiveRoleName(CollectiveRole r);
 
 class FsdpAnalysis {
  public:
-  std::vector<FsdpUnshardChain> unshard;  // in all-gather program order
-  std::vector<FsdpGradChain> grads;       // in reduce-scatter program order
-  std::vector<Node*> other_collectives;   // in program order
+  std::vector<FsdpUnshardChain> unshard;        // in all-gather program order
+  std::vector<FsdpGradChain> grads;             // in reduce-scatter program order
+  std::vector<ReplicaGradChain> replica_grads;  // in all-reduce program order
+  std::vector<Node*> other_collectives;         // in program order
 
   // The unshard chain whose all-gather, wait or post contains `n` (pre nodes can be shared, so
   // they map to the first chain that uses them); nullptr otherwise.

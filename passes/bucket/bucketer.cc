@@ -135,6 +135,11 @@ bool Bucketer::run() {
   grad_chain_ = NodeMap<int32_t>(g_, -1);
   for (size_t i = 0; i < fsdp_.grads.size(); ++i)
     grad_chain_[fsdp_.grads[i].reduce_scatter] = static_cast<int32_t>(i);
+  all_reduce_fqn_ = NodeMap<const std::string*>(g_, nullptr);
+  for (const FsdpGradChain& c : fsdp_.grads)
+    if (c.all_reduce) all_reduce_fqn_[c.all_reduce] = &c.param_fqn;
+  for (const ReplicaGradChain& c : fsdp_.replica_grads)
+    all_reduce_fqn_[c.all_reduce] = &c.param_fqn;
 
   std::vector<Candidate> cands = candidates(collectives);
   const auto before = static_cast<int64_t>(collectives.size());
@@ -222,6 +227,17 @@ bool Bucketer::fitsBucket(Node* n, CollectiveKind kind) {
       return tout.numel() == saturatingMul(tin.numel(), gsize);
     case CollectiveKind::ReduceScatter:
       break;
+    case CollectiveKind::AllReduce:
+      if (tout.numel() != tin.numel()) return false;
+      if (!opts_.exact_rs_order || gsize < 3) return true;
+      // gloo's ring sums chunk k of the buffer from rank k-1 backwards: over 3+ ranks an
+      // element's association follows its chunk, which a member's offset in a bucket changes.
+      ctx_.stat(stats_.unbucketed_rs_order);
+      ctx_.remark("bucket: all-reduce " + quoteForMessage(n->name()) + " over " +
+                  std::to_string(gsize) +
+                  " ranks stays unbucketed: a bucket would move its elements to other gloo ring "
+                  "chunks, summed in another order");
+      return false;
     default:
       return tout.numel() == tin.numel();
   }
@@ -275,6 +291,10 @@ void Bucketer::placeInPayload(Candidate& c, Node* n, CollectiveRole role) {
   } else if (role == CollectiveRole::FsdpReduceGrad && grad_chain_[n] >= 0) {
     const FsdpGradChain& chain = fsdp_.grads[static_cast<size_t>(grad_chain_[n])];
     fqn = chain.param_fqn;
+    auto p = param_ordinal_by_fqn_.find(fqn);
+    if (p != param_ordinal_by_fqn_.end()) c.m.order = p->second;
+  } else if (role == CollectiveRole::FsdpGradAllReduce && all_reduce_fqn_[n]) {
+    fqn = *all_reduce_fqn_[n];
     auto p = param_ordinal_by_fqn_.find(fqn);
     if (p != param_ordinal_by_fqn_.end()) c.m.order = p->second;
   }

@@ -194,7 +194,9 @@ class Bucketer {
   std::unordered_map<std::string, int64_t> param_ordinal_by_fqn_;  // lookups only
   NodeMap<int32_t> param_ordinal_;                                 // placeholder ordinal, or -1
   NodeMap<int32_t> grad_chain_;  // a reduce-scatter's index in fsdp_.grads, or -1
-  std::string name_buf_;         // named()'s
+  // An FSDP gradient all-reduce's parameter (HSDP's, a replica chain's), or nullptr.
+  NodeMap<const std::string*> all_reduce_fqn_;
+  std::string name_buf_;  // named()'s
 };
 
 }  // namespace jfx

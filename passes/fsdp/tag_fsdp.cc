@@ -19,6 +19,9 @@ namespace {
 struct TagFsdpStatistics : StatisticSet {
   Statistic blocks{this, "blocks", "gathered blocks seen"};
   Statistic non_fsdp{this, "non-fsdp-collectives", "collectives that are not FSDP (left alone)"};
+  Statistic replica_grads{this, "replica-grad-all-reduces",
+                          "data-parallel gradient all-reduces without sharding (DDP): no chain "
+                          "to tag, bucketed and scheduled by bucket and schedule"};
   Statistic nodes_tagged{this, "nodes-tagged", "nodes given a recompute tag"};
   Statistic user_tags_kept{this, "user-tags-kept", "MUST_* tags already on the graph, kept"};
   Statistic prefer_overridden{this, "prefer-tags-overridden",
@@ -140,6 +143,7 @@ bool tagChains(Graph& g, int64_t keep_last, bool keep_tail, PassContext& ctx,
   const PhaseInfo& phases = ctx.analyses.get<PhaseInfo>(g);
   const FsdpAnalysis& fsdp = ctx.analyses.get<FsdpAnalysis>(g);
   ctx.stat(tagFsdpStats().non_fsdp, static_cast<int64_t>(fsdp.other_collectives.size()));
+  ctx.stat(tagFsdpStats().replica_grads, static_cast<int64_t>(fsdp.replica_grads.size()));
 
   std::vector<const FsdpUnshardChain*> chains;
   for (const auto& c : fsdp.unshard)

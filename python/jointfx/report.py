@@ -64,7 +64,9 @@ def check_report(report: Mapping[str, Any], header: Mapping[str, Any]) -> list[s
     for stats in _stats(report, "tag-fsdp"):
         chains = stats.get("chains-kept", 0) + stats.get("chains-resharded", 0)
         other = stats.get("non-fsdp-collectives", 0)
-        if params and chains == 0:
+        # DDP: no all-gather to find, every gradient all-reduce understood.
+        replicated = stats.get("replica-grad-all-reduces", 0) > 0 and other == 0
+        if params and chains == 0 and not replicated:
             findings.append(
                 f"tag-fsdp found no FSDP unshard chain (expected one all-gather chain per "
                 f"sharded parameter, {len(params)} parameters in the header); "

@@ -106,8 +106,10 @@ def test_report_reaches_torch_structured_trace() -> None:
 
 
 def _ddp_step_graph() -> tuple[fx.GraphModule, dict]:
-    """A step with two parameters whose gradients are all-reduced (data parallel, not FSDP) and
-    a dead op: dce removes it, tag-fsdp finds no chain, bucket{kinds=ag,rs} no bucket."""
+    """A step with two parameters whose gradients come from all-reduced values through a
+    matmul (no data-parallel reduction a pass knows: a plain DDP all-reduce -> wait -> gradient
+    is one, and gives no finding) and a dead op: dce removes it, tag-fsdp finds no chain and two
+    collectives it does not understand, bucket{kinds=ag,rs} no bucket."""
     from torch.fx.experimental.proxy_tensor import make_fx
 
     c10d = torch.ops._c10d_functional
@@ -115,8 +117,8 @@ def _ddp_step_graph() -> tuple[fx.GraphModule, dict]:
     def step(w1: torch.Tensor, w2: torch.Tensor, x: torch.Tensor) -> list[torch.Tensor]:
         _unused = x * 2
         loss = (x @ w1 @ w2).sum()
-        g1 = c10d.wait_tensor(c10d.all_reduce(torch.ones_like(w1), "sum", "dp"))
-        g2 = c10d.wait_tensor(c10d.all_reduce(torch.ones_like(w2), "sum", "dp"))
+        g1 = c10d.wait_tensor(c10d.all_reduce(torch.ones_like(w1), "sum", "dp")) @ w1
+        g2 = c10d.wait_tensor(c10d.all_reduce(torch.ones_like(w2), "sum", "dp")) @ w2
         return [loss, g1, g2]
 
     gm = make_fx(step, tracing_mode="fake")(torch.randn(4, 4), torch.randn(4, 4),
@@ -240,3 +242,31 @@ def test_collectives_unbucketed_for_memory_are_a_finding() -> None:
         warnings.simplefilter("error", JointfxWarning)
         new = run_pipeline(import_graph(doc), prep + ",bucket{memory-limit=reference}")
     assert new.meta["jointfx_report"]["findings"] == []
+
+
+def test_a_ddp_step_is_understood() -> None:
+    """Plain DDP (gradient -> all_reduce -> wait -> gradient output): replica gradient chains,
+    so no "found no FSDP unshard chain" finding, and bucket merges the two all-reduces."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    c10d = torch.ops._c10d_functional
+
+    def step(w1: torch.Tensor, w2: torch.Tensor, x: torch.Tensor) -> list[torch.Tensor]:
+        loss = (x @ w1 @ w2).sum()
+        g1 = c10d.wait_tensor(c10d.all_reduce(torch.ones_like(w1), "sum", "dp"))
+        g2 = c10d.wait_tensor(c10d.all_reduce(torch.ones_like(w2), "sum", "dp"))
+        return [loss, g1, g2]
+
+    gm = make_fx(step, tracing_mode="fake")(torch.randn(4, 4), torch.randn(4, 4),
+                                            torch.randn(2, 4))
+    _, header = _ddp_step_graph()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        new = run_pipeline(gm, "tag-fsdp,bucket{plan=size, kinds=ar, memory-limit=none}",
+                           **header)
+    report = new.meta["jointfx_report"]
+    assert report["findings"] == [] and caught == []
+    stats = {p["name"]: p.get("stats", {}) for p in report["passes"]}
+    assert stats["tag-fsdp"]["replica-grad-all-reduces"] == 2
+    assert stats["tag-fsdp"]["non-fsdp-collectives"] == 0
+    assert stats["bucket"]["buckets.all_reduce"] == 1

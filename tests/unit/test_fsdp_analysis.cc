@@ -228,3 +228,53 @@ TEST_CASE("fsdp: padding with zeros and an HSDP all-reduce in the gradient chain
   CHECK(a.roleOf(at(g, "ar")) == CollectiveRole::FsdpGradAllReduce);
   CHECK(a.other_collectives.empty());
 }
+
+TEST_CASE("fsdp: DDP gradient all-reduces are replica gradient chains, in-place sums included",
+          "[fsdp]") {
+  // DDP (SimpleFSDP's replicate mode): no all-gather; each gradient read is all-reduced. `w` is
+  // read twice, as a chunked loss reads its output projection, and its two reductions are summed
+  // in place into the first (alias, then add_). A forward all-reduce an output reads is no
+  // gradient reduction.
+  Graph g;
+  Node* w = placeholder(g, "w", f32({8, 8}), InputKind::Parameter, "w");
+  Node* v = placeholder(g, "v", f32({8, 8}), InputKind::Parameter, "v");
+  Node* x = placeholder(g, "x", f32({2, 8}), InputKind::UserInput);
+  Builder b{g};
+  Node* h = b.mm(x, b.t(w, "tw"), "h");
+  Node* fwd_ar = b.wait(b.call("_c10d_functional.all_reduce.default",
+                               {N(h), Arg::ofStr("sum"), Arg::ofStr("0")}, f32({2, 8}), "ar_fwd"),
+                        "arw_fwd");
+  Node* y = b.mm(fwd_ar, b.t(v, "tv"), "y");
+  b.phase = Phase::Loss;
+  Node* loss = b.call("aten.sum.default", {N(y)}, f32({}), "loss");
+  b.phase = Phase::Backward;
+  auto allReduce = [&](Node* in, const std::string& name) {
+    return b.wait(b.call("_c10d_functional.all_reduce.default",
+                         {N(in), Arg::ofStr("sum"), Arg::ofStr("0")}, f32({8, 8}), name),
+                  name + "w");
+  };
+  Node* gv = b.call("aten.ones_like.default", {N(v)}, f32({8, 8}), "gv");
+  Node* gw1 = b.call("aten.ones_like.default", {N(w)}, f32({8, 8}), "gw1");
+  Node* gw2 = b.call("aten.ones_like.default", {N(w)}, f32({8, 8}), "gw2");
+  Node* arv = allReduce(gv, "ar_v");
+  Node* acc = b.call("aten.alias.default", {N(allReduce(gw1, "ar_w1"))}, f32({8, 8}), "acc");
+  Node* sum = b.call("aten.add_.Tensor", {N(acc), N(allReduce(gw2, "ar_w2"))}, f32({8, 8}), "sum");
+  b.output({loss, arv, sum, fwd_ar});
+  g.outputSpecs() = {{OutputKind::Loss, ""},
+                     {OutputKind::Gradient, "v"},
+                     {OutputKind::Gradient, "w"},
+                     {OutputKind::Other, ""}};
+  FsdpAnalysis a = analyzeFsdp(g, computePhases(g));
+  CHECK(a.unshard.empty());
+  CHECK(a.grads.empty());
+  REQUIRE(a.replica_grads.size() == 3);
+  CHECK(a.replica_grads[0].all_reduce == at(g, "ar_v"));
+  CHECK(a.replica_grads[0].param_fqn == "v");
+  CHECK(a.replica_grads[0].output_index == 1);
+  CHECK(a.replica_grads[1].all_reduce == at(g, "ar_w1"));
+  CHECK(a.replica_grads[2].all_reduce == at(g, "ar_w2"));
+  CHECK(a.replica_grads[1].param_fqn == "w");
+  CHECK(a.replica_grads[2].param_fqn == "w");
+  CHECK(a.roleOf(at(g, "ar_w2")) == CollectiveRole::FsdpGradAllReduce);
+  CHECK(names(a.other_collectives) == Names{"ar_fwd"});
+}
