@@ -64,6 +64,17 @@ def _pipeline_text(pipeline: Any, fn: str) -> str:
         raise TypeError(f"{fn}: expected the pipeline as a str (a spec such as 'dce,bucket', a "
                         f"shipped name such as 'default', or a path), got "
                         f"{type(pipeline).__name__}")
+    # Said here: the extension would truncate a path at a NUL byte (the C library's file names
+    # end there) and turn a lone surrogate, which has no UTF-8 form, into pybind's "incompatible
+    # function arguments" TypeError, as if the str were not one.
+    if "\0" in pipeline:
+        raise ValueError(f"{fn}: the pipeline {pipeline!r} holds a NUL byte at position "
+                         f"{pipeline.index(chr(0))}: no spec, name or path has one")
+    try:
+        pipeline.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise ValueError(f"{fn}: the pipeline {pipeline!r} is not valid text: {e.reason} at "
+                         f"position {e.start}") from None
     return pipeline
 
 

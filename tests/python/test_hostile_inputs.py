@@ -959,6 +959,22 @@ def test_a_pipeline_that_is_not_text_is_a_type_error_that_says_so(pipeline: Any)
         jointfx.run_pipeline_doc(doc, pipeline)
 
 
+@pytest.mark.parametrize(("pipeline", "said"), [
+    ("configs/pipelines/default.json\0.txt", "holds a NUL byte at position 30"),
+    ("dce\ud800", "is not valid text: surrogates not allowed at position 3"),
+])
+def test_a_pipeline_with_a_nul_or_a_lone_surrogate_is_a_value_error_that_says_so(
+        pipeline: str, said: str) -> None:
+    """A NUL inside a path truncated it in the extension (the file read was another one than
+    named, and the message showed the truncated name); a lone surrogate came out as pybind's
+    "incompatible function arguments" TypeError, as if the str were not one."""
+    doc = base_doc()
+    for run in (lambda: jointfx.run_pipeline(import_graph(doc), pipeline),
+                lambda: jointfx.run_pipeline_doc(doc, pipeline)):
+        with pytest.raises(ValueError, match=said):
+            run()
+
+
 def test_run_pipeline_of_something_else_than_a_graph_module_is_a_type_error() -> None:
     with pytest.raises(TypeError, match="run_pipeline: expected a torch.fx.GraphModule, got dict"):
         jointfx.run_pipeline(base_doc(), "dce")
