@@ -6,12 +6,15 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
+#include <atomic>
 #include <cerrno>
 #include <charconv>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <new>
 #include <utility>
 #include <vector>
 
@@ -352,6 +355,53 @@ void writeInPlace(const std::string& path, const std::string& shown, const std::
 
 }  // namespace
 
+namespace {
+
+// The temporaries being written, for the out-of-memory handler, which must not allocate: fixed
+// slots, claimed and released lock-free. A write beyond the slots is simply not in the table.
+using TemporarySlots = std::array<std::atomic<const char*>, 64>;
+TemporarySlots& temporarySlots() {
+  static TemporarySlots slots{};
+  return slots;
+}
+std::atomic<int>& outOfMemoryExitCode() {
+  static std::atomic<int> code{3};
+  return code;
+}
+void registerTemporary(const char* path) {
+  for (auto& slot : temporarySlots()) {
+    const char* empty = nullptr;
+    if (slot.compare_exchange_strong(empty, path)) return;
+  }
+}
+void unregisterTemporary(const char* path) {
+  for (auto& slot : temporarySlots()) {
+    const char* mine = path;
+    if (slot.compare_exchange_strong(mine, nullptr)) return;
+  }
+}
+[[noreturn]] void outOfMemory() {
+  static constexpr char kMessage[] =
+      "jointfx: error: out of memory (free memory, or raise the process's limit; "
+      "--max-input-mib bounds the inputs read)\n";
+  ssize_t ignored = ::write(STDERR_FILENO, kMessage, sizeof kMessage - 1);
+  (void)ignored;
+  for (auto& slot : temporarySlots())
+    if (const char* path = slot.exchange(nullptr)) ::unlink(path);
+  ::_exit(outOfMemoryExitCode().load());
+}
+
+}  // namespace
+
+void exitOutOfMemory() {
+  outOfMemory();
+}
+
+void installOutOfMemoryHandler(int exit_code) {
+  outOfMemoryExitCode().store(exit_code);
+  std::set_new_handler(&outOfMemory);
+}
+
 // A temporary file beside `path` (same directory, so rename() stays on one file system and is
 // atomic: readers see the old file or the new one, never a partial one), removed unless
 // commit() renames it into place. `shown` names the output in errors (the path the user gave,
@@ -368,6 +418,7 @@ class TemporaryBeside {
     tmp_.push_back('\0');
     fd_ = ::mkstemp(tmp_.data());
     if (fd_ < 0) ioError(shown_, "cannot create a temporary file in '" + dir_ + "'", errno);
+    registerTemporary(tmp_.data());
     // mkstemp makes the file 0600; keep an existing target's mode, else the usual 0644.
     struct stat st;
     mode_t mode = ::stat(path.c_str(), &st) == 0 ? (st.st_mode & 07777) : 0644;
@@ -391,6 +442,7 @@ class TemporaryBeside {
     int fd = std::exchange(fd_, -1);
     if (::close(fd) != 0) fail("cannot write", errno);
     if (::rename(tmp_.data(), path_.c_str()) != 0) fail("cannot replace", errno);
+    unregisterTemporary(tmp_.data());
     tmp_.clear();
     // Make the rename itself durable; a failure here leaves a complete file, so it is not an
     // error.
@@ -404,7 +456,10 @@ class TemporaryBeside {
  private:
   void discard() {
     if (fd_ >= 0) ::close(std::exchange(fd_, -1));
-    if (!tmp_.empty()) ::unlink(tmp_.data());
+    if (!tmp_.empty()) {
+      unregisterTemporary(tmp_.data());
+      ::unlink(tmp_.data());
+    }
     tmp_.clear();
   }
 

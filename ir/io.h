@@ -57,6 +57,16 @@ void writeFileAtomic(const std::string& path, const std::function<void(const Chu
 // Streams the graph into the file (writeFileAtomic with the writers' sink forms).
 void saveGraph(const Graph& g, const std::string& path, GraphFormat format);
 
+// Out of memory in a command: `operator new` calls the handler this installs, which says so on
+// stderr, removes every temporary an atomic write has open (so no `.OUT.tmp.XXXXXX` is left
+// beside an output) and exits with `exit_code`. Without it the program aborted with no message:
+// mimalloc's `new`, built as C, calls abort() when it has no handler to call. The handler
+// allocates nothing; the temporaries are kept in a fixed table of slots (a registry).
+void installOutOfMemoryHandler(int exit_code);
+// What that handler does: for an allocator that reports failure its own way (mimalloc's error
+// callback, tools/jointfx/main.cc).
+[[noreturn]] void exitOutOfMemory();
+
 class TemporaryBeside;
 // An output written as it is made (a log that grows step by step), with writeFileAtomic's rules
 // for where it goes: a regular file is written to a temporary beside it and takes its place only

@@ -477,6 +477,46 @@ def check_exec_outputs(c, corpus, tmp):
     return 0
 
 
+def check_out_of_memory(c, tmp):
+    """Out of memory (an address-space limit) at every point of `opt` on a graph holding a 24 MiB
+    string: exit 3 with a message and no temporary left beside the output, or success; never a
+    signal (mimalloc's `new` aborted with no message and left `.out.json.tmp.XXXXXX`). Returns 1
+    (skipped) where the binary cannot start under a limit at all (a sanitizer's shadow memory)."""
+    import resource
+
+    graph = os.path.join(tmp, "big.json")
+    with open(graph, "w") as f:
+        f.write('{"format": "jointfx.graph", "version": 1, "process_groups": [], "inputs": [], '
+                '"outputs": [], "meta": {"blob": "' + "a" * (24 << 20) + '"}, "nodes": ['
+                '{"name": "output", "op": "output", "target": "output", "args": [[]], '
+                '"kwargs": {}, "meta": {}}]}')
+    out = os.path.join(tmp, "out.json")
+
+    def limited(limit):
+        def set_limit():
+            resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+        p = subprocess.run([c.jointfx, "opt", graph, "-o", out, "-p", "dce"], capture_output=True,
+                           text=True, errors="replace", timeout=TIMEOUT_S, preexec_fn=set_limit)
+        return p.returncode, p.stderr
+
+    if limited(16 << 30)[0] != 0:
+        return 1
+    codes = set()
+    limit = 64 << 20
+    while limit < (16 << 30):
+        rc, err = limited(limit)
+        codes.add(rc)
+        left = [n for n in os.listdir(tmp) if n.startswith(".out.json.tmp")]
+        c.check(f"opt under a {limit >> 20} MiB address-space limit", rc in (0, 3) and not left
+                and (rc == 0 or "jointfx: error: out of memory" in err),
+                f"exit {rc}, temporaries left {left}, stderr {err.strip()[:300]!r}")
+        if rc == 0:
+            break
+        limit = limit * 5 // 4
+    c.check("out of memory was reached and then passed", codes >= {0, 3}, f"exit codes {codes}")
+    return 0
+
+
 def check_usage(c, tmp):
     c.expect("no subcommand", [], 2, "A subcommand is required")
     c.expect("unknown flag", ["verify", "--frobnicate", "x.jfx"], 2, "--frobnicate")
@@ -506,6 +546,9 @@ def main():
         outputs = os.path.join(tmp, "exec_outputs")
         os.makedirs(outputs)
         runtime_skipped += check_exec_outputs(c, corpus, outputs)
+        oom = os.path.join(tmp, "oom")
+        os.makedirs(oom)
+        skipped += check_out_of_memory(c, oom)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     if cases + skipped < 100:

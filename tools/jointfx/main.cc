@@ -1,4 +1,5 @@
 // jointfx: one binary, one subcommand per cmd_<name>.cc (see commands.h for the exit codes).
+#include <cerrno>
 #include <cstdlib>
 #include <exception>
 #include <iostream>
@@ -53,13 +54,22 @@ int main(int argc, char** argv) {
   // (MIMALLOC_DECOMMIT_DELAY) still wins: mimalloc reads it first.
   if (std::getenv("MIMALLOC_DECOMMIT_DELAY") == nullptr)
     mi_option_set(mi_option_decommit_delay, 1000);
+  // mimalloc's `new` (built as C) aborts when memory runs out instead of calling the new
+  // handler; its error callback comes first, and ends the run as the handler would.
+  mi_register_error(
+      [](int err, void*) {
+        if (err == ENOMEM) jfx::exitOutOfMemory();
+      },
+      nullptr);
 #endif
   using namespace jfx::cli;
   CLI::App app{"jointfx: compiler passes over PyTorch joint forward+backward FSDP graphs"};
   app.set_version_flag("--version",
                        "jointfx 0.1 (graph format 1; allocator: " + allocatorName() + ")");
   app.require_subcommand(1);
-  app.footer("Exit codes: 0 ok, 1 verification failed, 2 usage or input error.");
+  app.footer(
+      "Exit codes: 0 ok, 1 verification failed, 2 usage or input error, 3 a run or write "
+      "failed (exec, out of memory).");
   clipParseErrors(app);
   // Given before or after the subcommand (fallthrough): `jointfx verify g.json --max-input-mib 8`.
   int64_t max_input_mib = static_cast<int64_t>(jfx::kDefaultInputLimitBytes >> 20);
@@ -70,6 +80,8 @@ int main(int argc, char** argv) {
       ->check(IntRange(1, int64_t{1} << 24))
       ->each([](const std::string& v) { jfx::setInputSizeLimit(std::stoull(v) << 20); });
   app.fallthrough();
+  // Out of memory: a message, no temporary left beside an output, exit 3 (not an abort).
+  jfx::installOutOfMemoryHandler(3);
   int exit_code = kOk;
   addOptCommand(app, exit_code);
   addVerifyCommand(app, exit_code);
