@@ -242,8 +242,9 @@ def test_the_reshard_flag_decides_what_backward_gathers(flag: str) -> None:
     process on the 2-layer llama3 step: `always` re-gathers in backward every block's parameters
     (not the final norm and output projection, which backward reads first, nor the embedding,
     whose gradient needs no weight), all among what GraphTrainer's own list re-gathers under it,
-    `never` none, `default` a part of them that leaves out the last block; every collective kind and phase no more, in
-    count and bytes, than GraphTrainer's own list. Before, `always` was read as `default`."""
+    `never` none, `default` a part of them that leaves out the last block; every collective
+    kind and phase no more, in count and bytes, than GraphTrainer's own list. Before, `always`
+    was read as `default`."""
     import copy
 
     _need_torchtitan()

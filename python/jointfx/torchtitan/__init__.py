@@ -174,7 +174,8 @@ def reshard_flag(config: Any) -> str:
     """torchtitan's `--parallelism.fsdp_reshard_after_forward` as tag-fsdp's `reshard` option,
     as torchtitan's FSDP2 reads it (torchtitan.distributed.fsdp): `always` (every block and the
     embeddings; the final norm and output projection, which backward reads first, stay gathered
-    as under GraphTrainer's own memory policy: tag-fsdp's keep-tail) and `never` as they are; `default` is `never` under pipeline parallelism (no per-microbatch re-gathers) and else
+    as under GraphTrainer's own memory policy: tag-fsdp's keep-tail) and `never` as they are;
+    `default` is `never` under pipeline parallelism (no per-microbatch re-gathers) and else
     jointfx's default (every block re-gathered in backward but the last, which backward reads
     first)."""
     parallelism = getattr(config, "parallelism", None)
