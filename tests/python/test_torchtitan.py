@@ -23,6 +23,7 @@ import subprocess
 import sys
 import warnings
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -53,23 +54,32 @@ ORDERS = ("graph_trainer", "registered", "after_sac_remat", "before_sac_with_con
           "recipe_before_sac_with_config")
 
 
-def _apply(order: str, memory_policy: str = "default") -> tuple[dict, dict, list[str]]:
-    """Traces the 2-layer llama3 debugmodel step (fake group, world 2) and applies GraphTrainer's
-    default list (its terminal Inductor/cudagraph passes left out: they do not move collectives)
-    arranged as `order`; returns (collective_summary, the jointfx report, pass names)."""
-    from torchtitan.experiments.graph_trainer import passes as gt
+def _two_layer_step() -> tuple[Any, Any]:
+    """The 2-layer llama3 debugmodel step traced by torchtitan's tracer under the fake group
+    (world 2, jointfx.titan) and its GraphTrainer config, cut to the same 2 layers."""
     from torchtitan.experiments.graph_trainer.llama3.config_registry import (
         graph_trainer_llama3_debugmodel_sdpa,
     )
 
-    import jointfx.torchtitan as jt
     from jointfx import titan
-    from jointfx.graph_trainer import jointfx_pass
 
     titan.init_fake_world(2, 0)
     tr = titan.trace_model("llama3", 2)
     config = graph_trainer_llama3_debugmodel_sdpa()
     config.model_spec.model.layers = list(config.model_spec.model.layers[:2])
+    return tr, config
+
+
+def _apply(order: str, memory_policy: str = "default") -> tuple[dict, dict, list[str]]:
+    """Traces the 2-layer llama3 debugmodel step (fake group, world 2) and applies GraphTrainer's
+    default list (its terminal Inductor/cudagraph passes left out: they do not move collectives)
+    arranged as `order`; returns (collective_summary, the jointfx report, pass names)."""
+    from torchtitan.experiments.graph_trainer import passes as gt
+
+    import jointfx.torchtitan as jt
+    from jointfx.graph_trainer import jointfx_pass
+
+    tr, config = _two_layer_step()
     config.compile.memory_policy = memory_policy
     full = gt.construct_default_graph_passes(tr.traced, config)
     gt_list = [p for p in full if jt._pass_name(p) not in jt._TERMINAL]
@@ -249,17 +259,10 @@ def test_the_reshard_flag_decides_what_backward_gathers(flag: str) -> None:
 
     _need_torchtitan()
     from torchtitan.experiments.graph_trainer import passes as gt
-    from torchtitan.experiments.graph_trainer.llama3.config_registry import (
-        graph_trainer_llama3_debugmodel_sdpa,
-    )
 
     import jointfx.torchtitan as jt
-    from jointfx import titan
 
-    titan.init_fake_world(2, 0)
-    tr = titan.trace_model("llama3", 2)
-    config = graph_trainer_llama3_debugmodel_sdpa()
-    config.model_spec.model.layers = list(config.model_spec.model.layers[:2])
+    tr, config = _two_layer_step()
     config.parallelism.fsdp_reshard_after_forward = flag
     graphs = {}
     with warnings.catch_warnings():
