@@ -144,6 +144,12 @@ Node* OpBuilder::getitem(Node* x, int64_t index, std::string_view name) {
   return make(kGetitem, {Arg::ofNode(x), Arg::ofInt(index)}, std::move(item), name);
 }
 
+Node* OpBuilder::clone(Node* x, std::string_view name) {
+  static const Symbol kClone = Symbol::intern("aten.clone.default");
+  const TensorMeta& t = tensorOf(x, "aten.clone");
+  return make(kClone, {Arg::ofNode(x)}, ValueMeta::ofTensor(contiguousLike(t, t.shape)), name);
+}
+
 Node* OpBuilder::constantPadNd(Node* x, std::vector<int64_t> pad, double value,
                                std::string_view name) {
   static const Symbol kPad = Symbol::intern("aten.constant_pad_nd.default");

@@ -44,6 +44,8 @@ class OpBuilder {
   Node* splitWithSizes(Node* x, std::vector<int64_t> sizes, int64_t dim,
                        std::string_view name = "");
   Node* getitem(Node* x, int64_t index, std::string_view name = "");
+  // aten.clone: a contiguous copy with storage of its own.
+  Node* clone(Node* x, std::string_view name = "");
   // aten.constant_pad_nd: `pad` as PyTorch orders it (last dim first: left, right, ...).
   Node* constantPadNd(Node* x, std::vector<int64_t> pad, double value, std::string_view name = "");
 

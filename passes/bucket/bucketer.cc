@@ -24,6 +24,8 @@ using bucketing::Side;
 // A pure producer chain longer than this between a parameter and its all-gather is not a cast
 // chain; such a member is not hoisted (it starts a new bucket instead).
 constexpr size_t kMaxHoist = 64;
+// Deeper sums of gradient reductions than this are not followed below a bucket's wait.
+constexpr size_t kMaxSumDepth = 64;
 
 Side sideOf(CollectiveKind k) {
   return k == CollectiveKind::AllGather ? Side::Gather : Side::Data;
@@ -136,8 +138,16 @@ bool Bucketer::run() {
   for (size_t i = 0; i < fsdp_.grads.size(); ++i)
     grad_chain_[fsdp_.grads[i].reduce_scatter] = static_cast<int32_t>(i);
   all_reduce_fqn_ = NodeMap<const std::string*>(g_, nullptr);
-  for (const FsdpGradChain& c : fsdp_.grads)
-    if (c.all_reduce) all_reduce_fqn_[c.all_reduce] = &c.param_fqn;
+  next_in_chain_ = NodeMap<Node*>(g_, nullptr);
+  for (const FsdpGradChain& c : fsdp_.grads) {
+    if (!c.all_reduce) continue;
+    all_reduce_fqn_[c.all_reduce] = &c.param_fqn;
+    // HSDP: the chain's second reduction reads the first one's wait.
+    if (c.all_reduce->isBefore(c.reduce_scatter))
+      next_in_chain_[c.all_reduce] = c.reduce_scatter;
+    else
+      next_in_chain_[c.reduce_scatter] = c.all_reduce;
+  }
   for (const ReplicaGradChain& c : fsdp_.replica_grads)
     all_reduce_fqn_[c.all_reduce] = &c.param_fqn;
 
@@ -338,7 +348,7 @@ std::vector<Bucket> Bucketer::formBuckets(std::vector<Candidate>& cands) {
           if (cand_of[n] < 0) return;
           Candidate& c = cands[static_cast<size_t>(cand_of[n])];
           std::optional<Bucket>& b = open[c.key];
-          if (sideOf(keys_[c.key].kind) == Side::Data) c.m.hard_use = hardUse(c.m.wait);
+          if (sideOf(keys_[c.key].kind) == Side::Data) c.m.hard_use = hardUse(c.m.coll, c.m.wait);
           if (b) {
             const char* reject = rejection(*b, c, n, tn[c.key]);
             // Moving on to the next block is the plan working; coming back to a block that
@@ -404,24 +414,89 @@ bool Bucketer::collectHoist(Node* in, int64_t first_pos, std::vector<Node*>& out
   return true;
 }
 
-// Data side: the position of the first user of `wait` that cannot move below a new bucket wait.
-// Single-operand pure users (the views and casts between a gradient and the graph output) can
-// move, so the search continues through them.
-int64_t Bucketer::hardUse(Node* wait) const {
+// Data side: the position of the first user of `coll`'s `wait` that cannot move below a new
+// bucket wait. Single-operand pure users (the views and casts between a gradient and the graph
+// output) can move, so the search continues through them; so can the next reduction of the same
+// HSDP gradient chain with its wait (the reduce-scatter after a replica all-reduce), which then
+// reduces the bucket's piece: each group's reductions stay in their order, so every rank agrees.
+int64_t Bucketer::hardUse(Node* coll, Node* wait) const {
   int64_t first = kNever;
+  Node* next = next_in_chain_[coll];
+  const bool grad = isGradReduction(coll);
   std::vector<Node*> work{wait};
   while (!work.empty()) {
     Node* x = work.back();
     work.pop_back();
     for (const Use& u : x->uses()) {
       Node* user = u.user;
-      if (isMovablePure(user) && !written_.touches(user) && distinctOperands(user) == 1)
+      if (user == next && user->uses().size() == 1 && user->uses().front().user->isWait())
+        work.push_back(user->uses().front().user);
+      else if (grad && accumulates(x, user))
+        work.push_back(user);
+      else if (isMovablePure(user) && !written_.touches(user) && distinctOperands(user) == 1)
         work.push_back(user);
       else
         first = std::min<int64_t>(first, pos_[user]);
     }
   }
   return first;
+}
+
+bool Bucketer::isGradReduction(const Node* coll) const {
+  const CollectiveRole r = fsdp_.roleOf(coll);
+  return r == CollectiveRole::FsdpGradAllReduce || r == CollectiveRole::FsdpReduceGrad;
+}
+
+// Whether `user` is a sum of gradient reductions, or a view of one, over private storage:
+// `user` reads `x` (such a sum itself, or a reduction's wait) as x's only reader, and its other
+// operand is a private sum too (a chunked loss's alias(first) then add_(acc, next) per chunk, a
+// tied weight's add; the analysis's accumulated gradients). Nothing else reads what such a chain
+// writes, so below a bucket's wait it reads the same values.
+bool Bucketer::accumulates(const Node* x, const Node* user) const {
+  if (x->uses().size() != 1) return false;
+  if (isUnaryView(user)) return true;
+  if (!isGradSum(user)) return false;
+  return privateSum(user->input(0) == x ? user->input(1) : user->input(0), 0);
+}
+
+bool Bucketer::isGradSum(const Node* n) {
+  return (n->is("aten.add.Tensor") || n->is("aten.add_.Tensor")) && n->numArgs() == 2 &&
+         n->inputs().size() == 2 && n->input(0) != n->input(1) && n->kwargs().empty();
+}
+
+bool Bucketer::isUnaryView(const Node* n) {
+  const OpCategory c = n->info().category;
+  return n->isPure() && n->inputs().size() == 1 && (c == OpCategory::View || c == OpCategory::Copy);
+}
+
+// Whether `v` is a gradient reduction's wait, a view of one or a sum of such (isGradSum), each
+// node read once. Sums nest as deep as a model reads one parameter; past kMaxSumDepth, no.
+bool Bucketer::privateSum(const Node* v, size_t depth) const {
+  for (; v->uses().size() == 1 && depth < kMaxSumDepth; v = v->input(0), ++depth) {
+    if (v->isWait()) return v->input(0) && isGradReduction(v->input(0));
+    if (isGradSum(v))
+      return privateSum(v->input(0), depth + 1) && privateSum(v->input(1), depth + 1);
+    if (!isUnaryView(v)) return false;
+  }
+  return false;
+}
+
+// Whether `v`'s storage is a graph output: through views and in-place writes (which return
+// their operand) to the output node.
+bool Bucketer::reachesOutput(const Node* v) {
+  std::vector<const Node*> work{v};
+  for (size_t seen = 0; !work.empty() && seen < kMaxSumDepth; ++seen) {
+    const Node* x = work.back();
+    work.pop_back();
+    for (const Use& u : x->uses()) {
+      const Node* user = u.user;
+      if (user->op() == OpKind::Output) return true;
+      const AliasKind a = user->info().alias;
+      if ((a == AliasKind::View || a == AliasKind::InPlace) && user->input(0) == x)
+        work.push_back(user);
+    }
+  }
+  return false;
 }
 
 void Bucketer::unpack(Node* packed, int64_t dim, const std::vector<int64_t>& sizes,
@@ -571,6 +646,10 @@ void Bucketer::finalizeData(Bucket& b, const KeyTuple& key) {
   NodeMeta shared = sharedMeta(last->meta(), key.phase, b.members);
   const std::string plan = opts_.plan == BucketOptions::Plan::Blocks ? b.block : "size";
 
+  // A member's payload now lives until the bucket's launch: over the memory bound, its storage
+  // is the bucket's doing.
+  for (const Member& m : b.members)
+    noteTouched(m.coll->input(0));
   std::vector<int64_t> sizes;
   Node* packed = packData(payload, key, last, shared, sizes);
   NodeMeta coll_meta = shared;
@@ -588,25 +667,48 @@ void Bucketer::finalizeData(Bucket& b, const KeyTuple& key) {
   Node* anchor = last->isBefore(w0) ? w0 : last;
   NodeMeta wait_meta = sharedMeta(w0->meta(), key.phase, b.members);
   Node* wait = at(anchor, wait_meta).wait(w0->target(), coll, p + "_wait");
+  // Every piece is made before any user moves below them: a moved user (a sum of several
+  // members' gradients) may read a later member's piece. A bucket holding a sum accumulated in
+  // place (a chunked loss adds its chunks' gradients into the first one) mostly dies with the
+  // sum: when its pieces that reach the graph's outputs (the first chunk, the final norm's
+  // gradient beside it) are under half of it, they are copies, since as views they would keep
+  // the whole bucket alive to the graph's end.
+  int64_t escaping = 0;
+  bool accumulated = false;
+  for (const Member& m : b.members) {
+    accumulated |= written_.touches(m.wait);
+    if (reachesOutput(m.wait)) escaping += m.bytes;
+  }
+  const bool own = accumulated && escaping > 0 && 2 * escaping < b.bytes;
+  std::vector<std::pair<const Member*, Node*>> pieces;
   unpack(wait, 0, sizes, payload, anchor, wait_meta, key.phase, p + "_split", /*copy=*/false,
          [&](const Member& m, Node* shaped) {
-           if (anchor == last) moveUsersBelow(m.wait, last);
-           g_.replaceAllUsesWith(m.wait, shaped);
+           if (own && reachesOutput(m.wait)) {
+             NodeMeta meta = m.wait->meta();
+             meta.phase = key.phase;
+             shaped = at(anchor, meta).clone(shaped, named(m.wait->name(), "_own"));
+           }
+           pieces.emplace_back(&m, shaped);
          });
+  for (auto [m, shaped] : pieces) {
+    if (anchor == last) moveUsersBelow(m->wait, wait, last);
+    g_.replaceAllUsesWith(m->wait, shaped);
+  }
   for (const Member& m : b.members)
     retire(m);
 }
 
-void Bucketer::moveUsersBelow(Node* wait, Node* last) {
-  // In program order, moved before `last` (the new wait's anchor).
+void Bucketer::moveUsersBelow(Node* wait, Node* bucket_wait, Node* last) {
+  // In program order, moved before `last` (the new wait's anchor). Between the bucket's wait and
+  // `last` lie only its pieces and users moved for an earlier member: those stay.
   std::vector<Node*> movers;
   std::vector<Node*> work{wait};
   while (!work.empty()) {
     Node* x = work.back();
     work.pop_back();
     for (const Use& use : x->uses())
-      if (Node* u = use.user;
-          u->isBefore(last) && std::find(movers.begin(), movers.end(), u) == movers.end()) {
+      if (Node* u = use.user; u->isBefore(last) && !bucket_wait->isBefore(u) &&
+                              std::find(movers.begin(), movers.end(), u) == movers.end()) {
         movers.push_back(u);
         work.push_back(u);
       }

@@ -107,7 +107,8 @@ class Bucketer {
   bool run();
 
   // Per finished bucket: its members' collectives (erased by the rewrite, which keeps an erased
-  // node's name), and (node, bucket) for every node a rewrite created or moved; what the memory
+  // node's name), and (node, bucket) for every node a rewrite created or moved and every
+  // reduction's payload (alive until the bucket's launch); what the memory
   // check maps over-limit storages back to. Nodes, not names: names were a share of the
   // pipeline's peak (bench/README.md, "Figures behind the code").
   const std::vector<std::vector<const Node*>>& bucketMembers() const { return bucket_members_; }
@@ -139,14 +140,21 @@ class Bucketer {
   std::vector<Bucket> formBuckets(std::vector<Candidate>& cands);
   const char* rejection(const Bucket& b, Candidate& c, Node* n, uint32_t taint) const;
   bool collectHoist(Node* in, int64_t first_pos, std::vector<Node*>& out) const;
-  int64_t hardUse(Node* wait) const;
+  int64_t hardUse(Node* coll, Node* wait) const;
+  bool isGradReduction(const Node* coll) const;
+  bool accumulates(const Node* x, const Node* user) const;
+  bool privateSum(const Node* v, size_t depth) const;
+  static bool isGradSum(const Node* n);
+  static bool isUnaryView(const Node* n);
+  static bool reachesOutput(const Node* v);
   void finalize(Bucket& b);
   void finalizeGather(Bucket& b, const KeyTuple& key);
   void finalizeData(Bucket& b, const KeyTuple& key);
   Node* packData(const std::vector<Member>& payload, const KeyTuple& key, Node* last,
                  const NodeMeta& shared, std::vector<int64_t>& sizes);
-  // Pure users of a member's old wait that ran before the bucket's launch `last` move below it.
-  void moveUsersBelow(Node* wait, Node* last);
+  // Users of a member's old wait that ran before the bucket's launch `last` move below the
+  // bucket's wait `bucket_wait`.
+  void moveUsersBelow(Node* wait, Node* bucket_wait, Node* last);
   // The builder, set to give the next nodes `meta` and to make them before `anchor`.
   OpBuilder& at(Node* anchor, const NodeMeta& meta) {
     builder_.setInsertionPoint(anchor);
@@ -196,6 +204,8 @@ class Bucketer {
   NodeMap<int32_t> grad_chain_;  // a reduce-scatter's index in fsdp_.grads, or -1
   // An FSDP gradient all-reduce's parameter (HSDP's, a replica chain's), or nullptr.
   NodeMap<const std::string*> all_reduce_fqn_;
+  // An HSDP gradient chain's first reduction -> its second (all-reduce <-> reduce-scatter).
+  NodeMap<Node*> next_in_chain_;
   std::string name_buf_;  // named()'s
 };
 
