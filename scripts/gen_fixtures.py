@@ -10,7 +10,8 @@ jointfx.trace. Then models of real model libraries (jointfx.models.real.REAL_FIX
 hf_t5, hf_qwen3_moe, hf_whisper, hf_lora_llama from Hugging Face transformers, timm_vit, timm_convnext, timm_resnet18 from
 timm; tiny configs, seeded random weights, nothing downloaded), traced with jointfx.trace, the
 Hugging Face ones called by keyword. Then graph_trainer model families traced by torchtitan's own
-tracer (jointfx.titan, TITAN_FIXTURES: titan_qwen3_w2, qwen3's debugmodel with 2 layers). All
+tracer (jointfx.titan, TITAN_FIXTURES: titan_qwen3_w2, qwen3's debugmodel with 2 layers;
+titan_llama3_hsdp_w4, llama3's under HSDP, 2 replicas of 2 shards). All
 traced on a fake process group as rank 0. Output is deterministic: running this twice gives byte-identical
 files (tests/python/test_fixtures.py checks it).
 
@@ -40,10 +41,12 @@ FIXTURES: tuple[tuple[str, int], ...] = (
 )
 
 
-# (graph_trainer model family, world size): jointfx.titan.trace_model(family, 2 layers), saved as
-# titan_<family>_w<world>. deepseek_v3 is not among them: its MoE routing calls a Python-only
-# custom op that the C++ executor cannot run, and every fixture runs in the parity matrix.
-TITAN_FIXTURES: tuple[tuple[str, int], ...] = (("qwen3", 2),)
+# (graph_trainer model family, world size, replicas): jointfx.titan.trace_model(family, 2 layers,
+# replicas=...), saved as titan_<family>_w<world>, or titan_<family>_hsdp_w<world> with replicas
+# (HSDP: each gradient all-reduced across replicas, then reduce-scattered). deepseek_v3 is not
+# among them: its MoE routing calls a Python-only custom op that the C++ executor cannot run,
+# and every fixture runs in the parity matrix.
+TITAN_FIXTURES: tuple[tuple[str, int, int], ...] = (("qwen3", 2, 1), ("llama3", 4, 2))
 TITAN_LAYERS = 2
 
 
@@ -67,11 +70,11 @@ def real_fixtures() -> tuple[tuple[str, int], ...]:
 
 def all_fixture_names() -> list[str]:
     return [fixture_name(v, w) for v, w in (*FIXTURES, *model_fixtures(), *real_fixtures())] + [
-        titan_fixture_name(f, w) for f, w in TITAN_FIXTURES]
+        titan_fixture_name(f, w, r) for f, w, r in TITAN_FIXTURES]
 
 
-def titan_fixture_name(family: str, world: int) -> str:
-    return f"titan_{family}_w{world}"
+def titan_fixture_name(family: str, world: int, replicas: int = 1) -> str:
+    return f"titan_{family}_w{world}" if replicas == 1 else f"titan_{family}_hsdp_w{world}"
 
 
 def generate(out_dir: Path, only: set[str] | None = None) -> list[Path]:
@@ -91,7 +94,8 @@ def generate(out_dir: Path, only: set[str] | None = None) -> list[Path]:
                for c, w in model_fixtures()]
             + [(fixture_name(c, w), partial(_trace_model, init_fake_world, trace_real_case, c, w))
                for c, w in real_fixtures()]
-            + [(titan_fixture_name(f, w), partial(_trace_titan, f, w)) for f, w in TITAN_FIXTURES])
+            + [(titan_fixture_name(f, w, r), partial(_trace_titan, f, w, r))
+               for f, w, r in TITAN_FIXTURES])
     for name, run in jobs:
         if only and name not in only:
             continue
@@ -107,11 +111,11 @@ def generate(out_dir: Path, only: set[str] | None = None) -> list[Path]:
     return written
 
 
-def _trace_titan(family: str, world: int) -> Any:
+def _trace_titan(family: str, world: int, replicas: int) -> Any:
     from jointfx import titan
 
     titan.init_fake_world(world)
-    return titan.trace_model(family, TITAN_LAYERS)
+    return titan.trace_model(family, TITAN_LAYERS, replicas=replicas)
 
 
 def _trace_model(init_fake_world: Any, trace_case: Any, case: str, world: int) -> Any:

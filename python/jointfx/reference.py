@@ -23,6 +23,7 @@ fails the others are killed and the exit status is non-zero.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -233,20 +234,50 @@ def _mesh_instances(ranks: list[int], shape: list[int]) -> list[list[int]] | Non
     return None
 
 
-def _setup_groups(doc: dict[str, Any], rank: int, world: int) -> tuple[int, int]:
+@dataclasses.dataclass(frozen=True)
+class _Layout:
+    """Where this rank sits on the graph's mesh: its TP piece, its FSDP shard, its data rows."""
+
+    tp: int = 1
+    tp_rank: int = 0
+    shards: int = 1
+    shard_rank: int = 0
+    dp_rank: int = 0
+
+
+def _layout(doc: dict[str, Any], rank: int, world: int) -> _Layout:
+    """The mesh of the graph meta read as the tracers lay it out: 1-D, every rank one FSDP shard
+    (one whole replica for DDP, `dp_replicate`); 2-D (`dp_replicate`, `dp_shard`): HSDP,
+    sharded along the second dim; any other 2-D: (fsdp, tp)."""
+    mesh = doc.get("meta", {}).get("mesh", {})
+    shape = list(mesh.get("shape", [world]))
+    names = list(mesh.get("dim_names", []))
+    if len(shape) not in (1, 2) or math.prod(shape) != world:
+        raise RuntimeError(f"graph mesh {shape} does not fit a world of {world}")
+    if len(shape) == 1:
+        if names == ["dp_replicate"]:
+            return _Layout(dp_rank=rank)
+        return _Layout(shards=world, shard_rank=rank, dp_rank=rank)
+    if names[:1] == ["dp_replicate"]:
+        return _Layout(shards=shape[1], shard_rank=rank % shape[1], dp_rank=rank)
+    tp = shape[1]
+    return _Layout(tp=tp, tp_rank=rank % tp, shards=shape[0], shard_rank=rank // tp,
+                   dp_rank=rank // tp)
+
+
+def _setup_groups(doc: dict[str, Any], rank: int, world: int) -> None:
     """Creates and registers every group of the graph header under its name, this rank's members
     worked out from the graph's mesh as the executor does (the header lists rank 0's members);
     groups that are not mesh-shaped (the world, literal rank lists) are the same on every rank.
-    Extra groups, e.g. split-comm-groups' copies, get their own process group. Returns
-    (tp_size, fsdp_size) from the mesh."""
+    Extra groups, e.g. split-comm-groups' copies, get their own process group. Every group is
+    made before any is registered: c10d names new groups "1", "2", ..., names a graph may use."""
     import torch.distributed as dist
 
     from jointfx.trace import register_group_name
 
     shape = list(doc.get("meta", {}).get("mesh", {}).get("shape", [world]))
-    if len(shape) not in (1, 2) or math.prod(shape) != world:
-        raise RuntimeError(f"graph mesh {shape} does not fit a world of {world}")
     world_name = dist.group.WORLD.group_name
+    named = []
     for pg in doc["process_groups"]:
         ranks = list(pg.get("ranks") or range(pg["size"]))
         if pg["name"] == world_name and sorted(ranks) == list(range(world)):
@@ -258,16 +289,16 @@ def _setup_groups(doc: dict[str, Any], rank: int, world: int) -> tuple[int, int]
             if rank in members:
                 mine = group
         if mine is not None:
-            register_group_name(pg["name"], mine)
-    return (shape[1] if len(shape) == 2 else 1), shape[0]
+            named.append((pg["name"], mine))
+    for name, group in named:
+        register_group_name(name, group)
 
 
 def _inputs(doc: dict[str, Any], gm: Any, params: dict[str, Any], batch: dict[str, Any],
-            rank: int, tp: int, fsdp: int) -> list[Any]:
+            at: _Layout) -> list[Any]:
     from jointfx.trace import ParamLayout, shard_param
 
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    tp_rank, fsdp_rank = rank % tp, rank // tp
     values = []
     for spec, node in zip(doc["inputs"], placeholders, strict=True):
         if spec["kind"] in ("mesh", "opaque"):
@@ -279,14 +310,14 @@ def _inputs(doc: dict[str, Any], gm: Any, params: dict[str, Any], batch: dict[st
         if spec["kind"] == "parameter":
             full = params[spec["fqn"]]
             layout = ParamLayout(spec["fqn"], tuple(full.shape), shape, shape, full.dtype)
-            values.append(shard_param(full, layout, fsdp_rank=fsdp_rank, fsdp_size=fsdp,
-                                      tp_rank=tp_rank, tp_size=tp))
+            values.append(shard_param(full, layout, fsdp_rank=at.shard_rank,
+                                      fsdp_size=at.shards, tp_rank=at.tp_rank, tp_size=at.tp))
         elif spec["kind"] == "buffer":
             values.append(params[spec["fqn"]].clone())
         else:
             t = batch[spec["name"]]
             if tuple(t.shape) != shape:  # a global batch: this data-parallel rank's rows
-                t = t.narrow(0, fsdp_rank * shape[0], shape[0])
+                t = t.narrow(0, at.dp_rank * shape[0], shape[0])
             values.append(t.contiguous())
         if tuple(values[-1].shape) != shape:
             raise RuntimeError(f"input {spec['name']}: {tuple(values[-1].shape)} vs graph {shape}")
@@ -310,9 +341,10 @@ def _worker(a: argparse.Namespace) -> None:
         print(f"rank {a.rank}: --debug-exit-rank", flush=True)
         os._exit(3)
     doc = load_graph(a.graph)
-    tp, fsdp = _setup_groups(doc, a.rank, a.nproc)
+    at = _layout(doc, a.rank, a.nproc)
+    _setup_groups(doc, a.rank, a.nproc)
     gm = import_graph(doc)
-    inputs = _inputs(doc, gm, load_file(a.params), load_file(a.batch), a.rank, tp, fsdp)
+    inputs = _inputs(doc, gm, load_file(a.params), load_file(a.batch), at)
     # Random ops in the graph (dropout) draw from the default generator, seeded as `jointfx
     # exec --seed` seeds it: the same stream on every rank, the same masks as the executor's.
     torch.manual_seed(a.seed)

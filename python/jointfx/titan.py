@@ -137,7 +137,8 @@ def trace_model(family: str = "llama3", n_layers: int = 2, *, seed: int = SEED,
     over the initialized default group: every rank of it forms the `fsdp` mesh, or with
     `replicas` > 1 HSDP (`hybrid_shard`) on a (replicas, world / replicas) mesh named
     (`dp_replicate`, `dp_shard`): parameters sharded within a replica, gradients then
-    all-reduced across replicas."""
+    all-reduced across replicas; `replicas` = world: DDP (`replicate`, as torchtitan's
+    dp_shard 1), every parameter whole on every rank, gradients all-reduced."""
     import torch.distributed as dist
     from torchtitan.components.loss import CrossEntropyLoss
     from torchtitan.experiments.graph_trainer.make_fx_tracer import minimal_fx_tracer
@@ -166,8 +167,13 @@ def _fsdp_model(family: str, n_layers: int, seed: int, replicas: int
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
     from torchtitan.experiments.graph_trainer.common_utils import annotate_module_fqns
+    from torchtitan.experiments.graph_trainer import simple_fsdp
     from torchtitan.experiments.graph_trainer.simple_fsdp import data_parallel
 
+    # SimpleFSDP caches its wrapper class per module class, and the class's parameter properties
+    # call the parametrization of the first model wrapped: a second model on another mesh
+    # (HSDP after FSDP, in one process) would run the first one's collectives.
+    simple_fsdp._wrap_class_cache.clear()
     world = dist.get_world_size()
     model = build_model(family, n_layers, seed)
     # named_parameters() lists a tied weight once, under its first FQN; set_local_shards walks
@@ -179,6 +185,9 @@ def _fsdp_model(family: str, n_layers: int, seed: int, replicas: int
     if replicas == 1:
         mesh = init_device_mesh("cpu", (world,), mesh_dim_names=("fsdp",))
         model = data_parallel(model, mesh, mode="fully_shard")
+    elif replicas == world:  # as torchtitan's dp_shard 1: DDP
+        mesh = init_device_mesh("cpu", (world,), mesh_dim_names=("dp_replicate",))
+        model = data_parallel(model, mesh, mode="replicate")
     else:
         mesh = init_device_mesh("cpu", (replicas, world // replicas),
                                 mesh_dim_names=("dp_replicate", "dp_shard"))
@@ -328,7 +337,8 @@ def main() -> int:
     p.add_argument("--rank", type=int, default=0)
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--replicas", type=int, default=1,
-                   help="HSDP: replicas of a world / replicas-way sharded model (default 1: FSDP)")
+                   help="HSDP: replicas of a world / replicas-way sharded model (default 1: "
+                   "FSDP; the world: DDP)")
     p.add_argument("--out", help="write the graph as jointfx JSON")
     p.add_argument("--code", action="store_true", help="print the graph's Python code")
     a = p.parse_args()

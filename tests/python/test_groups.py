@@ -73,7 +73,7 @@ def _worker(a: argparse.Namespace) -> None:
 
     from jointfx import import_graph, load_graph, register_process_groups, run_pipeline
     from jointfx.groups import use_one_gloo_worker_thread
-    from jointfx.reference import _inputs
+    from jointfx.reference import _inputs, _layout
 
     torch.set_num_threads(1)
     timeout = timedelta(seconds=TIMEOUT_S)
@@ -82,7 +82,8 @@ def _worker(a: argparse.Namespace) -> None:
     dist.init_process_group("gloo", store=store, rank=a.rank, world_size=WORLD, timeout=timeout)
     doc = load_graph(FIXTURE)
     gm = import_graph(doc)
-    inputs = _inputs(doc, gm, load_file(a.params), load_file(a.batch), a.rank, 1, WORLD)
+    inputs = _inputs(doc, gm, load_file(a.params), load_file(a.batch),
+                     _layout(doc, a.rank, WORLD))
     # A second import: run_pipeline may edit the GraphModule it is given in place.
     new = run_pipeline(import_graph(doc), str(DEFAULT_PIPELINE))
     assert new is not gm
