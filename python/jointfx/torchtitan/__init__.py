@@ -100,7 +100,9 @@ class JointfxConfig:
 
     record_dir: str = ""
     """Write rank<R>.json here after every step: per-step losses (exact, as float.hex), step
-    seconds, peak RSS, and the final graph's collectives by phase. For comparing runs."""
+    seconds, peak RSS, and the final graph's collectives by phase. For comparing runs. Also
+    rank<R>.graph.json, the graph the jointfx pass received, with the tracer's specs: what
+    `jointfx opt` / `analyze` / `parity` reproduce the run's plan from."""
 
 
 # ----------------------------------------------------------------------------- registration
@@ -394,13 +396,15 @@ def _build_passes(name: str, file_stem: str | None, traced_result: Any, config: 
         logger.info(f"[jointfx] --parallelism.fsdp_reshard_after_forward: tag-fsdp{{reshard="
                     f"{reshard}}} in place of {file_stem}.json's own choice")
     keep_sac_remat = getattr(config.compile, "memory_policy", "default") == "sac_and_offload"
-    jfx = _jointfx_pass(spec, traced_result, strict=opts.strict)
+    jfx = _jointfx_pass(spec, traced_result, strict=opts.strict,
+                        record_dir=Path(opts.record_dir) if opts.record_dir else None)
     passes = compose(gt_passes, jfx, keep_sac_remat=keep_sac_remat, summary=summary)
     logger.info(f"[jointfx] pipeline {name}: {spec}")
     return passes
 
 
-def _jointfx_pass(spec: str, traced: Any, *, strict: bool) -> Callable[..., fx.GraphModule]:
+def _jointfx_pass(spec: str, traced: Any, *, strict: bool,
+                  record_dir: Path | None = None) -> Callable[..., fx.GraphModule]:
     from jointfx.graph_trainer import jointfx_pass
 
     # Placed after the memory policy (or with none left to come: compose removes SAC's remat),
@@ -414,6 +418,8 @@ def _jointfx_pass(spec: str, traced: Any, *, strict: bool) -> Callable[..., fx.G
         from torchtitan.tools.logging import logger
 
         before = collective_summary(gm)
+        if record_dir is not None:
+            _record_graph(gm, traced, record_dir)
         gm = inner(gm, example_inputs, **kwargs)
         report = gm.meta.get("jointfx_report", {})
         for p in report.get("passes", []):
@@ -435,6 +441,18 @@ def _jointfx_pass(spec: str, traced: Any, *, strict: bool) -> Callable[..., fx.G
 
     jointfx_pass_with_groups.__name__ = "jointfx_pass"
     return jointfx_pass_with_groups
+
+
+def _record_graph(gm: fx.GraphModule, traced: Any, folder: Path) -> None:
+    """DIR/rank<R>.graph.json: the graph the jointfx pass is given on this rank, with the
+    tracer's specs, written atomically."""
+    import torch.distributed as dist
+
+    from jointfx.export import export_graph, specs_from_traced, write_graph
+
+    rank = dist.get_rank() if dist.is_initialized() else 0
+    specs = specs_from_traced(traced, _model()) if traced is not None else {}
+    write_graph(export_graph(gm, **specs), folder / f"rank{rank}.graph.json")
 
 
 # ----------------------------------------------------------------------------- collectives
