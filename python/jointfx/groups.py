@@ -12,7 +12,9 @@ header group; in Python, calling the GraphModule fails with
 group over the same ranks (`dist.new_group`, one communicator of its own, as the executor does)
 and registers it under the header's name. Groups already registered (the default group "0",
 the groups the model was traced with) are left alone. Every rank must call it, in the same order
-relative to other group creation, like `dist.new_group` itself.
+relative to other group creation, like `dist.new_group` itself: the ranks first exchange which
+groups their graphs want (a graph traced under a sub-mesh names its own slice's groups, which
+differ from rank to rank), and every rank then makes all of them, in one order.
 
 The header lists rank 0's members of each group; for a group that is one slice of a device mesh
 (the graph header's `meta.mesh`, e.g. the TP rows of a 2 x 2 mesh), every slice is created and
@@ -98,7 +100,7 @@ def register_process_groups(source: fx.GraphModule | Mapping[str, Any], *,
     if math.prod(shape) != world:
         raise RuntimeError(f"graph mesh {shape} does not fit a world of {world} ranks")
     default_name = dist.group.WORLD.group_name
-    made: dict[str, Any] = {}
+    wanted: list[tuple[str, list[tuple[int, ...]]]] = []
     for pg in header.get("process_groups", []):
         name = pg["name"]
         if name == default_name or (_is_process_group_registered(name) and not replace):
@@ -107,11 +109,29 @@ def register_process_groups(source: fx.GraphModule | Mapping[str, Any], *,
         if any(r < 0 or r >= world for r in ranks):
             raise RuntimeError(f"process group {name!r}: ranks {ranks} outside a world of "
                                f"{world}")
-        mine = None
-        for members in mesh_slices(ranks, shape) or [sorted(ranks)]:
-            group = dist.new_group(members)  # collective over the world: every rank, same order
-            if rank in members:
-                mine = group
+        wanted.append((name, [tuple(m) for m in mesh_slices(ranks, shape) or [sorted(ranks)]]))
+    # dist.new_group is collective over the world, but ranks' graphs may want different groups:
+    # traced under a sub-mesh, rank 0's graph names its own replica's group ([0, 1]) where rank
+    # 2's names [2, 3] (under torchtitan's HSDP, with c10d names that differ too). So every rank
+    # makes every group any rank wants, in one order. A group is (members, k): a graph wanting
+    # two groups over the same members (split-comm-groups' copy) gets two communicators.
+    keys: list[list[tuple[tuple[int, ...], int]]] = []
+    seen: dict[tuple[int, ...], int] = {}
+    for _, slices in wanted:
+        keys.append([])
+        for members in slices:
+            keys[-1].append((members, seen.get(members, 0)))
+        for members in set(slices):
+            seen[members] = seen.get(members, 0) + 1
+    needed = sorted({k for ks in keys for k in ks})
+    if world > 1:
+        everyone: list[Any] = [None] * world
+        dist.all_gather_object(everyone, needed)
+        needed = sorted({(tuple(m), k) for ks in everyone for m, k in ks})
+    groups = {key: dist.new_group(list(key[0])) for key in needed}
+    made: dict[str, Any] = {}
+    for (name, _), ks in zip(wanted, keys):
+        mine = next((groups[key] for key in ks if rank in key[0]), None)
         if mine is None:
             continue
         if _is_process_group_registered(name):
