@@ -1,12 +1,15 @@
 """torchtitan's GraphTrainer with and without jointfx: `python -m jointfx.torchtitan` under
-torchrun on 2 gloo ranks (CPU), the llama3 debugmodel's `_sdpa` config, for each of
+torchrun on 2 gloo ranks (CPU; --nproc), the llama3 debugmodel's `_sdpa` config (--module and
+--config: e.g. `--module jointfx.torchtitan.configs --config
+graph_trainer_deepseek_v3_debugmodel_sdpa`), for each of
 `--compile.pass_pipeline graph_trainer | jointfx | jointfx_auto`, with the data and tokenizer
 made by jointfx.torchtitan.toy_data. Prints per-step losses (bitwise comparison against
 graph_trainer), the final graph's collectives, step seconds (median of steps 2..N: step 1 traces
 and runs the passes) and peak RSS (per rank, from the record; the whole run's from
 /usr/bin/time -v).
 
-    .venv/bin/python bench/torchtitan_trainer.py [--steps 10] [--out /tmp/tt-bench] [extra args]
+    .venv/bin/python bench/torchtitan_trainer.py [--steps 10] [--out /tmp/tt-bench] [--nproc 2]
+        [--module M --config C] [extra args]
 
 Extra arguments go to every run (e.g. --jointfx.memory_limit 4GiB). Needs scripts/build.
 """
@@ -48,6 +51,9 @@ def main() -> int:
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--out", default="/tmp/tt-bench")
     p.add_argument("--pipelines", default=",".join(PIPELINES))
+    p.add_argument("--nproc", type=int, default=2)
+    p.add_argument("--module", default="graph_trainer.llama3")
+    p.add_argument("--config", default="graph_trainer_llama3_debugmodel_sdpa")
     a, extra = p.parse_known_args()
     out = Path(a.out)
     env = trainer_env()
@@ -59,10 +65,9 @@ def main() -> int:
         rec = out / pipeline
         rec.mkdir(parents=True, exist_ok=True)
         cmd = ["/usr/bin/time", "-v", "-o", str(rec / "time.txt"),
-               sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+               sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(a.nproc),
                "--master_addr", "127.0.0.1", "--master_port", str(_port()),
-               "-m", "jointfx.torchtitan", "--module", "graph_trainer.llama3",
-               "--config", "graph_trainer_llama3_debugmodel_sdpa",
+               "-m", "jointfx.torchtitan", "--module", a.module, "--config", a.config,
                "--compile.pass_pipeline", pipeline,
                "--hf_assets_path", str(out / "assets" / "tokenizer"),
                "--dataloader.dataset_path", str(out / "assets" / "data"),
@@ -76,7 +81,8 @@ def main() -> int:
         if r.returncode != 0:
             print(f"{pipeline}: exit {r.returncode}, see {rec / 'log.txt'}")
             return 1
-        records[pipeline] = [json.loads((rec / f"rank{k}.json").read_text()) for k in range(2)]
+        records[pipeline] = [json.loads((rec / f"rank{k}.json").read_text())
+                             for k in range(a.nproc)]
         t = (rec / "time.txt").read_text()
         wall[pipeline] = (re.search(r"Elapsed \(wall clock\) time.*: (\S+)", t).group(1),
                           int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", t)
@@ -84,9 +90,9 @@ def main() -> int:
     base = records.get("graph_trainer")
     print()
     print("| pipeline | losses = graph_trainer | fwd all-gather | bwd all-gather | "
-          "reduce-scatter | twice in a phase | step s (median) | first step s | "
-          "peak RSS rank 0/1 MiB | wall, peak RSS (time -v) |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "reduce-scatter | bwd all-reduce | each <= graph_trainer | twice in a phase | "
+          "step s (median) | first step s | peak RSS rank 0/1 MiB | wall, peak RSS (time -v) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for pipeline, recs in records.items():
         c = recs[0]["collectives"]
 
@@ -95,18 +101,25 @@ def main() -> int:
             return f"{v['count']}, {v['bytes'] / 1e6:.2f} MB" if v else "none"
 
         same = ("-" if base is None else
-                "bitwise" if all(recs[k]["losses"] == base[k]["losses"] for k in range(2))
+                "bitwise" if all(recs[k]["losses"] == base[k]["losses"] for k in range(a.nproc))
                 else "DIFFERENT")
+        within = "-" if base is None else "yes" if all(
+            v["count"] <= b.get(kind, {"count": 0})["count"]
+            and v["bytes"] <= b.get(kind, {"bytes": 0})["bytes"]
+            for phase in ("forward", "backward")
+            for b in [base[0]["collectives"][phase]]
+            for kind, v in c[phase].items()) else "NO"
         dups = sum(len(v) for v in c["gathers_per_parameter"].values())
         steps = recs[0]["step_seconds"]
         print(f"| {pipeline} | {same} | {cell('forward', 'all_gather')} | "
               f"{cell('backward', 'all_gather')} | {cell('backward', 'reduce_scatter')} | "
+              f"{cell('backward', 'all_reduce')} | {within} | "
               f"{dups} | {statistics.median(steps[1:]):.2f} | {steps[0]:.1f} | "
               f"{recs[0]['peak_rss_bytes'] >> 20}/{recs[1]['peak_rss_bytes'] >> 20} | "
               f"{wall[pipeline][0]}, {wall[pipeline][1] >> 10} MiB |")
     print()
     for pipeline, recs in records.items():
-        for k in range(2):
+        for k in range(a.nproc):
             print(f"{pipeline} rank {k} losses:",
                   " ".join(f"{float.fromhex(x):.9g}" for x in recs[k]["losses"]))
     return 0

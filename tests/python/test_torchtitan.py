@@ -551,14 +551,14 @@ def _free_port() -> int:
 
 
 def train(pipeline: str, assets: dict[str, Path], out: Path, *extra: str, nproc: int = 2,
-          steps: int = STEPS) -> list[dict]:
+          steps: int = STEPS, module: str = "graph_trainer.llama3",
+          config: str = "graph_trainer_llama3_debugmodel_sdpa") -> list[dict]:
     """torchrun, `nproc` ranks, `python -m jointfx.torchtitan` for `steps` steps; the ranks'
     records."""
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc),
            "--master_addr", "127.0.0.1", "--master_port", str(_free_port()),
            "-m", "jointfx.torchtitan",
-           "--module", "graph_trainer.llama3", "--config", "graph_trainer_llama3_debugmodel_sdpa",
-           "--compile.pass_pipeline", pipeline,
+           "--module", module, "--config", config, "--compile.pass_pipeline", pipeline,
            "--hf_assets_path", str(assets["tokenizer"]),
            "--dataloader.dataset_path", str(assets["data"]),
            "--training.steps", str(steps), "--training.seq_len", "128",
@@ -733,6 +733,34 @@ def test_trainer_hsdp(tmp_path: Path) -> None:
         assert runs["jointfx"][rank]["losses"] == runs["graph_trainer"][rank]["losses"], rank
     gt, jfx = runs["graph_trainer"][0]["collectives"], runs["jointfx"][0]["collectives"]
     assert jfx["backward"]["all_reduce"]["bytes"] == gt["backward"]["all_reduce"]["bytes"] > 0
+    for phase in ("forward", "backward"):
+        for kind, c in jfx[phase].items():
+            b = gt[phase].get(kind, {"count": 0, "bytes": 0})
+            assert c["count"] <= b["count"] and c["bytes"] <= b["bytes"], (phase, kind, c, b)
+
+
+@pytest.mark.slow
+def test_trainer_deepseek_v3_through_the_cpu_config(tmp_path: Path) -> None:
+    """CI's slice of the family matrix (bench/torchtitan_trainer.py --module
+    jointfx.torchtitan.configs; qwen3 and qwen3-moe in bench/README.md): the deepseek_v3 debug
+    model (MoE, its own attention) on 2 gloo ranks, 3 steps, through the SDPA config jointfx
+    ships: losses bitwise GraphTrainer's on both ranks, every collective kind and phase no more
+    in count and bytes."""
+    _need_torchtitan()
+    from jointfx.torchtitan.toy_data import make_assets
+
+    assets = make_assets(tmp_path / "assets")
+    runs = {}
+    for pipeline in ("graph_trainer", "jointfx"):
+        out = tmp_path / pipeline
+        out.mkdir()
+        runs[pipeline] = train(pipeline, assets, out, steps=3,
+                               module="jointfx.torchtitan.configs",
+                               config="graph_trainer_deepseek_v3_debugmodel_sdpa")
+    for rank in range(2):
+        assert runs["jointfx"][rank]["losses"] == runs["graph_trainer"][rank]["losses"], rank
+    gt, jfx = runs["graph_trainer"][0]["collectives"], runs["jointfx"][0]["collectives"]
+    assert jfx["backward"]["reduce_scatter"]["bytes"] == gt["backward"]["reduce_scatter"]["bytes"]
     for phase in ("forward", "backward"):
         for kind, c in jfx[phase].items():
             b = gt[phase].get(kind, {"count": 0, "bytes": 0})
