@@ -1,6 +1,7 @@
 #include "ir/io.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -193,10 +194,39 @@ void setInputSizeLimit(uint64_t bytes) {
   g_input_limit = bytes;
 }
 
+namespace {
+
+// How long an input FIFO may go without a writer before it is an error.
+constexpr int kFifoWriterWaitMs = 10000;
+
+// Opens an input for reading. Non-blocking first: opening a FIFO nobody writes to would wait for
+// a writer forever. A FIFO then gets kFifoWriterWaitMs for a writer to send something (or to
+// come and go); after that, reads block as usual.
+int openInput(const std::string& path, const std::string& what) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) ioError(path, "cannot open the " + what, errno);
+  struct stat st;
+  if (fstat(fd, &st) == 0 && S_ISFIFO(st.st_mode)) {
+    pollfd pfd{fd, POLLIN, 0};
+    int r;
+    while ((r = ::poll(&pfd, 1, kFifoWriterWaitMs)) < 0 && errno == EINTR) {
+    }
+    if (r == 0) {
+      ::close(fd);
+      pathError(path, "cannot read the " + what + ": a FIFO nobody wrote to in " +
+                          std::to_string(kFifoWriterWaitMs / 1000) + " s (no writer?)");
+    }
+  }
+  const int flags = ::fcntl(fd, F_GETFL);
+  if (flags >= 0) ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+  return fd;
+}
+
+}  // namespace
+
 std::string readInputFile(const std::string& path, std::string_view what, bool binary) {
   if (path == "-") return readAll(STDIN_FILENO, "<stdin>", what, binary);
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) ioError(path, "cannot open the " + std::string(what), errno);
+  int fd = openInput(path, std::string(what));
   struct stat st;
   if (fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
     ::close(fd);
@@ -239,7 +269,8 @@ struct FileText {
 // reader needs no scan for it (a NUL byte stops its fast tokenizer, and the fallback ends the
 // text there itself): the scan read the whole text once more for nothing.
 void readGraphFile(const std::string& path, FileText& out, bool end_at_nul) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // Non-blocking: a FIFO without a writer is for readInputFile to wait for, a bounded time.
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) ioError(path, "cannot open the graph", errno);
   struct stat st;
   const bool regular = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0 &&

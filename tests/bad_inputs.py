@@ -32,6 +32,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import time
 import threading
 
 TIMEOUT_S = 60
@@ -517,6 +518,43 @@ def check_out_of_memory(c, tmp):
     return 0
 
 
+def check_fifo_inputs(c, tmp):
+    """A FIFO as an input (the graph, a pipeline file): with nobody writing to it, exit 2 naming
+    it after a bounded wait (it waited forever); with a writer that starts a second later, read
+    as a file."""
+
+    graph = ('{"format": "jointfx.graph", "version": 1, "process_groups": [], "inputs": [], '
+             '"outputs": [], "nodes": [{"name": "output", "op": "output", "target": "output", '
+             '"args": [[]], "kwargs": {}, "meta": {}}]}')
+    real = os.path.join(tmp, "g.json")
+    with open(real, "w") as f:
+        f.write(graph)
+    for label, args in (("graph", ["verify", "{fifo}"]),
+                        ("pipeline file", ["opt", real, "-p", "{fifo}", "-o", "-"])):
+        fifo = os.path.join(tmp, f"in_{label.replace(' ', '_')}.json")
+        os.mkfifo(fifo)
+        argv = [a.replace("{fifo}", fifo) for a in args]
+        p = subprocess.run([c.jointfx, *argv], capture_output=True, text=True, errors="replace",
+                           timeout=TIMEOUT_S)
+        c.check(f"a FIFO nobody writes to as the {label}",
+                p.returncode == 2 and fifo in p.stderr and "FIFO nobody wrote to" in p.stderr,
+                f"exit {p.returncode}, stderr {p.stderr.strip()[:300]!r}")
+        text = graph if label == "graph" else '{"passes": [{"name": "dce"}]}'
+
+        def write(path=fifo, text=text):
+            time.sleep(1)
+            with open(path, "w") as f:
+                f.write(text)
+
+        writer = threading.Thread(target=write)
+        writer.start()
+        p = subprocess.run([c.jointfx, *argv], capture_output=True, text=True, errors="replace",
+                           timeout=TIMEOUT_S)
+        writer.join()
+        c.check(f"a FIFO written a second later as the {label}", p.returncode == 0,
+                f"exit {p.returncode}, stderr {p.stderr.strip()[:300]!r}")
+
+
 def check_usage(c, tmp):
     c.expect("no subcommand", [], 2, "A subcommand is required")
     c.expect("unknown flag", ["verify", "--frobnicate", "x.jfx"], 2, "--frobnicate")
@@ -541,6 +579,9 @@ def main():
             os.makedirs(sub)
             step(c, sub)
         check_no_overwrite(c, corpus, tmp)
+        fifos = os.path.join(tmp, "fifos")
+        os.makedirs(fifos)
+        check_fifo_inputs(c, fifos)
         check_usage(c, tmp)
         runtime_skipped = check_runtime_values(c, corpus, tmp)
         outputs = os.path.join(tmp, "exec_outputs")

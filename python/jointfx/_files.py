@@ -3,7 +3,8 @@
 
 Reading: at most the input limit (2 GiB by default, as the CLI's), never more than limit + 1
 bytes of a stream, stopping at the first block that holds a NUL byte (no graph text has one:
-/dev/zero fails at once); a directory is refused. Writing: a regular file (or a new one) through
+/dev/zero fails at once); a directory is refused; a FIFO nobody writes to for 10 s is an
+error. Writing: a regular file (or a new one) through
 a temporary file that mkstemp creates with O_EXCL beside it, synced, then renamed over it; a
 symbolic link's final target is written by the same rules and the link stays; a character
 device or a FIFO is written in place, never replaced; a directory, a socket or a block device
@@ -16,6 +17,7 @@ from __future__ import annotations
 import errno
 import os
 import re
+import select
 import stat
 import tempfile
 from collections.abc import Callable
@@ -24,6 +26,8 @@ from pathlib import Path
 # ir/io.h kDefaultInputLimitBytes: the CLI's default, which `jointfx --max-input-mib` changes.
 DEFAULT_INPUT_LIMIT = 2 << 30
 _BLOCK = 1 << 16  # what a stream is read in, and the granularity of the NUL-byte stop
+# ir/io.cc kFifoWriterWaitMs: how long an input FIFO may go without a writer.
+FIFO_WRITER_WAIT_S = 10
 
 
 def _mib(n: int) -> str:
@@ -40,13 +44,18 @@ def read_input(path: str | Path, what: str, limit: int, error: Callable[[str], E
                      f"{_mib(limit)} (max_input_bytes raises it)")
 
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0))
+        # Non-blocking: opening a FIFO nobody writes to would wait for a writer forever.
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
     except OSError as e:
         raise error(f"{shown}: error: cannot open the {what}: {e.strerror}") from None
     try:
         st = os.fstat(fd)
         if stat.S_ISDIR(st.st_mode):
             raise error(f"{shown}: error: cannot read: {os.strerror(errno.EISDIR)}")
+        if stat.S_ISFIFO(st.st_mode) and not select.select([fd], [], [], FIFO_WRITER_WAIT_S)[0]:
+            raise error(f"{shown}: error: cannot read the {what}: a FIFO nobody wrote to in "
+                        f"{FIFO_WRITER_WAIT_S} s (no writer?)")
+        os.set_blocking(fd, True)
         regular = stat.S_ISREG(st.st_mode)
         if regular and st.st_size > limit:
             raise too_large()

@@ -1263,3 +1263,32 @@ def test_a_failed_write_leaves_the_old_file_and_no_temporary(tmp_path: Path) -> 
         assert (ro / "g.json").read_text() == "old"
     finally:
         ro.chmod(0o700)
+
+
+def test_a_fifo_nobody_writes_to_is_an_error_not_a_wait(tmp_path: Path, monkeypatch) -> None:
+    """load_graph of a FIFO that nobody writes to: an ExportError naming it after a bounded wait
+    (opening it waited for a writer forever, as the CLI did: tests/bad_inputs.py
+    check_fifo_inputs); one written to a moment later is read as a file."""
+    import threading
+    import time
+
+    import jointfx
+    from jointfx import _files
+
+    monkeypatch.setattr(_files, "FIFO_WRITER_WAIT_S", 0.2)
+    fifo = tmp_path / "in.json"
+    os.mkfifo(fifo)
+    with pytest.raises(jointfx.ExportError, match="a FIFO nobody wrote to in 0.2 s"):
+        jointfx.load_graph(fifo)
+    monkeypatch.setattr(_files, "FIFO_WRITER_WAIT_S", 30)
+    text = (REPO / "tests" / "data" / "traced" / "fsdp_w1.json").read_text()
+
+    def write() -> None:
+        time.sleep(0.5)
+        fifo.write_text(text)
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    doc = jointfx.load_graph(fifo)
+    writer.join()
+    assert doc == json.loads(text)
