@@ -127,6 +127,37 @@ def _ag(summary: dict, phase: str) -> dict:
     return summary[phase].get("all_gather", {"count": 0, "bytes": 0})
 
 
+def _no_more_than(summary: dict, base: dict, label: object = None) -> None:
+    """Every collective kind and phase of `summary` no more, in count and bytes, than `base`'s
+    (collective_summary records)."""
+    for phase in ("forward", "backward"):
+        for kind, c in summary[phase].items():
+            b = base[phase].get(kind, {"count": 0, "bytes": 0})
+            assert c["count"] <= b["count"] and c["bytes"] <= b["bytes"], \
+                (label, phase, kind, c, b)
+
+
+def _through_registered_pipelines(tr: Any, config: Any) -> dict[str, Any]:
+    """The traced step after each registered pipeline (graph_trainer, jointfx, jointfx_auto) as
+    `_build_passes` composes it for `config`, GraphTrainer's terminal passes left out."""
+    import copy
+
+    from torchtitan.experiments.graph_trainer import passes as gt
+
+    import jointfx.torchtitan as jt
+
+    graphs = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for name, stem in (("graph_trainer", None), ("jointfx", "default"),
+                           ("jointfx_auto", "auto")):
+            passes = [p for p in jt._build_passes(name, stem, tr.traced, config)
+                      if jt._pass_name(p) not in jt._TERMINAL]
+            graphs[name] = gt.apply_graph_passes(copy.deepcopy(tr.gm), tr.traced.example_inputs,
+                                                 passes)
+    return graphs
+
+
 def test_registered_composition_replaces_only_the_fsdp_passes(orders) -> None:
     names = orders["registered"][2]
     gt_names = orders["graph_trainer"][2]
@@ -256,24 +287,12 @@ def test_the_reshard_flag_decides_what_backward_gathers(flag: str) -> None:
     `never` none, `default` a part of them that leaves out the last block; every collective
     kind and phase no more, in count and bytes, than GraphTrainer's own list. Before, `always`
     was read as `default`."""
-    import copy
-
     _need_torchtitan()
-    from torchtitan.experiments.graph_trainer import passes as gt
-
     import jointfx.torchtitan as jt
 
     tr, config = _two_layer_step()
     config.parallelism.fsdp_reshard_after_forward = flag
-    graphs = {}
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        for name, stem in (("graph_trainer", None), ("jointfx", "default"),
-                           ("jointfx_auto", "auto")):
-            passes = [p for p in jt._build_passes(name, stem, tr.traced, config)
-                      if jt._pass_name(p) not in jt._TERMINAL]
-            graphs[name] = gt.apply_graph_passes(copy.deepcopy(tr.gm), tr.traced.example_inputs,
-                                                 passes)
+    graphs = _through_registered_pipelines(tr, config)
     gt_bw = _gathered(graphs["graph_trainer"], "backward")
     gt_sum = jt.collective_summary(graphs["graph_trainer"])
     for name in ("jointfx", "jointfx_auto"):
@@ -288,11 +307,7 @@ def test_the_reshard_flag_decides_what_backward_gathers(flag: str) -> None:
             assert set() < bw < gt_bw, (sorted(bw), sorted(gt_bw))
         s = jt.collective_summary(gm)
         assert s["gathers_per_parameter"] == {"forward": {}, "backward": {}}, name
-        for phase in ("forward", "backward"):
-            for kind, c in s[phase].items():
-                base = gt_sum[phase].get(kind, {"count": 0, "bytes": 0})
-                assert c["count"] <= base["count"] and c["bytes"] <= base["bytes"], \
-                    (name, phase, kind, c, base)
+        _no_more_than(s, gt_sum, name)
 
 
 @pytest.mark.parametrize("world,replicas", [(4, 2), (2, 2)], ids=["hsdp_2x2", "ddp_2"])
@@ -305,10 +320,7 @@ def test_replicated_gradients_reduce_in_no_more_collectives_than_graph_trainers(
     all-reduces stayed unbucketed (each one's reduce-scatter closed the bucket: "placement")
     against GraphTrainer's 4. (In process, without the trainer's parallel_dims, GraphTrainer's
     own list leaves DDP's 17; on the real Trainer it buckets them: test_trainer_ddp.)"""
-    import copy
-
     _need_torchtitan()
-    from torchtitan.experiments.graph_trainer import passes as gt
     from torchtitan.experiments.graph_trainer.llama3.config_registry import (
         graph_trainer_llama3_debugmodel_sdpa,
     )
@@ -322,25 +334,14 @@ def test_replicated_gradients_reduce_in_no_more_collectives_than_graph_trainers(
     config.model_spec.model.layers = list(config.model_spec.model.layers[:2])
     traced = jt.collective_summary(tr.gm)["backward"]["all_reduce"]["count"]
     assert traced == 17  # one a parameter
-    sums = {}
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        for name, stem in (("graph_trainer", None), ("jointfx", "default"),
-                           ("jointfx_auto", "auto")):
-            passes = [p for p in jt._build_passes(name, stem, tr.traced, config)
-                      if jt._pass_name(p) not in jt._TERMINAL]
-            gm = gt.apply_graph_passes(copy.deepcopy(tr.gm), tr.traced.example_inputs, passes)
-            sums[name] = jt.collective_summary(gm)
+    sums = {name: jt.collective_summary(gm)
+            for name, gm in _through_registered_pipelines(tr, config).items()}
     base = sums["graph_trainer"]
     for name in ("jointfx", "jointfx_auto"):
         s = sums[name]
         assert s["backward"]["all_reduce"]["count"] < traced, name
         assert s["backward"]["all_reduce"]["bytes"] == base["backward"]["all_reduce"]["bytes"]
-        for phase in ("forward", "backward"):
-            for kind, c in s[phase].items():
-                b = base[phase].get(kind, {"count": 0, "bytes": 0})
-                assert c["count"] <= b["count"] and c["bytes"] <= b["bytes"], \
-                    (name, phase, kind, c, b)
+        _no_more_than(s, base, name)
 
 
 def test_the_reshard_flag_under_pipeline_parallelism_is_never() -> None:
@@ -571,6 +572,22 @@ def train(pipeline: str, assets: dict[str, Path], out: Path, *extra: str, nproc:
     return [json.loads((out / f"rank{k}.json").read_text()) for k in range(nproc)]
 
 
+def train_each(folder: Path, *extra: str, pipelines: tuple[str, ...] = ("graph_trainer",
+                                                                         "jointfx"),
+               **kwargs: Any) -> dict[str, list[dict]]:
+    """`train` once per pipeline on one tokenizer and data set made in `folder`, each run in
+    folder/<pipeline>; {pipeline: the ranks' records}."""
+    from jointfx.torchtitan.toy_data import make_assets
+
+    assets = make_assets(folder / "assets")
+    runs = {}
+    for pipeline in pipelines:
+        out = folder / pipeline
+        out.mkdir()
+        runs[pipeline] = train(pipeline, assets, out, *extra, **kwargs)
+    return runs
+
+
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory) -> dict[str, list[dict]]:
     _need_torchtitan()
@@ -629,15 +646,7 @@ def test_trainer_reshard_always_is_graph_trainers(tmp_path: Path) -> None:
     (every block's) and bytes, where it used to be read as `default` (before tag-fsdp's
     keep-tail, the chunked loss's eight lm_head gathers were re-gathered too: 1 MB more)."""
     _need_torchtitan()
-    from jointfx.torchtitan.toy_data import make_assets
-
-    assets = make_assets(tmp_path / "assets")
-    runs = {}
-    for pipeline in ("graph_trainer", "jointfx"):
-        out = tmp_path / pipeline
-        out.mkdir()
-        runs[pipeline] = train(pipeline, assets, out,
-                               "--parallelism.fsdp_reshard_after_forward", "always")
+    runs = train_each(tmp_path, "--parallelism.fsdp_reshard_after_forward", "always")
     assert "tag-fsdp{reshard=always} in place of" in (tmp_path / "jointfx" / "log.txt").read_text()
     for rank in range(2):
         assert runs["jointfx"][rank]["losses"] == runs["graph_trainer"][rank]["losses"], rank
@@ -645,24 +654,13 @@ def test_trainer_reshard_always_is_graph_trainers(tmp_path: Path) -> None:
     assert jfx["gathers_per_parameter"] == {"forward": {}, "backward": {}}
     assert _ag(jfx, "backward")["bytes"] == _ag(gt, "backward")["bytes"] > 0
     assert jfx["gathered_parameters"] == gt["gathered_parameters"]
-    for phase in ("forward", "backward"):
-        for kind, c in jfx[phase].items():
-            assert c["count"] <= gt[phase][kind]["count"], (phase, kind)
-            assert c["bytes"] <= gt[phase][kind]["bytes"], (phase, kind)
+    _no_more_than(jfx, gt)
 
 
 def _ddp_runs(tmp_path: Path) -> dict[str, list[dict]]:
-    from jointfx.torchtitan.toy_data import make_assets
-
-    assets = make_assets(tmp_path / "assets")
-    runs = {}
-    for pipeline in ("graph_trainer", "jointfx", "jointfx_auto"):
-        out = tmp_path / pipeline
-        out.mkdir()
-        runs[pipeline] = train(pipeline, assets, out,
-                               "--parallelism.data_parallel_replicate_degree", "2",
-                               "--parallelism.data_parallel_shard_degree", "1")
-    return runs
+    return train_each(tmp_path, "--parallelism.data_parallel_replicate_degree", "2",
+                      "--parallelism.data_parallel_shard_degree", "1",
+                      pipelines=("graph_trainer", "jointfx", "jointfx_auto"))
 
 
 @pytest.fixture(scope="module")
@@ -718,25 +716,13 @@ def test_trainer_hsdp(tmp_path: Path) -> None:
     differ per rank under a sub-mesh ([0, 1] on rank 0, [2, 3] on rank 2), and each rank made
     only its own (jointfx.groups.register_process_groups)."""
     _need_torchtitan()
-    from jointfx.torchtitan.toy_data import make_assets
-
-    assets = make_assets(tmp_path / "assets")
-    runs = {}
-    for pipeline in ("graph_trainer", "jointfx"):
-        out = tmp_path / pipeline
-        out.mkdir()
-        runs[pipeline] = train(pipeline, assets, out,
-                               "--parallelism.data_parallel_replicate_degree", "2",
-                               "--parallelism.data_parallel_shard_degree", "2",
-                               nproc=4, steps=3)
+    runs = train_each(tmp_path, "--parallelism.data_parallel_replicate_degree", "2",
+                      "--parallelism.data_parallel_shard_degree", "2", nproc=4, steps=3)
     for rank in range(4):
         assert runs["jointfx"][rank]["losses"] == runs["graph_trainer"][rank]["losses"], rank
     gt, jfx = runs["graph_trainer"][0]["collectives"], runs["jointfx"][0]["collectives"]
     assert jfx["backward"]["all_reduce"]["bytes"] == gt["backward"]["all_reduce"]["bytes"] > 0
-    for phase in ("forward", "backward"):
-        for kind, c in jfx[phase].items():
-            b = gt[phase].get(kind, {"count": 0, "bytes": 0})
-            assert c["count"] <= b["count"] and c["bytes"] <= b["bytes"], (phase, kind, c, b)
+    _no_more_than(jfx, gt)
 
 
 @pytest.mark.slow
@@ -747,24 +733,13 @@ def test_trainer_deepseek_v3_through_the_cpu_config(tmp_path: Path) -> None:
     ships: losses bitwise GraphTrainer's on both ranks, every collective kind and phase no more
     in count and bytes."""
     _need_torchtitan()
-    from jointfx.torchtitan.toy_data import make_assets
-
-    assets = make_assets(tmp_path / "assets")
-    runs = {}
-    for pipeline in ("graph_trainer", "jointfx"):
-        out = tmp_path / pipeline
-        out.mkdir()
-        runs[pipeline] = train(pipeline, assets, out, steps=3,
-                               module="jointfx.torchtitan.configs",
-                               config="graph_trainer_deepseek_v3_debugmodel_sdpa")
+    runs = train_each(tmp_path, steps=3, module="jointfx.torchtitan.configs",
+                      config="graph_trainer_deepseek_v3_debugmodel_sdpa")
     for rank in range(2):
         assert runs["jointfx"][rank]["losses"] == runs["graph_trainer"][rank]["losses"], rank
     gt, jfx = runs["graph_trainer"][0]["collectives"], runs["jointfx"][0]["collectives"]
     assert jfx["backward"]["reduce_scatter"]["bytes"] == gt["backward"]["reduce_scatter"]["bytes"]
-    for phase in ("forward", "backward"):
-        for kind, c in jfx[phase].items():
-            b = gt[phase].get(kind, {"count": 0, "bytes": 0})
-            assert c["count"] <= b["count"] and c["bytes"] <= b["bytes"], (phase, kind, c, b)
+    _no_more_than(jfx, gt)
 
 
 @pytest.mark.slow
