@@ -208,32 +208,6 @@ def _write_real_fixture_data(case_name: str, out: Path) -> tuple[Path, Path]:
     return out / "params.safetensors", out / "batch.safetensors"
 
 
-def _mesh_instances(ranks: list[int], shape: list[int]) -> list[list[int]] | None:
-    """If `ranks` (rank 0's members of a group) is a sub-mesh of a row-major mesh of `shape` (all
-    ranks that differ only along some dims), every instance of that sub-mesh, one per fixed
-    coordinate of the other dims; else None."""
-    import itertools
-
-    dims = len(shape)
-    strides = [1] * dims
-    for d in range(dims - 2, -1, -1):
-        strides[d] = strides[d + 1] * shape[d + 1]
-    world = strides[0] * shape[0] if dims else 1
-    for mask in range(1, 1 << dims):
-        along = [d for d in range(dims) if mask >> d & 1]
-
-        def members(base: int) -> list[int]:
-            return sorted(base + sum(k * strides[d] for d, k in zip(along, ks))
-                          for ks in itertools.product(*(range(shape[d]) for d in along)))
-
-        if members(0) != sorted(ranks):
-            continue
-        bases = [r for r in range(world)
-                 if all((r // strides[d]) % shape[d] == 0 for d in along)]
-        return [members(b) for b in bases]
-    return None
-
-
 @dataclasses.dataclass(frozen=True)
 class _Layout:
     """Where this rank sits on the graph's mesh: its TP piece, its FSDP shard, its data rows."""
@@ -263,35 +237,6 @@ def _layout(doc: dict[str, Any], rank: int, world: int) -> _Layout:
     tp = shape[1]
     return _Layout(tp=tp, tp_rank=rank % tp, shards=shape[0], shard_rank=rank // tp,
                    dp_rank=rank // tp)
-
-
-def _setup_groups(doc: dict[str, Any], rank: int, world: int) -> None:
-    """Creates and registers every group of the graph header under its name, this rank's members
-    worked out from the graph's mesh as the executor does (the header lists rank 0's members);
-    groups that are not mesh-shaped (the world, literal rank lists) are the same on every rank.
-    Extra groups, e.g. split-comm-groups' copies, get their own process group. Every group is
-    made before any is registered: c10d names new groups "1", "2", ..., names a graph may use."""
-    import torch.distributed as dist
-
-    from jointfx.trace import register_group_name
-
-    shape = list(doc.get("meta", {}).get("mesh", {}).get("shape", [world]))
-    world_name = dist.group.WORLD.group_name
-    named = []
-    for pg in doc["process_groups"]:
-        ranks = list(pg.get("ranks") or range(pg["size"]))
-        if pg["name"] == world_name and sorted(ranks) == list(range(world)):
-            continue  # the default group already carries that name
-        instances = _mesh_instances(ranks, shape) or [sorted(ranks)]
-        mine = None
-        for members in instances:  # every rank creates every instance, in the same order
-            group = dist.new_group(members)
-            if rank in members:
-                mine = group
-        if mine is not None:
-            named.append((pg["name"], mine))
-    for name, group in named:
-        register_group_name(name, group)
 
 
 def _inputs(doc: dict[str, Any], gm: Any, params: dict[str, Any], batch: dict[str, Any],
@@ -330,7 +275,7 @@ def _worker(a: argparse.Namespace) -> None:
     from safetensors.torch import load_file, save_file
 
     from jointfx.export import buffers_to_mutate, grad_mode, import_graph, load_graph
-    from jointfx.groups import use_one_gloo_worker_thread
+    from jointfx.groups import register_process_groups, use_one_gloo_worker_thread
 
     torch.set_num_threads(a.threads)
     timeout = timedelta(seconds=a.timeout_s)
@@ -342,7 +287,8 @@ def _worker(a: argparse.Namespace) -> None:
         os._exit(3)
     doc = load_graph(a.graph)
     at = _layout(doc, a.rank, a.nproc)
-    _setup_groups(doc, a.rank, a.nproc)
+    # Every header group under its name, this rank's slice of the mesh, as the executor does.
+    register_process_groups(doc, replace=True)
     gm = import_graph(doc)
     inputs = _inputs(doc, gm, load_file(a.params), load_file(a.batch), at)
     # Random ops in the graph (dropout) draw from the default generator, seeded as `jointfx
