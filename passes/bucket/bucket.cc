@@ -509,6 +509,7 @@ void BucketPass::initialize() {
   opts_.fsdp_only = *fsdp_only_;
   opts_.head = *head_;
   opts_.exact_rs_order = *exact_rs_order_;
+  opts_.param_once = *param_once_;
   opts_.memory_limit = *memory_limit_;
 }
 

@@ -50,7 +50,8 @@
 // simulated-step-us.
 // Options: plan=blocks|size|auto, cap-mb=N (size plan default 64; blocks: 0 = uncapped),
 // group=N (blocks per bucket under plan=blocks, default 1), kinds=ag,rs,ar, fsdp-only=true,
-// head=norm,output,lm_head,final_norm, exact-rs-order=true, memory-limit=input|none|BYTES,
+// head=norm,output,lm_head,final_norm, exact-rs-order=true, param-once=false,
+// memory-limit=input|none|BYTES,
 // hardware=FILE (plan=auto only, required there).
 #pragma once
 
@@ -78,6 +79,11 @@ struct BucketOptions {
   std::vector<std::string> head = {"norm", "output", "lm_head", "final_norm"};
   // Keep every reduce-scatter element's summation order under gloo (see "Summation order").
   bool exact_rs_order = true;
+  // A bucket holds at most one collective per parameter; a parameter's next gather or gradient
+  // reduction starts a new bucket. FSDP2 keeps each gradient once in a unit's reduce-scatter
+  // buffer (autograd sums a parameter's uses before its hook fires), so the reference plan
+  // buckets this way; merging a chunked loss's k reductions of one gradient holds k gradients.
+  bool param_once = false;
   // Bound on the estimated peak (passes/analysis/memory.h): 0 = none, -1 = the input's own peak
   // (the pass default: bucketing never raises it). A bound below the input's peak acts as the
   // input's peak.
@@ -161,6 +167,9 @@ class BucketPass : public Pass {
   Option<bool> exact_rs_order_{this, "exact-rs-order", true,
                                "keep each gradient's summation order: pad reduce-scatter buckets "
                                "to gloo ring chunks, leave the others alone"};
+  Option<bool> param_once_{this, "param-once", false,
+                           "at most one collective per parameter in a bucket (FSDP2's buffers: "
+                           "a parameter's repeated gathers or reductions go to other buckets)"};
   BytesOption memory_limit_{this,
                             "memory-limit",
                             "input",

@@ -16,6 +16,7 @@ namespace {
 
 using bucketing::Bucket;
 using bucketing::Candidate;
+using bucketing::isParamOrder;
 using bucketing::KeyTuple;
 using bucketing::kNever;
 using bucketing::Member;
@@ -372,6 +373,7 @@ std::vector<Bucket> Bucketer::formBuckets(std::vector<Candidate>& cands) {
           }
           b->bytes = saturatingAdd(b->bytes, c.m.bytes);
           b->min_hard_use = std::min(b->min_hard_use, c.m.hard_use);
+          if (isParamOrder(c.m.order)) b->params.insert(c.m.order);
           b->members.push_back(std::move(c.m));
           tn[c.key] = b->id;
         }));
@@ -381,11 +383,12 @@ std::vector<Bucket> Bucketer::formBuckets(std::vector<Candidate>& cands) {
 }
 
 // Why candidate `c` (node `n`, whose taint for its key is `taint`) cannot join the open bucket
-// `b`: "block", "cap", "dependency", "placement", or nullptr when it can.
+// `b`: "block", "cap", "dependency", "repeat" (param-once), "placement", or nullptr when it can.
 const char* Bucketer::rejection(const Bucket& b, Candidate& c, Node* n, uint32_t taint) const {
   if (b.block != c.block) return "block";
   if (opts_.cap_bytes > 0 && saturatingAdd(b.bytes, c.m.bytes) > opts_.cap_bytes) return "cap";
   if (taint == b.id) return "dependency";
+  if (opts_.param_once && isParamOrder(c.m.order) && b.params.count(c.m.order)) return "repeat";
   if (sideOf(keys_[c.key].kind) == Side::Gather) {
     if (!collectHoist(n->input(0), b.members.front().pos, c.m.hoist)) return "placement";
   } else if (c.m.pos >= b.min_hard_use) {

@@ -29,7 +29,7 @@ struct BucketStatistics : StatisticSet {
   Statistic buckets{this, "buckets.<kind>", "buckets made, per collective kind"};
   Statistic members{this, "members.<kind>", "collectives merged into buckets, per kind"};
   Statistic split{this, "split.<reason>",
-                  "buckets closed early: cap, dependency, placement, interleaved"};
+                  "buckets closed early: cap, dependency, repeat, placement, interleaved"};
   Statistic hoisted{this, "hoisted", "producers hoisted ahead of a bucket's first member"};
   Statistic moved_down{this, "moved-down", "consumers moved below a bucket's wait"};
   Statistic rs_pad{this, "rs-pad-elements", "elements of zero padding added for exact-rs-order"};
@@ -53,6 +53,10 @@ const BucketStatistics& bucketStats();
 namespace bucketing {
 
 constexpr int64_t kNever = std::numeric_limits<int64_t>::max();
+// Whether a member's payload order is a parameter's ordinal (others order from kNever / 2 on).
+constexpr bool isParamOrder(int64_t order) {
+  return order < kNever / 2;
+}
 
 // All-gathers are issued early, at the first member (their inputs are parameters); reduce-scatters
 // and all-reduces consume computed gradients, so they are issued at the last member.
@@ -93,6 +97,7 @@ struct Bucket {
   std::vector<Member> members;  // program order
   int64_t bytes = 0;
   int64_t min_hard_use = kNever;
+  std::set<int64_t> params;  // param-once: the members' parameter ordinals
 };
 
 }  // namespace bucketing
