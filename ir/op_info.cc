@@ -12,6 +12,7 @@ namespace {
 constexpr uint8_t kRandomFlag = 1;
 constexpr uint8_t kMutatesFlag = 2;
 constexpr uint8_t kEffectFlag = 4;
+constexpr uint8_t kMetadataFlag = 8;
 
 // A row of ir/ops_generated.def.
 // Plain data (a C string, enums, ints): the array is a constant image, with no code to build it.
@@ -147,6 +148,7 @@ OpInfo fromSchema(const SchemaRow& s) {
       s.group_size_arg,
       s.group_name_arg};
   r.dropout_p_arg = s.dropout_p_arg;
+  r.metadata_only = (s.flags & kMetadataFlag) != 0;
   r.written_args = s.written;
   r.in_registry = true;
   return r;

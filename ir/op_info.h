@@ -92,6 +92,9 @@ struct OpInfo {
   int8_t group_size_arg;
   int8_t group_name_arg;
   int8_t dropout_p_arg = -1;  // random only when this argument (or kwarg dropout_p) is non-zero
+  // Returns only shape symbols (SymInt, SymInt[]: sym_size, sym_numel...): it reads its input's
+  // metadata, never its elements (so it may read a collective's result before the wait).
+  bool metadata_only = false;
   // Positional arguments it writes (bit i: argument i; all bits when the table only knows that it
   // writes something). Keyword-only writes (out=) are not in it: they go by name.
   uint32_t written_args = 0;

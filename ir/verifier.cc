@@ -518,7 +518,7 @@ class Verifier {
       for (const Use& u : c->uses()) {
         if (u.user->isWait())
           waits.push_back(u.user);
-        else if (!isDeadView(u.user))
+        else if (!isDeadView(u.user) && !u.user->info().metadata_only)  // a shape is known early
           add(c, "collective-wait-pairing",
               "result is read by " + quoted(u.user) + " without a wait");
       }
@@ -668,9 +668,12 @@ class Verifier {
       add(w, "collective-wait-pairing", "wait has no input");
       return;
     }
-    if (!collectiveBehind(in))
+    // A wait on a wait is a no-op on a finished collective: torchtitan's expert parallelism
+    // waits on the token counts twice (its "sync" after the exchange's own wait).
+    const Node* waited = in->isWait() ? in->input(0) : in;
+    if (!collectiveBehind(waited))
       add(w, "collective-wait-pairing",
-          "waits on " + quoted(in) + ", which is not a collective" +
+          "waits on " + quoted(in) + ", which is not a collective nor a wait on one" +
               (in->isCollective() ? " result (a coalesced collective needs a getitem)" : ""));
   }
 
