@@ -124,8 +124,9 @@ TEST_CASE("instrumentation: a failure is reported once, with what every instrume
   // The nested pass's failure names it; the pass that ran the nested pipeline names itself.
   CHECK(err ==
         "error: pass 'outer' (#1) failed: pass 'tag-fsdp' (#1) failed: reshard=budget: "
-        "memory-limit 1 B is below the estimated peak with every block resharded (55.35 KiB, "
-        "56676 bytes); the smallest feasible limit is 56676 bytes\n(recorded)\n(recorded)");
+        "memory-limit 1 B is below the smallest estimated peak of any keep-last (55.35 KiB, "
+        "56676 bytes, keeping the last 0 units); the smallest feasible limit is 56676 bytes\n"
+        "(recorded)\n(recorded)");
   CHECK(rec.events == std::vector<std::string>{
                           "pipeline [outer]",
                           "before pass 'outer' (#1)",
