@@ -73,9 +73,13 @@ const Node* unshardGatherOf(const Node& input) {
 }
 
 const Node* gradientScatterOf(const Node& value) {
+  return producingCollective(value, CollectiveKind::ReduceScatter);
+}
+
+const Node* producingCollective(const Node& value, CollectiveKind kind) {
   const Node* v = &value;
   for (int depth = 0; v && depth < kMaxChainDepth; ++depth) {
-    if (collectiveKind(*v) == CollectiveKind::ReduceScatter) return v;
+    if (collectiveKind(*v) == kind) return v;
     auto c = v->info().category;
     if (v->op() != OpKind::CallFunction || v->inputs().empty() ||
         (c != OpCategory::View && c != OpCategory::Copy && c != OpCategory::Wait &&

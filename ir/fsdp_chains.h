@@ -46,6 +46,12 @@ const Node* unshardGatherOf(const Node& input);
 // parameter's gradient. nullptr when there is none within 8 steps.
 const Node* gradientScatterOf(const Node& value);
 
+// The collective of `kind` whose result `value` is, through its wait and the first input of
+// views, copies and getitems (a bucket's pieces and casts), within 8 steps; else nullptr.
+// gradientScatterOf is its reduce-scatter case; the memory analysis asks for all-gathers (a
+// gathered parameter, also when a bucket copied it out).
+const Node* producingCollective(const Node& value, CollectiveKind kind);
+
 // The reduce-scatter of the gradient output of parameter `fqn` (the header's output specs), else
 // nullptr.
 const Node* parameterGradientScatter(const Graph& g, std::string_view fqn);

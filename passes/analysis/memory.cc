@@ -5,6 +5,8 @@
 #include <span>
 
 #include "ir/checked.h"
+#include "ir/collectives.h"
+#include "ir/fsdp_chains.h"
 #include "ir/walk.h"
 
 namespace jfx {
@@ -304,14 +306,50 @@ size_t playSchedule(const Graph& g, const StorageNaming& s, MemoryProfile& prof)
   return peak_step;
 }
 
-// Step 3: the largest tensors live at the peak: born at or before it, not freed before it.
-void findLargestAtPeak(const Graph& g, const std::vector<Storage>& storages, size_t peak_step,
-                       size_t top_k, MemoryProfile& prof) {
+PeakClass classOfCollective(const Node* c) {
+  return collectiveKind(*c) == CollectiveKind::AllGather ? PeakClass::GatheredParameters
+                                                         : PeakClass::CommunicationBuffers;
+}
+
+PeakClass classOf(const Node* owner, const Storage& st, const PhaseInfo& phases) {
+  if (owner->op() == OpKind::Placeholder || owner->op() == OpKind::GetAttr)
+    return owner->inputKind() == InputKind::Parameter ? PeakClass::Parameters
+                                                      : PeakClass::OtherInputs;
+  if (st.element == Storage::kStaging) return PeakClass::CommunicationBuffers;
+  if (owner->isCollective()) return classOfCollective(owner);
+  if (producingCollective(*owner, CollectiveKind::AllGather))  // a bucket's copied-out piece
+    return PeakClass::GatheredParameters;
+  // A buffer a collective writes (its out= variant: GraphTrainer's bucketed gathers) is the
+  // collective's; out= is a keyword argument, so it is the collective's only input of its kind.
+  for (const Use& u : owner->uses())
+    if (u.user->isCollective() && u.user->info().alias == AliasKind::Out && u.index != 0)
+      return classOfCollective(u.user);
+  if (st.pinned()) return PeakClass::Outputs;
+  switch (phases.of(owner)) {
+    case Phase::Forward:
+    case Phase::Loss:
+      return PeakClass::ForwardActivations;
+    case Phase::Backward:
+      return PeakClass::BackwardTemporaries;
+    default:
+      return PeakClass::Other;
+  }
+}
+
+// Step 3: the tensors live at the peak (born at or before it, not freed before it): their
+// classes, and the largest of them.
+void findLargestAtPeak(const Graph& g, const PhaseInfo& phases,
+                       const std::vector<Storage>& storages, size_t peak_step, size_t top_k,
+                       MemoryProfile& prof) {
   std::vector<int32_t> at_peak;
   for (size_t s = 0; s < storages.size(); ++s) {
     const Storage& st = storages[s];
-    if (st.born <= peak_step && (st.pinned() || st.last_use >= peak_step))
+    if (st.born <= peak_step && (st.pinned() || st.last_use >= peak_step)) {
       at_peak.push_back(static_cast<int32_t>(s));
+      int64_t& sum =
+          prof.peak_by_class[static_cast<size_t>(classOf(g.nodeById(st.owner), st, phases))];
+      sum = clampToInt64(static_cast<WideInt>(sum) + st.bytes);
+    }
   }
   auto larger = [&](int32_t a, int32_t b) {
     const Storage &x = storages[a], &y = storages[b];
@@ -338,11 +376,18 @@ MemoryProfile analyzeMemory(const Graph& g, const PhaseInfo& phases, const Memor
   sweep(g, naming);
   naming.releaseNodeTables();
   const size_t peak_step = playSchedule(g, naming, prof);
-  findLargestAtPeak(g, naming.m.storages, peak_step, opts.top_k, prof);
+  findLargestAtPeak(g, phases, naming.m.storages, peak_step, opts.top_k, prof);
   // The table itself, not a copy: a second table, made at bucket's bound check while the graph is
   // at its largest, would raise the pipeline's peak (bench/README.md, "Figures behind the code").
   if (opts.lifetimes) prof.storages = std::move(naming.m.storages);
   return prof;
+}
+
+std::string_view peakClassName(PeakClass c) {
+  static constexpr std::array<std::string_view, kPeakClasses> kNames = {
+      "parameters", "other_inputs",        "gathered_parameters",  "communication_buffers",
+      "outputs",    "forward_activations", "backward_temporaries", "other"};
+  return kNames[static_cast<size_t>(c)];
 }
 
 std::string formatBytes(int64_t bytes) {
@@ -381,6 +426,8 @@ std::string AnalysisTraits<MemoryProfile>::fingerprint(const Graph&, const Memor
     num(p.bytes, '@');
     id(p.node, ',');
   }
+  for (const int64_t bytes : m.peak_by_class)
+    num(bytes, ',');
   for (const LiveTensor& t : m.largest_at_peak) {
     id(t.owner, '.');
     num(t.element, '=');

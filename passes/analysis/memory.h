@@ -65,6 +65,21 @@ struct LiveTensor {
   bool is_input = false;  // a graph input (never freed)
 };
 
+// What the bytes live at the peak are, by the storage's owner: every storage live there is in
+// exactly one class, so the classes sum to the peak (short of clamping).
+enum class PeakClass : uint8_t {
+  Parameters,            // parameter inputs (the local shards)
+  OtherInputs,           // the other graph inputs: buffers, the batch
+  GatheredParameters,    // all-gather outputs (FSDP's unsharded parameters, and their views)
+  CommunicationBuffers,  // the other collectives' outputs, and a backend's staging buffers
+  Outputs,               // values the graph returns: the loss and the gradients made so far
+  ForwardActivations,    // made in forward or the loss and still live: at a backward peak, saved
+  BackwardTemporaries,   // made in backward, not returned
+  Other,                 // made outside the three phases
+};
+inline constexpr size_t kPeakClasses = 8;
+std::string_view peakClassName(PeakClass c);  // "parameters", "gathered_parameters", ...
+
 struct PhasePeak {
   int64_t bytes = 0;
   const Node* node = nullptr;  // nullptr when the phase has no nodes
@@ -76,6 +91,7 @@ struct MemoryProfile {
   int64_t input_bytes = 0;                  // graph inputs: live the whole step
   std::vector<LiveTensor> largest_at_peak;  // by bytes, descending; ties by owner position
   std::array<PhasePeak, 4> phase_peaks{};   // indexed by Phase
+  std::array<int64_t, kPeakClasses> peak_by_class{};  // indexed by PeakClass
   // Live bytes at each step: one per node, in program order (step i is the graph's i-th node).
   // No node pointers: 8 bytes a step, where a (node, bytes) pair was 16 (the curve is made
   // while bucket's output is at its largest).

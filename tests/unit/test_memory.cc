@@ -64,6 +64,38 @@ TEST_CASE("memory: a collective's input lives until its wait", "[fsdp]") {
   CHECK(p.peak_bytes == 80);
 }
 
+TEST_CASE("memory: the peak's bytes by class sum to the peak", "[fsdp]") {
+  Graph g;
+  Node* w = placeholder(g, "w", f32({4}), InputKind::Parameter);
+  Node* x = placeholder(g, "x", f32({4}), InputKind::UserInput);
+  Builder b{g, false};
+  Node* ag = b.allGather(w, 2, "ag");                                      // 32 bytes
+  Node* gw = b.wait(ag, "gw");                                             // a view of it
+  Node* piece = b.call("aten.clone.default", {N(gw)}, f32({8}), "piece");  // copied out
+  Node* y = b.call("aten.neg.default", {N(piece)}, f32({8}), "y");         // activation
+  Node* rs = b.reduceScatter(y, 2, "rs");                                  // 16 bytes
+  Node* r = b.wait(rs, "r");
+  Node* out = b.call("aten.neg.default", {N(r)}, f32({4}), "out");
+  b.output({out});
+  MemoryProfile p = profile(g);
+  int64_t sum = 0;
+  for (int64_t bytes : p.peak_by_class)
+    sum += bytes;
+  CHECK(sum == p.peak_bytes);
+  auto at = [&](PeakClass c) { return p.peak_by_class[static_cast<size_t>(c)]; };
+  CHECK(at(PeakClass::Parameters) == 16);
+  CHECK(at(PeakClass::OtherInputs) == 16);
+  // The peak is at the copy: the all-gather's output and the piece a bucket would copy out of
+  // it, both gathered parameters, beside the two inputs.
+  CHECK(p.peak_node == piece);
+  CHECK(p.peak_bytes == 96);
+  CHECK(at(PeakClass::GatheredParameters) == 64);
+  CHECK(peakClassName(PeakClass::GatheredParameters) == "gathered_parameters");
+  (void)x;
+  (void)y;
+  (void)out;
+}
+
 TEST_CASE("memory: multi-output nodes and getitems of views", "[fsdp]") {
   Graph g;
   Node* x = placeholder(g, "x", f32({4}), InputKind::UserInput);

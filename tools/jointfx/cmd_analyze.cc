@@ -11,6 +11,7 @@
 //
 // Extending: add options to AnalyzeArgs, compute in runAnalyze() next to the others, and add one
 // JSON key and one text block (each section owns both, so --json and text stay in step).
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 #include <map>
@@ -198,7 +199,11 @@ void memorySection(const PhaseInfo& phases, const MemoryProfile& mem, bool gloo,
                        {"bytes", t.bytes},
                        {"graph_input", t.is_input},
                        {"phase", phaseOf(phases, t.owner)}});
+  nlohmann::json by_class = nlohmann::json::object();
+  for (size_t c = 0; c < kPeakClasses; ++c)
+    by_class[std::string(peakClassName(static_cast<PeakClass>(c)))] = mem.peak_by_class[c];
   j["memory"] = {{"peak_bytes", mem.peak_bytes},
+                 {"peak_by_class", by_class},
                  {"peak_node", mem.peak_node ? mem.peak_node->name() : ""},
                  {"peak_phase", phaseOf(phases, mem.peak_node)},
                  {"input_bytes", mem.input_bytes},
@@ -209,7 +214,16 @@ void memorySection(const PhaseInfo& phases, const MemoryProfile& mem, bool gloo,
        << "  peak: " << formatBytes(mem.peak_bytes);
   if (mem.peak_node)
     text << " at '" << mem.peak_node->name() << "' (" << phaseOf(phases, mem.peak_node) << ")";
-  text << "\n  graph inputs: " << formatBytes(mem.input_bytes) << "\n";
+  text << "\n  graph inputs: " << formatBytes(mem.input_bytes) << "\n  at the peak:";
+  const char* sep = " ";
+  for (size_t c = 0; c < kPeakClasses; ++c) {
+    if (mem.peak_by_class[c] == 0) continue;
+    std::string name(peakClassName(static_cast<PeakClass>(c)));
+    std::replace(name.begin(), name.end(), '_', ' ');
+    text << sep << name << " " << formatBytes(mem.peak_by_class[c]);
+    sep = ", ";
+  }
+  text << "\n";
   for (Phase p : {Phase::Forward, Phase::Loss, Phase::Backward}) {
     const PhasePeak& pp = mem.peakOf(p);
     if (pp.node)
