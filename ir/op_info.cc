@@ -1,7 +1,12 @@
 #include "ir/op_info.h"
 
 #include <algorithm>
+#include <deque>
 #include <iterator>
+#include <memory>
+#include <mutex>
+#include <shared_mutex>
+#include <stdexcept>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -260,11 +265,139 @@ OpIndex& index() {
 
 }  // namespace
 
+// Rows registered from schemas (registerSchemaOp), by symbol id. Rows never move or die: a
+// node's info() reference stays valid.
+struct SchemaOps {
+  std::shared_mutex mu;
+  std::unordered_map<uint32_t, std::pair<std::string, std::unique_ptr<OpInfo>>> by_id;
+  std::deque<std::string> targets;  // OpInfo::target views these
+};
+
+SchemaOps& schemaOps() {
+  static SchemaOps ops;
+  return ops;
+}
+
 const OpInfo& opInfo(Symbol target) {
   OpIndex& idx = index();
   const uint32_t id = target.id();  // by_id is never written after construction
   const OpInfo* info = id < idx.by_id.size() ? idx.by_id[id] : nullptr;
-  return info ? *info : kUnknown;
+  if (info) return *info;
+  SchemaOps& extra = schemaOps();
+  std::shared_lock lock(extra.mu);
+  auto it = extra.by_id.find(id);
+  return it != extra.by_id.end() ? *it->second.second : kUnknown;
+}
+
+namespace {
+
+// One argument or return of a schema: "Tensor(a!) self", "int[] dims=[]", "*", "Tensor".
+struct SchemaItem {
+  std::string alias;  // "a" of Tensor(a) / Tensor(a!), else empty
+  bool written = false;
+  bool has_default = false;
+  bool kwarg_marker = false;  // the bare "*"
+};
+
+std::vector<std::string> splitTopLevel(std::string_view text) {
+  std::vector<std::string> out;
+  int depth = 0;
+  std::string cur;
+  for (char c : text) {
+    if (c == '(' || c == '[') ++depth;
+    if (c == ')' || c == ']') --depth;
+    if (c == ',' && depth == 0) {
+      out.push_back(cur);
+      cur.clear();
+      continue;
+    }
+    cur += c;
+  }
+  if (cur.find_first_not_of(' ') != std::string::npos) out.push_back(cur);
+  return out;
+}
+
+SchemaItem parseItem(std::string_view text) {
+  SchemaItem item;
+  const size_t b = text.find_first_not_of(' ');
+  text = b == std::string_view::npos ? std::string_view() : text.substr(b);
+  if (text == "*") {
+    item.kwarg_marker = true;
+    return item;
+  }
+  item.has_default = text.find('=') != std::string_view::npos;
+  const size_t open = text.find('(');
+  const size_t space = text.find(' ');
+  if (open != std::string_view::npos && (space == std::string_view::npos || open < space)) {
+    const size_t close = text.find(')', open);
+    if (close == std::string_view::npos) throw std::invalid_argument("unbalanced '('");
+    std::string_view a = text.substr(open + 1, close - open - 1);
+    item.written = !a.empty() && a.back() == '!';
+    item.alias = std::string(item.written ? a.substr(0, a.size() - 1) : a);
+  }
+  return item;
+}
+
+}  // namespace
+
+void registerSchemaOp(std::string_view target, std::string_view schema, bool random) {
+  const Symbol sym = Symbol::intern(target);
+  const OpIndex& idx = index();
+  if (sym.id() < idx.by_id.size() && idx.by_id[sym.id()]) return;  // the table's row stands
+  const size_t open = schema.find('(');
+  const size_t arrow = schema.rfind(" -> ");
+  const size_t close =
+      arrow == std::string_view::npos ? std::string_view::npos : schema.rfind(')', arrow);
+  if (open == std::string_view::npos || close == std::string_view::npos || close < open)
+    throw std::invalid_argument("not a schema 'ns::name(ARGS) -> RETURNS'");
+  std::vector<SchemaItem> args;
+  for (const std::string& a : splitTopLevel(schema.substr(open + 1, close - open - 1)))
+    args.push_back(parseItem(a));
+  std::string_view rets = schema.substr(arrow + 4);
+  if (!rets.empty() && rets.front() == '(' && rets.back() == ')')
+    rets = rets.substr(1, rets.size() - 2);
+  std::vector<SchemaItem> returns;
+  for (const std::string& r : splitTopLevel(rets))
+    returns.push_back(parseItem(r));
+
+  auto info = std::make_unique<OpInfo>(kUnknown);
+  info->category = OpCategory::Compute;
+  info->random = random;
+  info->side_effect = returns.empty();
+  int positional = 0, required = 0;
+  bool kwarg_only = false;
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i].kwarg_marker) {
+      kwarg_only = true;
+      continue;
+    }
+    if (args[i].written) {
+      info->mutates = true;
+      if (!kwarg_only && positional < 32) info->written_args |= uint32_t{1} << positional;
+    }
+    if (!kwarg_only) {
+      ++positional;
+      if (!args[i].has_default) required = positional;
+    }
+  }
+  info->min_args = static_cast<int8_t>(std::min(required, 127));
+  info->max_args = static_cast<int8_t>(std::min(positional, 127));
+  if (!args.empty() && !args[0].kwarg_marker && !args[0].alias.empty())
+    for (const SchemaItem& r : returns)
+      if (r.alias == args[0].alias)
+        info->alias = args[0].written ? AliasKind::InPlace : AliasKind::View;
+  info->flops = FlopFormula::Zero;
+
+  SchemaOps& extra = schemaOps();
+  std::unique_lock lock(extra.mu);
+  auto it = extra.by_id.find(sym.id());
+  if (it != extra.by_id.end()) {
+    if (it->second.first != schema)
+      throw std::invalid_argument("a different schema was registered before: " + it->second.first);
+    return;
+  }
+  info->target = extra.targets.emplace_back(target);
+  extra.by_id.emplace(sym.id(), std::make_pair(std::string(schema), std::move(info)));
 }
 
 const OpInfo& opInfo(std::string_view target) {

@@ -102,8 +102,19 @@ struct OpInfo {
   bool hand = false;         // ir/ops.def gave its category (directly or through its functional op)
 };
 
-// The row for a target; a shared "unknown" row (category Unknown) when the target is not listed.
+// The row for a target; a shared "unknown" row (category Unknown) when the target is not listed
+// in the table nor registered from a schema (registerSchemaOp).
 const OpInfo& opInfo(Symbol target);
+
+// Facts for an op outside the table (a model's custom op, e.g. torchtitan's
+// deterministic_scatter_add) from its registered torch schema, as the exporter recorded it in
+// graph meta "op_schemas" (docs/graph-format.md): arity, the arguments it writes (Tensor(a!)),
+// whether its result aliases argument 0, a side effect when it returns nothing, random when
+// `random` (Tag.nondeterministic_seeded). Category Compute (cost by bytes). A registry: the row
+// lives for the process, and every graph naming the target sees it. A target the table knows
+// keeps the table's row. Throws std::invalid_argument on a schema it cannot read or a second,
+// different schema for the same target.
+void registerSchemaOp(std::string_view target, std::string_view schema, bool random);
 const OpInfo& opInfo(std::string_view target);
 bool isKnownOp(Symbol target);
 std::string_view categoryName(OpCategory c);

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "ir/error.h"
+#include "ir/json/op_schemas.h"
 #include "ir/json_format.h"
 #include "ir/loader.h"
 #include "ir/walk.h"
@@ -784,6 +785,7 @@ class Parser : public NodeSite {
       while (stop > start && (stop[-1] == ' ' || stop[-1] == '\t'))
         --stop;
       g_->extraJson() = jsonObject(start, stop, "graph meta");
+      registerOpSchemas(g_->extraJson(), locationAt(start));
     } else if (kw == "default_device") {
       if (seen_default_device_) failAt(at, "duplicate 'default_device' header line");
       seen_default_device_ = true;

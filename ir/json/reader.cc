@@ -1,6 +1,7 @@
 // The JSON reader (docs/graph-format.md): one decoder of the format. Nodes are read from the
 // tokens by the rules below (the values' helpers are in token_reader.h); the small header goes
 // through a JsonTree.
+#include "ir/json/op_schemas.h"
 #include "ir/json/token_reader.h"
 #include "ir/loader.h"
 
@@ -972,6 +973,7 @@ class JsonReader : public TreeBuilder, public NodeSite, public TokenReader {
       if (!meta.isObject())
         fail("expected meta to be an object, got " + std::string(describe(meta)));
       if (!meta.empty()) canonical(g_->extraJson(), meta);
+      registerOpSchemas(g_->extraJson(), where());
     }
   }
 

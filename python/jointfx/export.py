@@ -1240,6 +1240,8 @@ def _export_head(
         raise ExportError("graph_meta must be plain JSON data")
     if "mesh" not in meta and (mesh := _mesh_meta(placeholders)) is not None:
         meta["mesh"] = mesh
+    if schemas := op_schemas(gm.graph):
+        meta["op_schemas"] = {**meta.get("op_schemas", {}), **schemas}
 
     buffer_fqns = {s.fqn for s in in_specs if s.kind == "buffer"}
     for i, spec in enumerate(out_specs):
@@ -1266,6 +1268,26 @@ def _export_head(
 
 
 _ABSENT = object()
+
+# The namespaces jointfx's op table is generated from (scripts/gen_op_table.py): their ops'
+# facts are known; an op of any other namespace is a custom op whose schema the graph carries.
+TABLE_NAMESPACES = frozenset({"aten", "prims", "_c10d_functional", "_c10d_functional_autograd"})
+
+
+def op_schemas(graph: fx.Graph) -> dict[str, dict[str, Any]]:
+    """Graph meta "op_schemas" (docs/graph-format.md): for each custom op the graph calls (an
+    OpOverload outside TABLE_NAMESPACES: torchtitan's deterministic_scatter_add, a user's
+    torch.library op), its registered schema and whether it draws random numbers, so the passes
+    know what it writes and aliases rather than assuming it writes every operand."""
+    out: dict[str, dict[str, Any]] = {}
+    for n in graph.nodes:
+        t = n.target
+        if (n.op != "call_function" or not isinstance(t, torch._ops.OpOverload)
+                or t.namespace in TABLE_NAMESPACES or str(t) in out):
+            continue
+        out[str(t)] = {"schema": str(t._schema),
+                       "random": torch.Tag.nondeterministic_seeded in t.tags}
+    return dict(sorted(out.items()))
 
 
 def _mesh_meta(placeholders: Sequence[fx.Node]) -> dict[str, Any] | None:

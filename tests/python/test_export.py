@@ -356,3 +356,45 @@ def test_a_get_attr_the_document_cannot_carry_is_said() -> None:
     with pytest.warns(UserWarning, match=r"get_attr 'table' \(dict\) is neither a tensor nor a "
                                          r"GraphModule: the document cannot carry its value"):
         export_graph(gm)
+
+
+@torch.library.custom_op("jointfx_test::scaled_add", mutates_args=())
+def _scaled_add(x: torch.Tensor, y: torch.Tensor, alpha: float = 1.0) -> torch.Tensor:
+    return x + alpha * y
+
+
+@_scaled_add.register_fake
+def _(x: torch.Tensor, y: torch.Tensor, alpha: float = 1.0) -> torch.Tensor:
+    return torch.empty_like(x)
+
+
+@torch.library.custom_op("jointfx_test::bump_", mutates_args=("x",))
+def _bump(x: torch.Tensor) -> None:
+    x.add_(1)
+
+
+def test_custom_ops_carry_their_schema(jfx_bin, tmp_path) -> None:
+    """A custom op's registered schema goes into graph meta "op_schemas" (aten ops do not); the
+    CLI loads it (golden remat/custom_op_schema.jfx shows what the passes make of it) and the
+    round trip keeps it."""
+    import subprocess
+
+    def f(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        z = torch.ops.jointfx_test.scaled_add(x, y, alpha=2.0)
+        torch.ops.jointfx_test.bump_(y)
+        return z.sin()
+
+    gm = make_fx(f)(torch.ones(4), torch.ones(4))
+    doc = export_graph(gm)
+    schemas = doc["meta"]["op_schemas"]
+    assert set(schemas) == {"jointfx_test.scaled_add.default", "jointfx_test.bump_.default"}
+    assert schemas["jointfx_test.scaled_add.default"] == {
+        "random": False,
+        "schema": "jointfx_test::scaled_add(Tensor x, Tensor y, float alpha=1.) -> Tensor"}
+    assert schemas["jointfx_test.bump_.default"]["schema"] == "jointfx_test::bump_(Tensor(a0!) x) -> ()"
+    path = tmp_path / "g.json"
+    path.write_text(dumps_graph(doc))
+    r = subprocess.run([str(jfx_bin), "verify", str(path)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    # The round trip keeps them.
+    assert _roundtrip(doc)["meta"]["op_schemas"] == schemas
