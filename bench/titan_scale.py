@@ -101,7 +101,7 @@ def row(preset: str, layers: int | None, work: Path, limit: str | None,
     doc = json.loads(src.read_text())
     nodes, layers = len(doc["nodes"]), doc["meta"]["model"]["layers"]
     return [preset, str(layers), str(nodes), "; ".join(errors) or "clean",
-            *(f"{c[0]} ({c[1]})" for c in cells.values())]
+            *(f"{c[0]} ({c[1]})" if c[1] else c[0] for c in cells.values())]
 
 
 def main() -> int:

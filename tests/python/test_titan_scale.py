@@ -33,7 +33,7 @@ HARDWARE = "h100"
 # GraphTrainer's 136.6 ms). The peak: FSDP2's rule keeps the last block unsharded after forward,
 # here the MoE block with 1.09 GiB of gathered experts, which GraphTrainer re-gathers. At full
 # size (27 layers) the peak is lower than GraphTrainer's (29.64 vs 32.04 GiB), the step still
-# 7.5% longer (bench/README.md, "Real-scale graphs"). llama3_70b_tp8_w64: step +0.85% at 2
+# 7.6% longer (bench/README.md, "Real-scale graphs"). llama3_70b_tp8_w64: step +0.85% at 2
 # layers (TP's all-reduces are left where they are); at full size it wins (1252.8 vs 1272.0 ms).
 DEFAULT_LOSES_TO_GRAPH_TRAINER = {
     "deepseek_v3_16b_w8": "exact-rs-order on an NCCL target; the kept last block is a MoE block",
