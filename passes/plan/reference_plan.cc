@@ -20,8 +20,7 @@ namespace {
 constexpr std::string_view kReferenceHead =
     "dce,tag-fsdp{reshard=default},remat,dedup-fsdp-unshard";
 constexpr std::string_view kReferenceTail =
-    "bucket{plan=blocks, kinds=ag,rs, param-once=true, memory-limit=none},"
-    "schedule{prefetch=1, memory-limit=none}";
+    "bucket{plan=blocks, kinds=ag,rs, memory-limit=none},schedule{prefetch=1, memory-limit=none}";
 
 void finish(ReferencePlan& plan, const MemoryOptions& memory) {
   PhaseInfo phases = computePhases(*plan.graph);

@@ -26,18 +26,21 @@ SCALE_DIR = REPO / "tests" / "data" / "scale"
 PRESETS = sorted(p.name[: -len("_l2.json")] for p in SCALE_DIR.glob("*_l2.json"))
 HARDWARE = "h100"
 
-# Presets where the default plan still loses to GraphTrainer's own plan (measured; a strict
-# xfail below, so a fix shows up). deepseek_v3_16b_w8: step +2.1% and peak +0.58 GiB at 2 layers.
-# The step: the gloo ring-chunk rule (exact-rs-order) keeps 25 expert and embedding
-# reduce-scatters unbucketed although the target is NCCL (without the rule: 134.5 ms against
-# GraphTrainer's 136.6 ms). The peak: FSDP2's rule keeps the last block unsharded after forward,
-# here the MoE block with 1.09 GiB of gathered experts, which GraphTrainer re-gathers. At full
-# size (27 layers) the peak is lower than GraphTrainer's (29.64 vs 32.04 GiB), the step still
-# 7.6% longer (bench/README.md, "Real-scale graphs"). llama3_70b_tp8_w64: step +0.85% at 2
-# layers (TP's all-reduces are left where they are); at full size it wins (1252.8 vs 1272.0 ms).
+# Presets where the default plan still loses to GraphTrainer's own plan: (why, the measured
+# ceilings of its step and peak over GraphTrainer's). A strict xfail below, so a fix shows up.
+# DeepSeek (2 layers): the default pipeline is bounded by FSDP2's reference plan's peak, and the
+# reference buckets the chunked loss's 8 reductions of the output projection's gradient into one
+# bucket (8 gradients live: 18.26 GiB against GraphTrainer's 7.43). bucket{param-once=true}
+# (FSDP2's buffers hold each gradient once) brings the reference and the default to 7.34 GiB,
+# but as the reference's rule it made the real Trainer's HSDP run launch 16 all-reduces against
+# GraphTrainer's 8 and reshard=always 9 forward all-gathers against 8, so it is an option only.
+# The step: the gloo ring-chunk rule (exact-rs-order) keeps expert reduce-scatters unbucketed
+# although the target is NCCL. TP: TP's all-reduces are left where they are (+0.85% at 2
+# layers; at full size the default plan wins, bench/README.md "titan_scale.py").
 DEFAULT_LOSES_TO_GRAPH_TRAINER = {
-    "deepseek_v3_16b_w8": "exact-rs-order on an NCCL target; the kept last block is a MoE block",
-    "llama3_70b_tp8_w64": "TP collectives are not overlapped",
+    "deepseek_v3_16b_w8": ("the reference bound holds 8 chunk gradients; exact-rs-order", 1.08, 2.5),
+    "deepseek_v3_16b_ep8_w8": ("the reference bound holds 8 chunk gradients", 1.07, 2.8),
+    "llama3_70b_tp8_w64": ("TP collectives are not overlapped", 1.01, 1.0),
 }
 
 
@@ -101,10 +104,11 @@ def test_default_plan_against_graph_trainer_and_fsdp2(jfx_bin: Path, preset: str
     wins = (mine["peak_memory_bytes"] <= anchor["peak_memory_bytes"]
             and mine["step_s"] <= anchor["step_s"])
     if preset in DEFAULT_LOSES_TO_GRAPH_TRAINER:
+        why, step_ceiling, peak_ceiling = DEFAULT_LOSES_TO_GRAPH_TRAINER[preset]
         assert not wins, "the default plan now wins: drop the entry"
-        assert mine["step_s"] <= 1.03 * anchor["step_s"]  # no worse than measured
-        assert mine["peak_memory_bytes"] <= anchor["peak_memory_bytes"] + 0.6 * 2**30
-        pytest.xfail(DEFAULT_LOSES_TO_GRAPH_TRAINER[preset])
+        assert mine["step_s"] <= step_ceiling * anchor["step_s"]  # no worse than measured
+        assert mine["peak_memory_bytes"] <= peak_ceiling * anchor["peak_memory_bytes"]
+        pytest.xfail(why)
     assert wins
 
 
